@@ -1,0 +1,139 @@
+"""`add-node-affinity`, `add-pod-affinity`, `add-pod-anti-affinity`.
+
+Node affinity terms are ORed and the requirements inside a term are ANDed, so a required requirement is
+added to every existing term: appending a new term would *widen* the choice of nodes instead of narrowing it.
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.actions.base import ActionContext, ActionSkipped, ActionSpec, Param, ensure_list, ensure_map
+from webhook.names import label_value_error, qualified_name_error
+from webhook.typing import JSONObject
+
+NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+AFFINITY_TYPES = ("required", "preferred")
+
+
+def add_node_affinity(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:
+    """AND a requirement into every required term, or append a weighted preferred term."""
+    requirement: JSONObject = {"key": params["key"], "operator": params["operator"]}
+    if params.get("values"):
+        requirement["values"] = list(params["values"])
+    node_affinity = ensure_map(template, "spec", "affinity", "nodeAffinity")
+    if params["type"] == "required":
+        selector = ensure_map(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution")
+        terms = ensure_list(selector, "nodeSelectorTerms")
+        if not terms:
+            terms.append({"matchExpressions": [requirement]})
+            return True
+        changed = False
+        for term in terms:
+            if isinstance(term, dict):
+                expressions = ensure_list(term, "matchExpressions")
+                if not any(_same_requirement(existing, requirement) for existing in expressions):
+                    expressions.append(dict(requirement))
+                    changed = True
+        return changed
+    preferred = ensure_list(node_affinity, "preferredDuringSchedulingIgnoredDuringExecution")
+    for term in preferred:
+        expressions = (term.get("preference") or {}).get("matchExpressions") or [] if isinstance(term, dict) else []
+        if any(_same_requirement(existing, requirement) for existing in expressions):
+            return False
+    preferred.append({"weight": params["weight"], "preference": {"matchExpressions": [requirement]}})
+    return True
+
+
+def add_pod_affinity(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:
+    """Co-locate with the selected pods in the same topology domain (e.g. a rack)."""
+    return _add_pod_term(template, params, context, "podAffinity")
+
+
+def add_pod_anti_affinity(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:
+    """Keep away from the selected pods (by default the workload's own replicas) per topology domain."""
+    return _add_pod_term(template, params, context, "podAntiAffinity")
+
+
+def _add_pod_term(template: JSONObject, params: Mapping[str, Any], context: ActionContext, kind: str) -> bool:
+    selector = params.get("labelSelector") or context.default_selector
+    if selector is None:
+        raise ActionSkipped("no labelSelector given and none can be derived from the workload")
+    term: JSONObject = {"labelSelector": selector, "topologyKey": params["topologyKey"]}
+    affinity = ensure_map(template, "spec", "affinity", kind)
+    if params["type"] == "required":
+        required = ensure_list(affinity, "requiredDuringSchedulingIgnoredDuringExecution")
+        if any(_same_pod_term(existing, term) for existing in required):
+            return False
+        required.append(term)
+        return True
+    preferred = ensure_list(affinity, "preferredDuringSchedulingIgnoredDuringExecution")
+    if any(isinstance(e, dict) and _same_pod_term(e.get("podAffinityTerm"), term) for e in preferred):
+        return False
+    preferred.append({"weight": params["weight"], "podAffinityTerm": term})
+    return True
+
+
+def _same_requirement(existing: Any, wanted: JSONObject) -> bool:
+    """Requirements are equal when key, operator and the *set* of values are."""
+    return (
+        isinstance(existing, dict)
+        and existing.get("key") == wanted["key"]
+        and existing.get("operator") == wanted["operator"]
+        and sorted(existing.get("values") or []) == sorted(wanted.get("values") or [])
+    )
+
+
+def _same_pod_term(existing: Any, wanted: JSONObject) -> bool:
+    return (
+        isinstance(existing, dict)
+        and existing.get("topologyKey") == wanted["topologyKey"]
+        and existing.get("labelSelector") == wanted["labelSelector"]
+    )
+
+
+def _check_node_requirement(params: Mapping[str, Any]) -> list[tuple[str, str]]:
+    operator, values = params["operator"], params.get("values") or []
+    if operator in ("In", "NotIn") and not values:
+        return [("values", f"operator {operator} needs at least one value")]
+    if operator in ("Exists", "DoesNotExist") and values:
+        return [("values", f"operator {operator} takes no values")]
+    if operator in ("Gt", "Lt"):
+        if len(values) != 1:
+            return [("values", f"operator {operator} needs exactly one value")]
+        try:
+            int(values[0])
+        except ValueError:
+            return [("values", f"operator {operator} needs an integer value, not {values[0]!r}")]
+    return []
+
+
+_TOPOLOGY_KEY = Param("topologyKey", "string", required=True, check=qualified_name_error)
+_WEIGHT = Param("weight", "integer", default=50, minimum=1, maximum=100)
+
+SPECS = (
+    ActionSpec(
+        name="add-node-affinity",
+        apply=add_node_affinity,
+        params=(
+            Param("key", "string", required=True, check=qualified_name_error),
+            Param("operator", "enum", default="In", choices=NODE_OPERATORS),
+            Param("values", "values", check=label_value_error),
+            Param("type", "enum", default="required", choices=AFFINITY_TYPES),
+            _WEIGHT,
+        ),
+        cross_check=_check_node_requirement,
+    ),
+    *(
+        ActionSpec(
+            name=name,
+            apply=apply,
+            params=(
+                _TOPOLOGY_KEY,
+                Param("type", "enum", default="preferred", choices=AFFINITY_TYPES),
+                _WEIGHT,
+                Param("labelSelector", "selector"),
+            ),
+        )
+        for name, apply in (("add-pod-affinity", add_pod_affinity), ("add-pod-anti-affinity", add_pod_anti_affinity))
+    ),
+)

@@ -1,0 +1,128 @@
+"""What every action shares: parameter declarations, the per-rule context, conflict handling.
+
+Parameters are declared, not parsed by hand in each action, so the same declaration validates a policy at
+load time (with precise messages) and the values `parameterExpressions` compute at admission time.
+"""
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from webhook.typing import JSONObject
+
+ParamKind = Literal["string", "integer", "enum", "values", "keys", "selector"]
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """One named parameter of an action."""
+
+    name: str
+    kind: ParamKind
+    required: bool = False
+    default: Any = None
+    choices: tuple[str, ...] = ()
+    minimum: int | None = None
+    maximum: int | None = None
+    check: Callable[[str], str | None] | None = None
+    """Syntax check for string values (and each element of `values`/`keys`), e.g. a qualified name."""
+
+
+@dataclass(frozen=True, slots=True)
+class FreeForm:
+    """Actions whose parameters are arbitrary `key: value` pairs (node selector, labels, annotations)."""
+
+    key_check: Callable[[str], str | None]
+    value_check: Callable[[str], str | None] | None
+    reserved_keys: tuple[str, ...] = ()
+
+
+class ActionSkipped(Exception):
+    """The action cannot apply to this template (e.g. no label selector can be derived); a warning."""
+
+
+@dataclass(slots=True)
+class ActionContext:
+    """What an action may know about the workload besides its template, and where it reports conflicts."""
+
+    override: bool
+    default_selector: JSONObject | None
+    """A metav1.LabelSelector for the workload's own pods, or None when none can be derived."""
+    protected_labels: Mapping[str, str]
+    """Labels a controller's selector relies on: changing them on the template would orphan the pods."""
+    conflicts: list[str] = field(default_factory=list)
+
+    def set_scalar(self, container: JSONObject, key: str, value: Any, what: str) -> bool:
+        """Set `container[key]` unless it holds a different value; report the conflict either way.
+
+        Returns whether the container changed. `override: true` replaces the value; without it the existing
+        value is kept, so the first writer wins (DESIGN §4).
+        """
+        current = container.get(key)
+        if current is None:
+            container[key] = value
+            return True
+        if current == value:
+            return False
+        if self.override:
+            self.conflicts.append(f"{what} was {_short(current)}, replaced by {_short(value)}")
+            container[key] = value
+            return True
+        self.conflicts.append(f"{what} is {_short(current)}, kept (wanted {_short(value)})")
+        return False
+
+
+Apply = Callable[[JSONObject, Mapping[str, Any], ActionContext], bool]
+"""Changes the template in place and returns whether it changed anything."""
+CrossCheck = Callable[[Mapping[str, Any]], list[tuple[str, str]]]
+
+
+@dataclass(frozen=True, slots=True)
+class ActionSpec:
+    """An action: its name, parameters, cross-parameter rules and the function that applies it."""
+
+    name: str
+    apply: Apply
+    params: tuple[Param, ...] = ()
+    free_form: FreeForm | None = None
+    cross_check: CrossCheck | None = None
+
+    def param(self, name: str) -> Param | None:
+        return next((param for param in self.params if param.name == name), None)
+
+
+def child_map(parent: JSONObject, *path: str) -> JSONObject | None:
+    """The map at `path` below `parent`, or None when any step is missing or not a map. Creates nothing."""
+    node: Any = parent
+    for key in path:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    return node if isinstance(node, dict) else None
+
+
+def ensure_map(parent: JSONObject, *path: str) -> JSONObject:
+    """The map at `path`, creating missing (or null) maps on the way: the patch must create parents."""
+    node = parent
+    for key in path:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            node[key] = child
+        node = child
+    return node
+
+
+def ensure_list(parent: JSONObject, *path: str) -> list[Any]:
+    """The list at `path`, creating it (and its parent maps) when missing or null."""
+    holder = ensure_map(parent, *path[:-1])
+    items = holder.get(path[-1])
+    if not isinstance(items, list):
+        items = []
+        holder[path[-1]] = items
+    return items
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 24 else text[:21] + "...'"

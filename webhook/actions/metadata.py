@@ -1,0 +1,53 @@
+"""`add-node-selector`, `add-labels`, `add-annotations`: merge key/value pairs into a map of the template."""
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.actions.base import ActionContext, ActionSpec, FreeForm, ensure_map
+from webhook.names import label_value_error, qualified_name_error
+from webhook.typing import JSONObject
+
+APPLIED_ANNOTATION = "placer.dev/applied"
+
+
+def add_node_selector(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:
+    """Merge into `spec.nodeSelector`: a node must carry every pair (ANDed with any node affinity)."""
+    selector = ensure_map(template, "spec", "nodeSelector")
+    return _merge(selector, params, context, "nodeSelector")
+
+
+def add_labels(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:
+    """Merge into the template's labels, never changing a label the controller's selector relies on."""
+    labels = ensure_map(template, "metadata", "labels")
+    allowed = {}
+    for key, value in params.items():
+        if key in context.protected_labels and labels.get(key) != value:
+            context.conflicts.append(f"label {key} is part of the workload's selector, kept")
+        else:
+            allowed[key] = value
+    return _merge(labels, allowed, context, "label")
+
+
+def add_annotations(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:
+    """Merge into the template's annotations."""
+    return _merge(ensure_map(template, "metadata", "annotations"), params, context, "annotation")
+
+
+def _merge(target: JSONObject, pairs: Mapping[str, Any], context: ActionContext, what: str) -> bool:
+    changed = False
+    for key, value in pairs.items():
+        changed = context.set_scalar(target, key, value, f"{what} {key}") or changed
+    return changed
+
+
+LABEL_PAIRS = FreeForm(key_check=qualified_name_error, value_check=label_value_error)
+
+SPECS = (
+    ActionSpec(name="add-node-selector", apply=add_node_selector, free_form=LABEL_PAIRS),
+    ActionSpec(name="add-labels", apply=add_labels, free_form=LABEL_PAIRS),
+    ActionSpec(
+        name="add-annotations",
+        apply=add_annotations,
+        free_form=FreeForm(key_check=qualified_name_error, value_check=None, reserved_keys=(APPLIED_ANNOTATION,)),
+    ),
+)

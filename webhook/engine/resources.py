@@ -1,0 +1,84 @@
+"""A pod's effective resource requests and limits, as the scheduler counts them.
+
+Effective = max(sum over app containers and restartable (sidecar) init containers, the largest need of any
+one init container while it runs alongside the sidecars started before it), plus pod overhead for requests.
+"""
+
+from collections.abc import Iterable
+from typing import Any
+
+from webhook.quantity import InvalidQuantityError, parse_quantity
+from webhook.typing import JSONObject
+
+Totals = dict[str, float]
+
+
+def effective_resources(spec: JSONObject) -> tuple[dict[str, Totals], list[str]]:
+    """`{requests, limits}` maps of resource name -> number, and a note per unreadable quantity."""
+    notes: list[str] = []
+    result: dict[str, Totals] = {}
+    for kind in ("requests", "limits"):
+        app = _sum(_container_needs(spec.get("containers"), kind, notes))
+        sidecars: Totals = {}
+        peak: Totals = {}
+        for container in _containers(spec.get("initContainers")):
+            needs = _needs(container, kind, notes)
+            if container.get("restartPolicy") == "Always":
+                sidecars = _sum([sidecars, needs])
+            else:
+                peak = _max(peak, _sum([sidecars, needs]))
+        total = _max(_sum([app, sidecars]), peak)
+        if kind == "requests":
+            overhead = spec.get("overhead")
+            if isinstance(overhead, dict):
+                total = _sum([total, _parse_map(overhead, "overhead", notes)])
+        result[kind] = total
+    return result, notes
+
+
+def _containers(value: Any) -> Iterable[JSONObject]:
+    return (item for item in value if isinstance(item, dict)) if isinstance(value, list) else ()
+
+
+def _container_needs(containers: Any, kind: str, notes: list[str]) -> list[Totals]:
+    return [_needs(container, kind, notes) for container in _containers(containers)]
+
+
+def _needs(container: JSONObject, kind: str, notes: list[str]) -> Totals:
+    """A container's requests (defaulted from its limits, as the API server does for pods) or limits."""
+    resources = container.get("resources")
+    if not isinstance(resources, dict):
+        return {}
+    where = f"container {str(container.get('name', '?'))[:30]}"
+    limits = _parse_map(resources.get("limits"), where, notes)
+    if kind == "limits":
+        return limits
+    requests = _parse_map(resources.get("requests"), where, notes)
+    return {**limits, **requests}
+
+
+def _parse_map(raw: Any, where: str, notes: list[str]) -> Totals:
+    parsed: Totals = {}
+    if not isinstance(raw, dict):
+        return parsed
+    for name, value in raw.items():
+        try:
+            parsed[str(name)] = parse_quantity(value)
+        except InvalidQuantityError as error:
+            notes.append(f"{where}: {str(name)[:40]}: {error}")
+    return parsed
+
+
+def _sum(items: Iterable[Totals]) -> Totals:
+    total: Totals = {}
+    for item in items:
+        for name, value in item.items():
+            total[name] = total.get(name, 0.0) + value
+    return total
+
+
+def _max(left: Totals, right: Totals) -> Totals:
+    merged = dict(left)
+    for name, value in right.items():
+        merged[name] = max(merged.get(name, value), value)
+    return merged

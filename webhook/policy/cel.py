@@ -1,0 +1,142 @@
+"""The CEL environment and the evaluation rules of DESIGN §3.
+
+Everything that touches cel-expr-python lives here, so the rest of Placer deals in plain Python values and
+three outcomes: a value, a missing key (a condition reads it as false), or an error.
+
+No Python-implemented CEL functions are registered: cel-expr-python 0.1.3 leaks memory on every call of one.
+Derived values (effective resources, workload replicas) are computed in Python and passed in as variables.
+"""
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cel_expr_python import cel
+from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
+
+VARIABLE_NAMES = (
+    "object",
+    "oldObject",
+    "request",
+    "namespaceObject",
+    "workload",
+    "pod",
+    "resources",
+    "variables",
+)
+"""Every variable a policy expression may reference (DESIGN §3.1)."""
+
+_ERROR_LINE = re.compile(r"(?:ERROR: )?(<input>:\d+:\d+: .*)")
+_STATUS_PREFIX = re.compile(r"^[A-Z_]+: ")
+_VARIABLE_REFERENCE = re.compile(r"\bvariables\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|\[\s*['\"]([^'\"]+)['\"]\s*\])")
+
+
+class CelCompileError(ValueError):
+    """An expression did not parse or type-check; the message carries `<input>:line:column`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """A compiled expression with the text it came from and the policy variables it reads."""
+
+    source: str
+    expression: Any
+    returns: str
+    """The checked result type, e.g. `bool`, `int`, `dyn` (dyn is only known at evaluation)."""
+    reads_variables: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """The outcome of one evaluation. Exactly one of: a value, a missing key, an error."""
+
+    value: Any = None
+    missing: str | None = None
+    """Set when the expression read a map key or field the object does not have (DESIGN §3.3)."""
+    error: str | None = None
+    """Set for every other failure: type mismatch, overflow, division by zero, iteration budget."""
+
+
+def new_environment() -> Any:
+    """Create the CEL environment with Placer's variables and the strings, optional and bindings extensions.
+
+    Variables are declared as maps of `dyn` so that expressions type-check against Kubernetes objects of any
+    shape, and numeric comparisons across int and double (`resources.limits['cpu'] > 2`) are resolved at
+    evaluation, as in Kubernetes.
+    """
+    dyn = cel.Type.DYN
+    map_of_dyn = cel.Type.Map(cel.Type.STRING, dyn)
+    declarations = dict.fromkeys(VARIABLE_NAMES, map_of_dyn)
+    declarations["oldObject"] = dyn  # null on CREATE
+    declarations["resources"] = cel.Type.Map(cel.Type.STRING, map_of_dyn)
+    return cel.NewEnv(
+        variables=declarations,
+        extensions=[ext_strings.ExtStrings(), ext_optional.ExtOptional(), ext_bindings.ExtBindings()],
+    )
+
+
+def compile_expression(environment: Any, source: str) -> Program:
+    """Parse and type-check `source` once, at load time. Raises CelCompileError with every position."""
+    try:
+        expression = environment.compile(source)
+    except RuntimeError as error:
+        raise CelCompileError(_compile_error_message(str(error))) from None
+    return Program(
+        source=source,
+        expression=expression,
+        returns=expression.return_type().name().lower(),
+        reads_variables=frozenset(referenced_variables(source)),
+    )
+
+
+def referenced_variables(source: str) -> list[str]:
+    """The policy variable names an expression reads as `variables.x` or `variables['x']`, in order."""
+    return [dotted or indexed for dotted, indexed in _VARIABLE_REFERENCE.findall(source)]
+
+
+def variable_reference_position(source: str, name: str) -> str:
+    """`<input>:line:column` of the first reference to `variables.<name>`, for load-time messages."""
+    for match in _VARIABLE_REFERENCE.finditer(source):
+        if name in match.groups():
+            line = source.count("\n", 0, match.start()) + 1
+            column = match.start() - (source.rfind("\n", 0, match.start()) + 1) + 1
+            return f"<input>:{line}:{column}"
+    return "<input>"
+
+
+def evaluate(program: Program, activation: Any) -> Result:
+    """Evaluate on an activation and classify the outcome per DESIGN §3.3.
+
+    cel-expr-python reports most failures as a value of type ERROR, some (the iteration budget) as a
+    RuntimeError: both become `Result.error`, so an error can never be read as a value, let alone as true.
+    """
+    try:
+        value = program.expression.eval(activation)
+    except RuntimeError as error:
+        return Result(error=_clean_runtime_message(str(error)))
+    if value.type() == cel.Type.ERROR:
+        message = str(value.value())
+        if message.startswith("NOT_FOUND:"):
+            return Result(missing=_clean_runtime_message(message))
+        return Result(error=_clean_runtime_message(message))
+    return Result(value=value.plain_value())
+
+
+def activation(environment: Any, data: Mapping[str, Any]) -> Any:
+    """Bind the variables of one evaluation context (one request, one pod template)."""
+    return environment.Activation(dict(data))
+
+
+def _compile_error_message(raw: str) -> str:
+    """Reduce the runtime's multi-line report to `<input>:l:c: message` lines joined by `; `."""
+    found = [match.group(1).removesuffix(" [INVALID_ARGUMENT]") for match in _ERROR_LINE.finditer(raw)]
+    if not found:
+        return _clean_runtime_message(raw)
+    return "; ".join(found).replace(" (in container '')", "")
+
+
+def _clean_runtime_message(raw: str) -> str:
+    first = raw.strip().splitlines()[0] if raw.strip() else "unknown error"
+    first = re.sub(r" \[[A-Z_]+\]$", "", first)
+    return _STATUS_PREFIX.sub("", first)

@@ -1,0 +1,313 @@
+"""SchedulingPolicy documents -> compiled policies, with every error located (DESIGN §2).
+
+Compilation happens once, when a policy loads; a request only evaluates. Everything that can be checked
+without a request is checked here, so a policy that loads cannot produce an invalid patch.
+"""
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.actions.base import ActionSpec
+from webhook.actions.parameters import parse_parameters
+from webhook.actions.registry import action_specs
+from webhook.names import (
+    dns1123_label_error,
+    dns1123_subdomain_error,
+    label_value_error,
+    qualified_name_error,
+)
+from webhook.policy import cel
+from webhook.policy.errors import PolicyError
+from webhook.policy.model import LabelSelector, Policy, Rule, SelectorRequirement, Variable
+
+API_VERSION = "placer.dev/v1alpha1"
+KIND = "SchedulingPolicy"
+DEFAULT_PRIORITY = 100
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SPEC_FIELDS = {"priority", "namespaceSelector", "failurePolicy", "variables", "rules"}
+_RULE_FIELDS = {"name", "condition", "action", "parameters", "parameterExpressions", "override"}
+
+
+@dataclass(frozen=True, slots=True)
+class CompileResult:
+    policy: Policy | None
+    errors: tuple[PolicyError, ...]
+    name: str | None
+    """The policy's name when it could be read, so a caller can keep serving its last good version."""
+
+
+class PolicyCompiler:
+    """Holds the one CEL environment and action table every policy of a snapshot is compiled against."""
+
+    def __init__(self) -> None:
+        self.environment = cel.new_environment()
+        self.actions = action_specs()
+
+    def compile(self, document: Mapping[str, Any], source: str) -> CompileResult:
+        """Compile one SchedulingPolicy document; return the policy, or every error found in it."""
+        errors = _ErrorSink(source)
+        metadata = document.get("metadata")
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        if not isinstance(name, str) or not name:
+            errors.add("metadata.name is required")
+            return CompileResult(None, errors.items, None)
+        errors.policy = name
+        problem = dns1123_subdomain_error(name)
+        if problem:
+            errors.add(problem, field="metadata.name")
+        if document.get("apiVersion") != API_VERSION:
+            errors.add(f"must be {API_VERSION}, not {document.get('apiVersion')!r}", field="apiVersion")
+        spec = document.get("spec")
+        if not isinstance(spec, dict):
+            errors.add("spec must be a map", field="spec")
+            return CompileResult(None, errors.items, name)
+        for unknown in sorted(set(spec) - _SPEC_FIELDS):
+            errors.add(f"unknown field (known: {', '.join(sorted(_SPEC_FIELDS))})", field=f"spec.{unknown}")
+
+        priority = _priority(spec.get("priority", DEFAULT_PRIORITY), errors)
+        selector = _namespace_selector(spec.get("namespaceSelector"), errors)
+        failure_policy = spec.get("failurePolicy", "Ignore")
+        if failure_policy not in ("Ignore", "Fail"):
+            errors.add(f"must be Ignore or Fail, not {failure_policy!r}", field="spec.failurePolicy")
+        variables = self._variables(spec.get("variables"), errors)
+        rules = self._rules(spec.get("rules"), variables, errors)
+        if errors.items:
+            return CompileResult(None, errors.items, name)
+        metadata_map = metadata if isinstance(metadata, dict) else {}
+        generation = metadata_map.get("generation")
+        policy = Policy(
+            name=name,
+            priority=priority,
+            namespace_selector=selector,
+            failure_policy=failure_policy,
+            variables=tuple(variables.values()),
+            rules=tuple(rules),
+            source=source,
+            generation=generation if isinstance(generation, int) else None,
+            document=document,
+        )
+        return CompileResult(policy, (), name)
+
+    def _variables(self, raw: Any, errors: "_ErrorSink") -> dict[str, Variable]:
+        variables: dict[str, Variable] = {}
+        if raw is None:
+            return variables
+        if not isinstance(raw, list):
+            errors.add("must be a list of {name, expression}", field="spec.variables")
+            return variables
+        for index, item in enumerate(raw):
+            where = f"spec.variables[{index}]"
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                errors.add("needs a name and an expression", field=where)
+                continue
+            name = item["name"]
+            where = f"variables.{name}"
+            if not _IDENTIFIER.match(name):
+                errors.add("name must be a CEL identifier", field=where)
+                continue
+            if name in variables:
+                errors.add("duplicate variable name", field=where)
+                continue
+            program = self._program(item.get("expression"), where, errors)
+            if program is None:
+                continue
+            for reference in program.reads_variables - set(variables):
+                position = cel.variable_reference_position(program.source, reference)
+                errors.add(f"{position}: variables.{reference} is not declared before it", field=where)
+            variables[name] = Variable(name, program)
+        return variables
+
+    def _rules(self, raw: Any, variables: Mapping[str, Variable], errors: "_ErrorSink") -> list[Rule]:
+        if not isinstance(raw, list) or not raw:
+            errors.add("at least one rule is required", field="spec.rules")
+            return []
+        rules: list[Rule] = []
+        seen: set[str] = set()
+        for index, item in enumerate(raw):
+            if not isinstance(item, dict):
+                errors.add("must be a map", field=f"spec.rules[{index}]")
+                continue
+            name = item.get("name")
+            if not isinstance(name, str) or not name:
+                errors.add("name is required", field=f"spec.rules[{index}]")
+                continue
+            rule_errors = errors.for_rule(name)
+            problem = dns1123_label_error(name)
+            if problem:
+                rule_errors.add(f"name {problem}", field="name")
+            if name in seen:
+                rule_errors.add("duplicate rule name in this policy", field="name")
+            seen.add(name)
+            rule = self._rule(name, item, variables, rule_errors)
+            if rule is not None:
+                rules.append(rule)
+        return rules
+
+    def _rule(
+        self, name: str, item: Mapping[str, Any], variables: Mapping[str, Variable], errors: "_ErrorSink"
+    ) -> Rule | None:
+        count = len(errors.items)
+        for unknown in sorted(set(item) - _RULE_FIELDS):
+            errors.add(f"unknown field (known: {', '.join(sorted(_RULE_FIELDS))})", field=unknown)
+        action = self.actions.get(item.get("action", ""))
+        if action is None:
+            known = ", ".join(sorted(self.actions))
+            errors.add(f"unknown action {item.get('action')!r} (known: {known})", field="action")
+        condition = None
+        if item.get("condition") is not None:
+            condition = self._program(item["condition"], "condition", errors)
+            if condition is not None and condition.returns not in ("bool", "dyn"):
+                errors.add(f"must return bool, not {condition.returns}", field="condition")
+        override = item.get("override", False)
+        if not isinstance(override, bool):
+            errors.add("must be true or false", field="override")
+        raw_parameters = item.get("parameters") or {}
+        if not isinstance(raw_parameters, dict):
+            errors.add("must be a map", field="parameters")
+            raw_parameters = {}
+        expressions = self._parameter_expressions(item.get("parameterExpressions"), action, errors)
+        parameters: dict[str, Any] = {}
+        if action is not None:
+            parameters, problems = parse_parameters(action, raw_parameters, deferred=frozenset(expressions))
+            for parameter, message in problems:
+                errors.add(message, field=f"parameters.{parameter}")
+        programs = [program for program in (condition, *expressions.values()) if program is not None]
+        reads = _needed_variables(programs, variables, errors)
+        if len(errors.items) > count or action is None:
+            return None
+        return Rule(
+            name=name,
+            action=action,
+            condition=condition,
+            parameters=parameters,
+            raw_parameters=dict(raw_parameters),
+            parameter_expressions=expressions,
+            override=override,
+            reads_variables=reads,
+        )
+
+    def _parameter_expressions(
+        self, raw: Any, action: ActionSpec | None, errors: "_ErrorSink"
+    ) -> dict[str, cel.Program]:
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            errors.add("must be a map of parameter name to CEL expression", field="parameterExpressions")
+            return {}
+        programs: dict[str, cel.Program] = {}
+        for parameter, source in raw.items():
+            where = f"parameterExpressions.{parameter}"
+            if action is not None and action.free_form is None and action.param(str(parameter)) is None:
+                errors.add(f"unknown parameter for {action.name}", field=where)
+                continue
+            if action is not None and action.free_form is not None:
+                problem = qualified_name_error(str(parameter))
+                if problem:
+                    errors.add(f"key {problem}", field=where)
+                    continue
+            program = self._program(source, where, errors)
+            if program is not None:
+                programs[str(parameter)] = program
+        return programs
+
+    def _program(self, source: Any, where: str, errors: "_ErrorSink") -> cel.Program | None:
+        if not isinstance(source, str) or not source.strip():
+            errors.add("must be a non-empty CEL expression string", field=where)
+            return None
+        try:
+            return cel.compile_expression(self.environment, source)
+        except cel.CelCompileError as error:
+            errors.add(str(error), field=where)
+            return None
+
+
+class _ErrorSink:
+    """Collects located errors; a rule's sink shares the policy's list."""
+
+    def __init__(
+        self, source: str, policy: str | None = None, rule: str | None = None, items: list[PolicyError] | None = None
+    ) -> None:
+        self.source, self.policy, self.rule = source, policy, rule
+        self._items = items if items is not None else []
+
+    @property
+    def items(self) -> tuple[PolicyError, ...]:
+        return tuple(self._items)
+
+    def add(self, message: str, *, field: str | None = None) -> None:
+        self._items.append(PolicyError(self.source, message, self.policy, self.rule, field))
+
+    def for_rule(self, rule: str) -> "_ErrorSink":
+        return _ErrorSink(self.source, self.policy, rule, self._items)
+
+
+def _priority(value: Any, errors: _ErrorSink) -> int:
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        errors.add(f"must be an integer, not {value!r}", field="spec.priority")
+        return DEFAULT_PRIORITY
+    return value
+
+
+def _namespace_selector(raw: Any, errors: _ErrorSink) -> LabelSelector | None:
+    if raw is None:
+        return None
+    where = "spec.namespaceSelector"
+    if not isinstance(raw, dict) or not set(raw) <= {"matchLabels", "matchExpressions"}:
+        errors.add("must be a label selector with matchLabels and/or matchExpressions", field=where)
+        return None
+    labels = raw.get("matchLabels") or {}
+    pairs: list[tuple[str, str]] = []
+    if not isinstance(labels, dict):
+        errors.add("must be a map", field=f"{where}.matchLabels")
+        labels = {}
+    for key, value in labels.items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        problem = qualified_name_error(str(key)) or label_value_error(text)
+        if problem:
+            errors.add(problem, field=f"{where}.matchLabels.{key}")
+        pairs.append((str(key), text))
+    requirements: list[SelectorRequirement] = []
+    expressions = raw.get("matchExpressions") or []
+    if not isinstance(expressions, list):
+        errors.add("must be a list", field=f"{where}.matchExpressions")
+        expressions = []
+    for index, item in enumerate(expressions):
+        field = f"{where}.matchExpressions[{index}]"
+        if not isinstance(item, dict) or not isinstance(item.get("key"), str):
+            errors.add("needs key and operator", field=field)
+            continue
+        operator, values = item.get("operator"), item.get("values") or []
+        if operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            errors.add(f"operator must be In, NotIn, Exists or DoesNotExist, not {operator!r}", field=field)
+            continue
+        if not isinstance(values, list) or (operator in ("In", "NotIn")) != bool(values):
+            errors.add(
+                f"operator {operator} {'needs' if operator in ('In', 'NotIn') else 'takes no'} values", field=field
+            )
+            continue
+        requirements.append(SelectorRequirement(item["key"], operator, frozenset(str(v) for v in values)))
+    return LabelSelector(tuple(pairs), tuple(requirements))
+
+
+def _needed_variables(
+    programs: list[cel.Program], variables: Mapping[str, Variable], errors: _ErrorSink
+) -> frozenset[str]:
+    """Variables the programs read, with the variables those read, transitively (for lazy evaluation)."""
+    needed: set[str] = set()
+    pending = [(name, program) for program in programs for name in program.reads_variables]
+    while pending:
+        name, program = pending.pop()
+        if name in needed:
+            continue
+        if name not in variables:
+            position = cel.variable_reference_position(program.source, name)
+            errors.add(f"{position}: undeclared variable variables.{name}", field="condition")
+            continue
+        needed.add(name)
+        pending.extend((dependency, variables[name].program) for dependency in variables[name].program.reads_variables)
+    return frozenset(needed)

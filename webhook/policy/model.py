@@ -1,0 +1,82 @@
+"""Compiled SchedulingPolicy objects: immutable, ready to evaluate, shared by every request."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from webhook.actions.base import ActionSpec
+from webhook.policy.cel import Program
+
+FailurePolicy = Literal["Ignore", "Fail"]
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorRequirement:
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: frozenset[str] = frozenset()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.operator == "Exists":
+            return self.key in labels
+        if self.operator == "DoesNotExist":
+            return self.key not in labels
+        if self.operator == "In":
+            return labels.get(self.key) in self.values
+        return labels.get(self.key) not in self.values
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """metav1.LabelSelector semantics: every matchLabels pair and every requirement must hold (empty: all)."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    requirements: tuple[SelectorRequirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(key) == value for key, value in self.match_labels) and all(
+            requirement.matches(labels) for requirement in self.requirements
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Variable:
+    name: str
+    program: Program
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    name: str
+    action: ActionSpec
+    condition: Program | None
+    parameters: Mapping[str, Any]
+    """Static parameters, already validated and normalised (defaults filled in when nothing is deferred)."""
+    raw_parameters: Mapping[str, Any]
+    """As written, so computed parameters can be merged over them and validated together."""
+    parameter_expressions: Mapping[str, Program]
+    override: bool
+    reads_variables: frozenset[str]
+    """Every policy variable the condition and parameter expressions need, dependencies included."""
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    name: str
+    priority: int
+    namespace_selector: LabelSelector | None
+    failure_policy: FailurePolicy
+    variables: tuple[Variable, ...]
+    rules: tuple[Rule, ...]
+    source: str
+    """Where the policy came from (a file path, or `cluster`), for messages."""
+    generation: int | None = None
+    document: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def order_key(self) -> tuple[int, str]:
+        """Lower priority runs first; ties are broken by name (DESIGN §2)."""
+        return (self.priority, self.name)
+
+    def applies_to_namespace(self, labels: Mapping[str, str]) -> bool:
+        return self.namespace_selector is None or self.namespace_selector.matches(labels)

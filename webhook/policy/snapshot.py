@@ -1,0 +1,62 @@
+"""The immutable set of compiled policies and namespace labels that one admission reads.
+
+Sources build a new snapshot and swap it in with one assignment, so every admission sees either the old
+set or the new one, never a mix.
+"""
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.policy.errors import PolicyError
+from webhook.policy.model import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceInfo:
+    """What `namespaceObject` exposes: name, labels, annotations (always maps)."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    def as_cel(self) -> dict[str, Any]:
+        return {"metadata": {"name": self.name, "labels": dict(self.labels), "annotations": dict(self.annotations)}}
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySnapshot:
+    policies: tuple[Policy, ...]
+    """In evaluation order: priority, then name."""
+    namespaces: Mapping[str, NamespaceInfo]
+    errors: tuple[PolicyError, ...]
+    environment: Any
+    """The CEL environment the policies were compiled in; activations are created from it."""
+    ready: bool = True
+
+    @classmethod
+    def build(
+        cls,
+        policies: Iterable[Policy],
+        namespaces: Mapping[str, NamespaceInfo],
+        errors: Iterable[PolicyError],
+        environment: Any,
+        *,
+        ready: bool = True,
+    ) -> "PolicySnapshot":
+        ordered = tuple(sorted(policies, key=lambda policy: policy.order_key))
+        return cls(ordered, dict(namespaces), tuple(errors), environment, ready)
+
+    def namespace(self, name: str) -> NamespaceInfo:
+        """The known namespace, or one with no labels (a policy selecting on labels will not match)."""
+        return self.namespaces.get(name) or NamespaceInfo(name)
+
+
+class SnapshotHolder:
+    """The current snapshot of one process; replaced whole, read without locks."""
+
+    def __init__(self, snapshot: PolicySnapshot) -> None:
+        self.current = snapshot
+
+    def swap(self, snapshot: PolicySnapshot) -> None:
+        self.current = snapshot

@@ -1,0 +1,63 @@
+"""Kubernetes resource quantities (`500m`, `1Gi`, `1e3`, `2`) as plain numbers.
+
+CEL conditions compare resources as doubles (`resources.limits['nvidia.com/gpu'] > 0`). Kubernetes sends
+quantities as strings in its own grammar, so they are converted here, in Python, rather than through a CEL
+function (cel-expr-python leaks memory on every call of a Python-implemented function).
+"""
+
+import math
+import re
+
+_QUANTITY = re.compile(
+    r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?)$"
+)
+
+_SUFFIX_FACTORS: dict[str, float] = {
+    "": 1.0,
+    "n": 1e-9,
+    "u": 1e-6,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+    "Ki": 2.0**10,
+    "Mi": 2.0**20,
+    "Gi": 2.0**30,
+    "Ti": 2.0**40,
+    "Pi": 2.0**50,
+    "Ei": 2.0**60,
+}
+
+
+class InvalidQuantityError(ValueError):
+    """The value is not a Kubernetes quantity, or is out of the range a quantity can hold."""
+
+
+def parse_quantity(value: object) -> float:
+    """Return the numeric value of a quantity: cores for cpu, bytes for memory, a count otherwise.
+
+    Accepts the forms the API server sends (strings) and the plain numbers a hand-written manifest may hold.
+    Raises InvalidQuantityError for anything else, including infinities and NaN, so that a hostile object
+    can never make a condition compare against `inf`.
+    """
+    if isinstance(value, bool):
+        raise InvalidQuantityError(f"not a quantity: {value!r}")
+    if isinstance(value, int | float):
+        number = float(value)
+    elif isinstance(value, str):
+        match = _QUANTITY.match(value.strip())
+        if match is None:
+            raise InvalidQuantityError(f"not a quantity: {value[:40]!r}")
+        mantissa, exponent, suffix = match.groups()
+        try:
+            number = float(mantissa + exponent) if exponent else float(mantissa) * _SUFFIX_FACTORS[suffix or ""]
+        except OverflowError as error:
+            raise InvalidQuantityError(f"quantity out of range: {value[:40]!r}") from error
+    else:
+        raise InvalidQuantityError(f"not a quantity: {type(value).__name__}")
+    if not math.isfinite(number):
+        raise InvalidQuantityError(f"quantity out of range: {str(value)[:40]!r}")
+    return number
