@@ -20,6 +20,7 @@ WARNING_PREFIX = "placer: "
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_STATUS_REASONS = {403: "Forbidden", 422: "Invalid"}
 
 
 class ReviewError(ValueError):

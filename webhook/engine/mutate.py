@@ -215,7 +215,7 @@ def _run_rule(
         mutation.warnings.append(f"{rule_id}: skipped: {skipped}")
         return trace("skipped", str(skipped))
     mutation.warnings.extend(f"{rule_id}: {conflict}" for conflict in context.conflicts)
-    return trace("applied", "; ".join(context.conflicts) or ("changed" if changed else "already satisfied"), changed)
+    return trace("applied", "; ".join(context.conflicts), changed)
 
 
 def _finish(

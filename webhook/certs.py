@@ -1,0 +1,115 @@
+"""Certificates for the webhook: a CA and a serving certificate signed by it (`placer certs`).
+
+ECDSA P-256 keys: fast to generate and to handshake with, and accepted by every supported kube-apiserver.
+The CA goes into the webhook configuration's `caBundle`; the serving certificate names the Service.
+"""
+
+import base64
+import datetime
+import ipaddress
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedCertificates:
+    ca_cert: Path
+    cert: Path
+    key: Path
+
+    def ca_bundle(self) -> str:
+        """The base64 `caBundle` value for a webhook configuration."""
+        return base64.b64encode(self.ca_cert.read_bytes()).decode()
+
+
+def service_names(service: str, namespace: str) -> list[str]:
+    """The DNS names the API server may use to reach a Service."""
+    return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
+
+
+def issue(out: Path, hosts: list[str], *, days: int = 365, common_name: str | None = None) -> IssuedCertificates:
+    """Write `ca.crt`, `tls.crt` and `tls.key` (mode 0600) into `out` for the given DNS names and IPs."""
+    out.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "placer-webhook-ca")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name or hosts[0])])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(
+            x509.SubjectAlternativeName([_general_name(host) for host in dict.fromkeys(hosts)]), critical=False
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    issued = IssuedCertificates(out / "ca.crt", out / "tls.crt", out / "tls.key")
+    issued.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    _write_private(issued.key, key_pem)
+    # the key first, then the certificate: a reader that sees the new certificate finds its key
+    issued.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return issued
+
+
+def ensure_dev_certificates(directory: Path) -> IssuedCertificates | None:
+    """Create certificates for localhost and 127.0.0.1 when `directory` has none; None if present."""
+    if (directory / "tls.crt").exists() and (directory / "tls.key").exists():
+        return None
+    return issue(directory, ["localhost", "127.0.0.1", "::1"], days=365, common_name="localhost")
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.chmod(path, 0o600)
+
+
+def _general_name(host: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        return x509.DNSName(host)

@@ -1,0 +1,173 @@
+"""`placer serve | certs | apply | lint` (DESIGN §9). Every flag also reads `PLACER_<FLAG>`."""
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from webhook import __version__
+from webhook.certs import ensure_dev_certificates, issue, service_names
+from webhook.config import DEFAULT_CERTS, DEFAULT_POLICIES, Settings
+from webhook.logs import configure_logging
+from webhook.offline import apply_manifests, load_policies, parse_labels, render
+
+ENV_PREFIX = "PLACER_"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _apply_environment(parser, args, os.environ)
+    return int(args.run(args))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="placer", description="Scheduling policy admission webhook.")
+    parser.add_argument("--version", action="version", version=f"placer {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the webhook over HTTPS under gunicorn")
+    serve.add_argument(
+        "--policies", action="append", metavar="PATH", help=f"file or directory (default {DEFAULT_POLICIES})"
+    )
+    kube = serve.add_mutually_exclusive_group()
+    kube.add_argument("--kube", dest="kube", action="store_true", default=None, help="watch policies in the cluster")
+    kube.add_argument("--no-kube", dest="kube", action="store_false", help="do not connect to a cluster")
+    serve.add_argument("--kubeconfig", metavar="FILE")
+    serve.add_argument("--bind", metavar="HOST:PORT", default="127.0.0.1:8443")
+    serve.add_argument("--tls-cert", metavar="FILE")
+    serve.add_argument("--tls-key", metavar="FILE")
+    serve.add_argument("--client-ca", metavar="FILE", help="require client certificates signed by this CA")
+    serve.add_argument("--workers", type=int, default=2)
+    serve.add_argument("--threads", type=int, default=4, help="connections served at once per worker")
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--opt-in", default="api-server", choices=["api-server", "label-or-annotation"])
+    serve.set_defaults(run=_serve)
+
+    certs = commands.add_parser("certs", help="write a CA and a serving certificate for the webhook Service")
+    certs.add_argument("--out", default=str(DEFAULT_CERTS), metavar="DIR")
+    certs.add_argument("--service", default="placer")
+    certs.add_argument("--namespace", default="placer-system")
+    certs.add_argument("--host", action="append", default=None, metavar="DNS_OR_IP")
+    certs.add_argument("--days", type=int, default=365)
+    certs.set_defaults(run=_certs)
+
+    apply = commands.add_parser("apply", help="show offline what the policies do to manifests")
+    apply.add_argument("--policies", action="append", required=False, metavar="PATH")
+    apply.add_argument("-f", "--filename", action="append", dest="manifests", metavar="MANIFEST")
+    apply.add_argument("--namespace-labels", metavar="k=v,...", help="labels of the manifests' namespace")
+    apply.add_argument("--operation", default="CREATE", choices=["CREATE", "UPDATE"])
+    apply.add_argument("-o", "--output", default="yaml", choices=["yaml", "json", "patch", "explain"])
+    apply.set_defaults(run=_apply)
+
+    lint = commands.add_parser("lint", help="check policies; exit 1 with every error located")
+    lint.add_argument("paths", nargs="*", metavar="PATH")
+    lint.set_defaults(run=_lint)
+    return parser
+
+
+def _apply_environment(parser: argparse.ArgumentParser, args: argparse.Namespace, environ: Any) -> None:
+    """Fill every flag left unset on the command line from `PLACER_<FLAG>` (lists: comma-separated)."""
+    subparser = next(
+        action.choices[args.command] for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+    )
+    for action in subparser._actions:
+        if not action.option_strings or action.dest in ("help",):
+            continue
+        flag = max(action.option_strings, key=len).lstrip("-")
+        if flag.startswith("no-"):
+            continue
+        raw = environ.get(ENV_PREFIX + flag.upper().replace("-", "_"))
+        if raw is None or getattr(args, action.dest) not in (None, action.default):
+            continue
+        if isinstance(action, argparse._AppendAction):
+            value: Any = [item.strip() for item in raw.split(",") if item.strip()]
+        elif isinstance(action, argparse._StoreTrueAction) or action.dest == "kube":
+            value = raw.strip().lower() in ("1", "true", "yes", "on")
+        else:
+            value = action.type(raw) if callable(action.type) else raw
+        setattr(args, action.dest, value)
+    if args.command == "lint" and not args.paths and environ.get(ENV_PREFIX + "POLICIES"):
+        args.paths = environ[ENV_PREFIX + "POLICIES"].split(",")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level)
+    default_tls = args.tls_cert is None and args.tls_key is None
+    if args.kube:
+        print("placer: --kube (cluster policy source) is not available in this build; serving files", file=sys.stderr)
+    settings = Settings(
+        policies=tuple(args.policies or (DEFAULT_POLICIES,)),
+        policies_explicit=bool(args.policies),
+        bind=args.bind,
+        tls_cert=Path(args.tls_cert) if args.tls_cert else DEFAULT_CERTS / "tls.crt",
+        tls_key=Path(args.tls_key) if args.tls_key else DEFAULT_CERTS / "tls.key",
+        client_ca=Path(args.client_ca) if args.client_ca else None,
+        workers=args.workers,
+        threads=args.threads,
+        log_level=args.log_level,
+        opt_in=args.opt_in,
+        kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
+    )
+    if default_tls and ensure_dev_certificates(DEFAULT_CERTS):
+        print(f"placer: created development certificates for localhost in {DEFAULT_CERTS}/", file=sys.stderr)
+    # Metrics from every worker land in one directory. prometheus_client decides at import time whether
+    # to write there, so the server (and with it prometheus_client) is imported only after this line.
+    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="placer-metrics-"))
+    from webhook.server.gunicorn_app import PlacerServer  # noqa: PLC0415
+
+    PlacerServer(settings).run()
+    return 0
+
+
+def _certs(args: argparse.Namespace) -> int:
+    hosts = [*service_names(args.service, args.namespace), *(args.host or [])]
+    issued = issue(Path(args.out), hosts, days=args.days, common_name=f"{args.service}.{args.namespace}.svc")
+    print(f"wrote {issued.ca_cert}, {issued.cert}, {issued.key} for: {', '.join(hosts)}", file=sys.stderr)
+    print(issued.ca_bundle())
+    return 0
+
+
+def _lint(args: argparse.Namespace) -> int:
+    paths = args.paths or [DEFAULT_POLICIES]
+    snapshot = load_policies(paths, required=True)
+    for error in snapshot.errors:
+        print(error)
+    if snapshot.errors:
+        print(f"{len(snapshot.errors)} error(s)", file=sys.stderr)
+        return 1
+    if not snapshot.policies:
+        print(f"no SchedulingPolicy found in {', '.join(paths)}")
+        return 1
+    print(f"{len(snapshot.policies)} policies OK: {', '.join(p.name for p in snapshot.policies)}")
+    return 0
+
+
+def _apply(args: argparse.Namespace) -> int:
+    if not args.manifests:
+        print("placer apply: -f MANIFEST is required", file=sys.stderr)
+        return 2
+    try:
+        labels = parse_labels(args.namespace_labels or "")
+    except ValueError as error:
+        print(f"placer apply: --namespace-labels: {error}", file=sys.stderr)
+        return 2
+    report = apply_manifests(
+        policy_paths=args.policies or [DEFAULT_POLICIES],
+        manifest_paths=args.manifests,
+        namespace_labels=labels,
+        operation=args.operation,
+    )
+    for problem in report.problems:
+        print(f"error: {problem}", file=sys.stderr)
+    for warning in report.warnings:
+        print(f"Warning: {warning}", file=sys.stderr)
+    sys.stdout.write(render(report, args.output))
+    return 1 if report.problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

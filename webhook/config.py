@@ -1,0 +1,40 @@
+"""Settings of `placer serve`, frozen once the command line and environment are read.
+
+Nothing reads configuration at import time: the CLI builds a Settings and passes it down explicitly.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+OptIn = Literal["api-server", "label-or-annotation"]
+
+DEFAULT_POLICIES = "./policies"
+DEFAULT_CERTS = Path("./certs")
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    policies: tuple[str, ...] = (DEFAULT_POLICIES,)
+    policies_explicit: bool = False
+    """Whether --policies was given: only then is a missing path an error."""
+    bind: str = "127.0.0.1:8443"
+    tls_cert: Path = DEFAULT_CERTS / "tls.crt"
+    tls_key: Path = DEFAULT_CERTS / "tls.key"
+    dev_certificates: bool = True
+    """Create a self-signed certificate for localhost when the default files are absent."""
+    client_ca: Path | None = None
+    workers: int = 2
+    threads: int = 4
+    log_level: str = "info"
+    opt_in: OptIn = "api-server"
+    reload_interval: float = 2.0
+    max_body_bytes: int = MAX_BODY_BYTES
+    kube: bool = False
+    kubeconfig: Path | None = None
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.bind.rpartition(":")
+        return host.strip("[]") or "0.0.0.0", int(port)

@@ -1,0 +1,80 @@
+"""Prometheus metrics (DESIGN §7), correct across gunicorn workers.
+
+Under `placer serve` every worker writes its samples to files in PROMETHEUS_MULTIPROC_DIR (set by the CLI
+before any worker starts) and `/metrics` merges them, so a scrape sees the whole server, not one worker.
+Elsewhere (tests, the CLI) metrics live in a registry private to the instance: no global state.
+"""
+
+import os
+from collections.abc import Iterable
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.multiprocess = bool(os.environ.get(MULTIPROC_ENV))
+        self._registry = CollectorRegistry()
+        registry = None if self.multiprocess else self._registry
+        self.requests = Counter(
+            "placer_admission_requests",
+            "Admission requests answered, by kind, operation and result.",
+            ["kind", "operation", "result"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "placer_admission_duration_seconds",
+            "Time to answer an admission request, from body read to response encoded.",
+            buckets=_BUCKETS,
+            registry=registry,
+        )
+        self.rule_evaluations = Counter(
+            "placer_rule_evaluations",
+            "Rule evaluations by policy, rule and outcome (applied, not-matched, missing, error, skipped).",
+            ["policy", "rule", "outcome"],
+            registry=registry,
+        )
+        self.policies = Gauge(
+            "placer_policies",
+            "Policies loaded (state=ready) and policy load errors (state=error).",
+            ["state"],
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+
+    def observe_admission(
+        self, kind: str, operation: str, result: str, seconds: float, rules: Iterable[tuple[str, str, str]]
+    ) -> None:
+        self.requests.labels(kind, operation, result).inc()
+        self.duration.observe(seconds)
+        for policy, rule, outcome in rules:
+            self.rule_evaluations.labels(policy, rule, outcome).inc()
+
+    def observe_policies(self, ready: int, errors: int) -> None:
+        self.policies.labels("ready").set(ready)
+        self.policies.labels("error").set(errors)
+
+    def render(self) -> tuple[bytes, str]:
+        """The Prometheus text exposition of every worker's samples."""
+        if self.multiprocess:
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            return generate_latest(registry), CONTENT_TYPE_LATEST
+        return generate_latest(self._registry), CONTENT_TYPE_LATEST
+
+
+def mark_worker_dead(pid: int) -> None:
+    """Drop a dead worker's live gauges (gunicorn `child_exit` hook)."""
+    if os.environ.get(MULTIPROC_ENV):
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]

@@ -1,0 +1,189 @@
+"""`placer apply` and `placer lint`: the engine run on manifests from disk, with no cluster.
+
+`apply` builds the AdmissionReview the API server would send for each manifest, runs the same engine as
+the webhook, and applies the resulting patch with an independent JSON Patch implementation, so what it
+shows is what a real create would store.
+"""
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import yaml
+
+from webhook.engine.mutate import Mutation, mutate
+from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.documents import ManifestError, expand_lists, is_policy, namespace_from, read_documents
+from webhook.policy.files import FilePolicySource
+from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
+from webhook.review import AdmissionRequest, decode_json
+from webhook.typing import JSONObject
+from webhook.workloads import default_workload_table
+
+DEFAULT_NAMESPACE = "default"
+
+
+@dataclass(slots=True)
+class ManifestResult:
+    origin: str
+    original: JSONObject
+    mutated: JSONObject
+    mutation: Mutation
+    namespace: NamespaceInfo
+
+    @property
+    def title(self) -> str:
+        metadata = self.original.get("metadata") or {}
+        name = metadata.get("name") or (str(metadata.get("generateName") or "") + "*")
+        return f"{self.original.get('kind')} {self.namespace.name}/{name}"
+
+
+@dataclass(slots=True)
+class ApplyReport:
+    snapshot: PolicySnapshot
+    results: list[ManifestResult] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def load_policies(paths: Sequence[str], *, required: bool) -> PolicySnapshot:
+    source = FilePolicySource(paths, compiler=PolicyCompiler(), required=paths if required else ())
+    source.refresh()
+    return source.snapshot()
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """`k=v,k2=v2` as a map; ValueError for a pair without `=`."""
+    labels: dict[str, str] = {}
+    for pair in filter(None, (part.strip() for part in text.split(","))):
+        key, equals, value = pair.partition("=")
+        if not equals or not key:
+            raise ValueError(f"{pair!r} is not key=value")
+        labels[key.strip()] = value.strip()
+    return labels
+
+
+def apply_manifests(
+    *,
+    policy_paths: Sequence[str],
+    manifest_paths: Sequence[str],
+    namespace_labels: Mapping[str, str],
+    operation: str = "CREATE",
+) -> ApplyReport:
+    snapshot = load_policies(policy_paths, required=True)
+    report = ApplyReport(snapshot, problems=[str(error) for error in snapshot.errors])
+    manifests: list[tuple[str, JSONObject]] = []
+    namespaces = dict(snapshot.namespaces)
+    for path in manifest_paths:
+        try:
+            documents = list(expand_lists(read_documents(Path(path).read_text(encoding="utf-8"))))
+        except (OSError, UnicodeDecodeError, ManifestError) as error:
+            report.problems.append(f"{path}: {error}")
+            continue
+        for document in documents:
+            namespace = namespace_from(document.content)
+            if namespace is not None:
+                namespaces[namespace.name] = namespace
+            elif isinstance(document.content, dict) and not is_policy(document.content):
+                manifests.append((f"{path}:{document.line}", _as_json(document.content)))
+    snapshot = dataclasses.replace(snapshot, namespaces=namespaces)
+    report.snapshot = snapshot
+    workloads = default_workload_table()
+    for index, (origin, obj) in enumerate(manifests):
+        metadata = _map(obj.get("metadata"))
+        namespace = snapshot.namespace(str(metadata.get("namespace") or DEFAULT_NAMESPACE))
+        if namespace_labels:
+            namespace = dataclasses.replace(namespace, labels={**namespace.labels, **namespace_labels})
+        request = _request_for(obj, namespace.name, operation, index)
+        mutation = mutate(
+            request, dataclasses.replace(snapshot, namespaces={**namespaces, namespace.name: namespace}), workloads
+        )
+        mutated = jsonpatch.apply_patch(obj, mutation.patch) if mutation.patch else obj
+        result = ManifestResult(origin, obj, mutated, mutation, namespace)
+        report.results.append(result)
+        report.warnings.extend(f"{result.title}: placer: {warning}" for warning in mutation.warnings)
+        if mutation.denial:
+            report.problems.append(f"{result.title}: denied: {mutation.denial}")
+    return report
+
+
+def render(report: ApplyReport, output: str) -> str:
+    if output == "yaml":
+        return yaml.safe_dump_all([r.mutated for r in report.results], sort_keys=False, default_flow_style=False)
+    if output == "json":
+        items = [r.mutated for r in report.results]
+        payload: Any = items[0] if len(items) == 1 else {"apiVersion": "v1", "kind": "List", "items": items}
+        return json.dumps(payload, indent=2) + "\n"
+    if output == "patch":
+        patches = [{"object": r.title, "source": r.origin, "patch": r.mutation.patch} for r in report.results]
+        return json.dumps(patches, indent=2) + "\n"
+    return "".join(_explain(report.snapshot, result) for result in report.results)
+
+
+def _explain(snapshot: PolicySnapshot, result: ManifestResult) -> str:
+    lines = [f"{result.title} ({result.origin})"]
+    mutation = result.mutation
+    if mutation.passed_through:
+        lines.append(f"  not evaluated: {mutation.passed_through}")
+    by_policy: dict[str, list[str]] = {}
+    for trace in mutation.traces:
+        where = f" [{trace.template}]" if trace.template else ""
+        verdict = {
+            "applied": "matched, " + ("changed the object" if trace.changed else "nothing to change"),
+            "not-matched": "not matched",
+            "missing": "not matched (missing key)",
+            "error": "ERROR",
+            "skipped": "matched, action skipped",
+        }[trace.outcome]
+        detail = f" ({trace.detail})" if trace.detail else ""
+        by_policy.setdefault(trace.policy, []).append(f"    {trace.rule}{where}: {verdict}{detail}")
+    if not mutation.passed_through:
+        for policy in snapshot.policies:
+            if not policy.applies_to_namespace(result.namespace.labels):
+                lines.append(f"  policy {policy.name}: namespaceSelector does not select {result.namespace.name}")
+            elif policy.name in by_policy:
+                lines.append(
+                    f"  policy {policy.name} (priority {policy.priority}, failurePolicy {policy.failure_policy})"
+                )
+                lines.extend(by_policy[policy.name])
+    if mutation.denial:
+        lines.append(f"  DENIED: {mutation.denial}")
+    lines.append(f"  patch: {len(mutation.patch)} operation(s)")
+    return "\n".join(lines) + "\n\n"
+
+
+def _request_for(obj: JSONObject, namespace: str, operation: str, index: int) -> AdmissionRequest:
+    api_version = str(obj.get("apiVersion") or "")
+    group, _, version = api_version.rpartition("/")
+    kind = str(obj.get("kind") or "")
+    metadata = _map(obj.get("metadata"))
+    return AdmissionRequest(
+        api_version="admission.k8s.io/v1",
+        uid=f"placer-apply-{index}",
+        group=group,
+        version=version,
+        kind=kind,
+        resource={"group": group, "version": version, "resource": kind.lower() + "s"},
+        sub_resource="",
+        name=str(metadata.get("name") or ""),
+        namespace=namespace,
+        operation="UPDATE" if operation == "UPDATE" else "CREATE",
+        user_info={"username": "placer-apply", "groups": []},
+        dry_run=True,
+        object=obj,
+        old_object=None,
+    )
+
+
+def _as_json(content: Any) -> JSONObject:
+    """YAML values as the API server would send them: JSON types only, integers within int64."""
+    decoded = decode_json(json.dumps(content, default=str).encode())
+    return decoded if isinstance(decoded, dict) else {}
+
+
+def _map(value: Any) -> JSONObject:
+    return value if isinstance(value, dict) else {}

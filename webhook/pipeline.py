@@ -1,0 +1,63 @@
+"""An AdmissionReview in, an AdmissionReview out: the short spine between the server and the engine."""
+
+import logging
+from dataclasses import dataclass, field
+from typing import Literal
+
+from webhook.config import OptIn
+from webhook.engine.mutate import INJECT_LABEL, Mutation, mutate
+from webhook.policy.snapshot import PolicySnapshot
+from webhook.review import AdmissionRequest, build_response
+from webhook.typing import JSONObject
+from webhook.workloads import WorkloadTable
+
+log = logging.getLogger(__name__)
+
+Result = Literal["patched", "unchanged", "denied", "skipped", "error"]
+
+
+@dataclass(slots=True)
+class Admission:
+    """The response to send, and what happened, for logs and metrics."""
+
+    request: AdmissionRequest
+    response: JSONObject
+    result: Result
+    mutation: Mutation = field(default_factory=Mutation)
+
+
+def admit(
+    request: AdmissionRequest,
+    snapshot: PolicySnapshot,
+    workloads: WorkloadTable,
+    *,
+    opt_in: OptIn = "api-server",
+    deadline: float | None = None,
+) -> Admission:
+    """Decide one admission. Fails open: only a policy with `failurePolicy: Fail` can deny."""
+    if opt_in == "label-or-annotation" and not _opted_in(snapshot, request.namespace):
+        return Admission(request, _respond(request), "skipped", Mutation(passed_through="namespace not opted in"))
+    try:
+        mutation = mutate(request, snapshot, workloads, deadline=deadline)
+    except Exception:  # fail open: a bug or a pathological object must never block the user's workload
+        log.exception("admission %s failed; admitting %s/%s unchanged", request.uid, request.namespace, request.name)
+        warning = "internal error evaluating policies; admitted unchanged"
+        return Admission(request, _respond(request, warnings=[warning]), "error", Mutation(warnings=[warning]))
+    if mutation.denial is not None:
+        response = _respond(request, allowed=False, warnings=mutation.warnings, denial=mutation.denial)
+        return Admission(request, response, "denied", mutation)
+    if mutation.passed_through is not None:
+        return Admission(request, _respond(request, warnings=mutation.warnings), "skipped", mutation)
+    audit = {"applied": ",".join(mutation.applied)} if mutation.applied else None
+    response = _respond(request, patch=mutation.patch, warnings=mutation.warnings, audit_annotations=audit)
+    return Admission(request, response, "patched" if mutation.patch else "unchanged", mutation)
+
+
+def _respond(request: AdmissionRequest, **fields: object) -> JSONObject:
+    return build_response(request.uid, request.api_version, **fields)  # type: ignore[arg-type]
+
+
+def _opted_in(snapshot: PolicySnapshot, namespace: str) -> bool:
+    """`--opt-in=label-or-annotation`: the namespace carries the opt-in label or annotation."""
+    info = snapshot.namespace(namespace)
+    return info.labels.get(INJECT_LABEL) == "enabled" or info.annotations.get(INJECT_LABEL) == "enabled"

@@ -1,0 +1,76 @@
+"""Reading Kubernetes manifests: multi-document YAML, safely, with the line each document starts on."""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from webhook.policy.snapshot import NamespaceInfo
+
+try:  # the C loader is an order of magnitude faster; both are safe loaders
+    from yaml import CSafeLoader as SafeLoader
+except ImportError:  # pragma: no cover - depends on how PyYAML was built
+    from yaml import SafeLoader  # type: ignore[assignment]
+
+
+class ManifestError(ValueError):
+    """The text is not valid YAML; the message has line and column."""
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    line: int
+    content: Any
+
+
+def read_documents(text: str) -> list[Document]:
+    """Every non-empty document of a multi-document YAML text, with its starting line."""
+    loader = SafeLoader(text)
+    documents: list[Document] = []
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                break
+            content = loader.construct_document(node)
+            if content is not None:
+                documents.append(Document(node.start_mark.line + 1, content))
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ManifestError(f"{where}{error.problem or error}") from None
+    except yaml.YAMLError as error:
+        raise ManifestError(str(error)) from None
+    finally:
+        loader.dispose()
+    return documents
+
+
+def expand_lists(documents: list[Document]) -> Iterator[Document]:
+    """Items of `kind: List` documents (what `kubectl get -o yaml` writes) as documents of their own."""
+    for document in documents:
+        content = document.content
+        if isinstance(content, dict) and content.get("kind", "").endswith("List") and "items" in content:
+            for item in content.get("items") or []:
+                yield Document(document.line, item)
+        else:
+            yield document
+
+
+def is_policy(content: Any) -> bool:
+    return isinstance(content, dict) and content.get("kind") == "SchedulingPolicy"
+
+
+def namespace_from(content: Any) -> NamespaceInfo | None:
+    """A v1 Namespace manifest as the `namespaceObject` Placer will show policies, else None."""
+    if not isinstance(content, dict) or content.get("kind") != "Namespace" or content.get("apiVersion") != "v1":
+        return None
+    metadata = content.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
+        return None
+    return NamespaceInfo(metadata["name"], _strings(metadata.get("labels")), _strings(metadata.get("annotations")))
+
+
+def _strings(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}

@@ -1,0 +1,163 @@
+"""The Flask application: decode, call the pipeline, encode, and map errors to HTTP codes.
+
+Routes hold no logic of their own. A malformed request gets a precise 4xx with `{"error": ...}`; nothing
+that arrives can produce a stack trace in a response or take a worker down.
+"""
+
+import json
+import logging
+import re
+import time
+from typing import Any
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
+
+from webhook.config import Settings
+from webhook.logs import ADMISSION_LOGGER
+from webhook.metrics import Metrics
+from webhook.pipeline import Admission, admit
+from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.snapshot import SnapshotHolder
+from webhook.review import ReviewError, decode_json, parse_review
+from webhook.validation import validate_policy_review
+from webhook.workloads import WorkloadTable, default_workload_table
+
+log = logging.getLogger(__name__)
+admission_log = logging.getLogger(ADMISSION_LOGGER)
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0}
+
+
+def create_app(
+    *,
+    holder: SnapshotHolder,
+    settings: Settings,
+    metrics: Metrics,
+    workloads: WorkloadTable | None = None,
+    compiler: PolicyCompiler | None = None,
+) -> Flask:
+    """Build the application around a snapshot holder that a policy source keeps current."""
+    app = Flask("placer")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    table = workloads or default_workload_table()
+    policy_compiler = compiler or PolicyCompiler()
+
+    @app.post("/mutate")
+    def mutate() -> Response:
+        started = time.monotonic()
+        review = _read_review(settings.max_body_bytes)
+        if isinstance(review, Response):
+            return review
+        deadline = _deadline(started, request.args.get("timeout"))
+        admission = admit(review, holder.current, table, opt_in=settings.opt_in, deadline=deadline)
+        body = _json_response(admission.response)
+        _record(metrics, admission, time.monotonic() - started)
+        return body
+
+    @app.post("/validate")
+    def validate() -> Response:
+        review = _read_review(settings.max_body_bytes)
+        if isinstance(review, Response):
+            return review
+        return _json_response(validate_policy_review(review, policy_compiler))
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return Response("ok\n", mimetype="text/plain")
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        snapshot = holder.current
+        if not snapshot.ready:
+            return _error(503, "policies not loaded yet")
+        return Response(
+            f"ok: {len(snapshot.policies)} policies, {len(snapshot.errors)} errors\n", mimetype="text/plain"
+        )
+
+    @app.get("/metrics")
+    def prometheus() -> Response:
+        snapshot = holder.current
+        metrics.observe_policies(len(snapshot.policies), len(snapshot.errors))
+        payload, content_type = metrics.render()
+        return Response(payload, content_type=content_type)
+
+    @app.errorhandler(HTTPException)
+    def http_error(error: HTTPException) -> Response:
+        response = _error(error.code or 500, error.description or error.name)
+        if error.code == 405:
+            response.headers["Allow"] = ", ".join(error.valid_methods or [])  # type: ignore[attr-defined]
+        return response
+
+    @app.errorhandler(Exception)
+    def unexpected(error: Exception) -> Response:
+        log.exception("unexpected error serving %s %s", request.method, request.path)
+        return _error(500, "internal error")
+
+    return app
+
+
+def _read_review(limit: int) -> Any:
+    """The parsed request, or the error response for a body that is not a usable AdmissionReview."""
+    content_type = (request.mimetype or "").lower()
+    if content_type != "application/json":
+        return _error(415, f"Content-Type must be application/json, not {request.content_type or 'absent'!r}")
+    if request.content_length is not None and request.content_length > limit:
+        return _error(413, f"body of {request.content_length} bytes exceeds the {limit} byte limit")
+    try:
+        return parse_review(decode_json(request.get_data(cache=False)))
+    except ReviewError as error:
+        return _error(400, str(error))
+
+
+def _deadline(started: float, timeout: str | None) -> float | None:
+    """When to stop evaluating, from the API server's `?timeout=5s`: a margin before it gives up."""
+    match = _DURATION.match(timeout or "")
+    if match is None:
+        return None
+    seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    return started + max(seconds * 0.8, seconds - 1.0)
+
+
+def _record(metrics: Metrics, admission: Admission, seconds: float) -> None:
+    review, mutation = admission.request, admission.mutation
+    metrics.observe_admission(
+        review.kind,
+        review.operation,
+        admission.result,
+        seconds,
+        ((trace.policy, trace.rule, trace.outcome) for trace in mutation.traces),
+    )
+    admission_log.info(
+        "admission",
+        extra={
+            "fields": {
+                "uid": review.uid,
+                "kind": review.kind,
+                "namespace": review.namespace,
+                "name": review.name or _generate_name(review.object),
+                "operation": review.operation,
+                "dryRun": review.dry_run,
+                "result": admission.result,
+                "applied": mutation.applied,
+                "warnings": mutation.warnings,
+                "reason": mutation.passed_through or mutation.denial,
+                "durationMs": round(seconds * 1000, 3),
+            }
+        },
+    )
+
+
+def _generate_name(obj: Any) -> str:
+    metadata = obj.get("metadata") if isinstance(obj, dict) else None
+    value = metadata.get("generateName") if isinstance(metadata, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def _json_response(payload: Any) -> Response:
+    return Response(json.dumps(payload, separators=(",", ":")), mimetype="application/json")
+
+
+def _error(code: int, message: str) -> Response:
+    return Response(json.dumps({"error": message}), status=code, mimetype="application/json")
