@@ -4,6 +4,7 @@ Node affinity terms are ORed and the requirements inside a term are ANDed, so a 
 added to every existing term: appending a new term would *widen* the choice of nodes instead of narrowing it.
 """
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,14 +26,14 @@ def add_node_affinity(template: JSONObject, params: Mapping[str, Any], context: 
         selector = ensure_map(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution")
         terms = ensure_list(selector, "nodeSelectorTerms")
         if not terms:
-            terms.append({"matchExpressions": [requirement]})
+            terms.append({"matchExpressions": [copy.deepcopy(requirement)]})
             return True
         changed = False
         for term in terms:
             if isinstance(term, dict):
                 expressions = ensure_list(term, "matchExpressions")
                 if not any(_same_requirement(existing, requirement) for existing in expressions):
-                    expressions.append(dict(requirement))
+                    expressions.append(copy.deepcopy(requirement))
                     changed = True
         return changed
     preferred = ensure_list(node_affinity, "preferredDuringSchedulingIgnoredDuringExecution")
@@ -40,7 +41,7 @@ def add_node_affinity(template: JSONObject, params: Mapping[str, Any], context: 
         expressions = (term.get("preference") or {}).get("matchExpressions") or [] if isinstance(term, dict) else []
         if any(_same_requirement(existing, requirement) for existing in expressions):
             return False
-    preferred.append({"weight": params["weight"], "preference": {"matchExpressions": [requirement]}})
+    preferred.append({"weight": params["weight"], "preference": {"matchExpressions": [copy.deepcopy(requirement)]}})
     return True
 
 
@@ -58,7 +59,7 @@ def _add_pod_term(template: JSONObject, params: Mapping[str, Any], context: Acti
     selector = params.get("labelSelector") or context.default_selector
     if selector is None:
         raise ActionSkipped("no labelSelector given and none can be derived from the workload")
-    term: JSONObject = {"labelSelector": selector, "topologyKey": params["topologyKey"]}
+    term: JSONObject = {"labelSelector": copy.deepcopy(selector), "topologyKey": params["topologyKey"]}
     affinity = ensure_map(template, "spec", "affinity", kind)
     if params["type"] == "required":
         required = ensure_list(affinity, "requiredDuringSchedulingIgnoredDuringExecution")

@@ -1,5 +1,6 @@
 """`add-topology-spread`: spread a workload's pods across zones, hosts or racks."""
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,11 +25,11 @@ def add_topology_spread(template: JSONObject, params: Mapping[str, Any], context
         "maxSkew": params["maxSkew"],
         "topologyKey": params["topologyKey"],
         "whenUnsatisfiable": params["whenUnsatisfiable"],
-        "labelSelector": selector,
+        "labelSelector": copy.deepcopy(selector),
     }
     for optional in ("minDomains", "matchLabelKeys", "nodeAffinityPolicy", "nodeTaintsPolicy"):
         if params.get(optional):
-            constraint[optional] = params[optional]
+            constraint[optional] = copy.deepcopy(params[optional])
     ensure_list(template, "spec", "topologySpreadConstraints").append(constraint)
     return True
 

@@ -70,6 +70,8 @@ class PlacerServer(BaseApplication):  # type: ignore[misc]
             "worker_tmp_dir": "/dev/shm" if os.path.isdir("/dev/shm") else None,
             "child_exit": lambda server, worker: mark_worker_dead(worker.pid),
             "proc_name": "placer",
+            # gunicorn's control socket writes under $HOME; the container's root filesystem is read-only.
+            "control_socket_disable": True,
         }
         if settings.client_ca is not None:
             options["ca_certs"] = str(settings.client_ca)

@@ -1,0 +1,39 @@
+"""Shared test fixtures: the real API server captures in ../shared/fixtures, and certificates."""
+
+import copy
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(os.environ.get("PLACER_FIXTURES", REPO.parent / "shared" / "fixtures"))
+
+
+def fixture_request(name: str, directory: str = "requests") -> dict[str, Any]:
+    """A captured AdmissionReview body (deep copy, safe to modify)."""
+    data = json.loads((FIXTURES / directory / f"{name}.json").read_text())
+    return copy.deepcopy(data["body"])
+
+
+def all_fixture_requests() -> list[Path]:
+    return sorted((FIXTURES / "requests").glob("*.json")) + sorted(
+        (FIXTURES / "requests-with-serviceaccount").glob("*.json")
+    )
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    if not FIXTURES.is_dir():
+        pytest.fail(f"API server fixtures not found at {FIXTURES} (set PLACER_FIXTURES)")
+    return FIXTURES
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A CA and a localhost serving certificate, made once per module: key generation is slow."""
+    from webhook.certs import issue
+
+    return issue(tmp_path_factory.mktemp("certs"), ["localhost", "127.0.0.1"], common_name="localhost")

@@ -1,0 +1,75 @@
+"""Helpers for building engine inputs from real captured envelopes."""
+
+import base64
+import copy
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.conftest import fixture_request
+from webhook.engine.mutate import Mutation, mutate
+from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
+from webhook.review import parse_review
+from webhook.workloads import default_workload_table
+
+# Which captured envelope to reuse for an object of each kind (the envelope is real; only the object changes).
+ENVELOPES = {
+    "Pod": "pod-bare-create-dryrun",
+    "Deployment": "deployment-create-dryrun",
+    "StatefulSet": "statefulset-create-dryrun",
+    "ReplicaSet": "replicaset-create-dryrun",
+    "DaemonSet": "daemonset-create-dryrun",
+    "Job": "job-create-dryrun",
+    "CronJob": "cronjob-create-dryrun",
+}
+
+
+def review_for(obj: Mapping[str, Any], *, namespace: str | None = None, operation: str = "CREATE",
+               old: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A real captured AdmissionReview of the same kind, carrying `obj` instead of the captured object."""
+    body = fixture_request(ENVELOPES[str(obj["kind"])])
+    request = body["request"]
+    request["object"] = copy.deepcopy(dict(obj))
+    request["oldObject"] = copy.deepcopy(dict(old)) if old is not None else None
+    request["operation"] = operation
+    metadata = obj.get("metadata") or {}
+    request["namespace"] = namespace or metadata.get("namespace") or request["namespace"]
+    if metadata.get("name"):
+        request["name"] = metadata["name"]
+    else:
+        request.pop("name", None)
+    return body
+
+
+def compile_policies(texts: Iterable[str]) -> tuple[list[Any], PolicyCompiler]:
+    compiler = PolicyCompiler()
+    policies = []
+    for text in texts:
+        for document in yaml.safe_load_all(text):
+            if document and document.get("kind") == "SchedulingPolicy":
+                result = compiler.compile(document, "test")
+                assert not result.errors, [str(e) for e in result.errors]
+                policies.append(result.policy)
+    return policies, compiler
+
+
+def snapshot_of(*policy_texts: str, namespaces: Iterable[NamespaceInfo] = ()) -> PolicySnapshot:
+    policies, compiler = compile_policies(policy_texts)
+    return PolicySnapshot.build(policies, {ns.name: ns for ns in namespaces}, [], compiler.environment)
+
+
+def run(snapshot: PolicySnapshot, body: Mapping[str, Any]) -> Mutation:
+    return mutate(parse_review(body), snapshot, default_workload_table())
+
+
+def decode_patch(response: Mapping[str, Any]) -> list[dict[str, Any]]:
+    encoded = response["response"].get("patch")
+    return json.loads(base64.b64decode(encoded)) if encoded else []
+
+
+def read_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
