@@ -28,6 +28,7 @@ admission_log = logging.getLogger(ADMISSION_LOGGER)
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0}
+_DRAIN_LIMIT = 64 * 1024 * 1024
 
 
 def create_app(
@@ -104,11 +105,27 @@ def _read_review(limit: int) -> Any:
     if content_type != "application/json":
         return _error(415, f"Content-Type must be application/json, not {request.content_type or 'absent'!r}")
     if request.content_length is not None and request.content_length > limit:
+        _discard_body(request.content_length)
         return _error(413, f"body of {request.content_length} bytes exceeds the {limit} byte limit")
     try:
         return parse_review(decode_json(request.get_data(cache=False)))
     except ReviewError as error:
         return _error(400, str(error))
+
+
+def _discard_body(length: int) -> None:
+    """Read an oversized body in small chunks and drop it, so the client can read the 413.
+
+    Replying before the client has sent its body makes it see a broken connection instead of the answer.
+    Past a few times the limit the connection is not worth saving: gunicorn closes it after the reply.
+    """
+    stream = request.environ.get("wsgi.input")
+    remaining = min(length, _DRAIN_LIMIT)
+    while stream is not None and remaining > 0:
+        chunk = stream.read(min(65536, remaining))
+        if not chunk:
+            break
+        remaining -= len(chunk)
 
 
 def _deadline(started: float, timeout: str | None) -> float | None:

@@ -1,0 +1,100 @@
+"""Start `placer serve` as a real process (gunicorn, TLS) on a free 127.0.0.1 port, and stop it."""
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class RunningServer:
+    url: str
+    ca: Path
+    log: Path
+    process: subprocess.Popen[bytes]
+    workdir: Path
+
+    def post(self, path: str, **kwargs: object) -> requests.Response:
+        return requests.post(self.url + path, verify=str(self.ca), timeout=10, **kwargs)  # type: ignore[arg-type]
+
+    def get(self, path: str, **kwargs: object) -> requests.Response:
+        return requests.get(self.url + path, verify=str(self.ca), timeout=10, **kwargs)  # type: ignore[arg-type]
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def running_server(workdir: Path, certs: object, *, extra: Sequence[str] = (), policies: Path | None = None,
+                   env: dict[str, str] | None = None, ca: Path | None = None) -> Iterator[RunningServer]:
+    """`placer serve` with the given certificates (an IssuedCertificates) and policies directory."""
+    port = free_port()
+    log = workdir / "server.log"
+    args = [
+        sys.executable, "-m", "webhook", "serve",
+        "--bind", f"127.0.0.1:{port}",
+        "--tls-cert", str(certs.cert),  # type: ignore[attr-defined]
+        "--tls-key", str(certs.key),  # type: ignore[attr-defined]
+        "--workers", "2",
+        *(["--policies", str(policies)] if policies else []),
+        *extra,
+    ]
+    environment = {**os.environ, **(env or {})}
+    environment.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    with log.open("wb") as output:
+        process = subprocess.Popen(args, cwd=workdir, stdout=output, stderr=subprocess.STDOUT, env=environment,
+                                   start_new_session=True)
+    server = RunningServer(f"https://127.0.0.1:{port}", ca or certs.ca_cert, log, process, workdir)  # type: ignore[attr-defined]
+    try:
+        _wait_ready(server)
+        yield server
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _wait_ready(server: RunningServer, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"placer serve exited: {server.log_text()[-3000:]}")
+        try:
+            context = ssl.create_default_context(cafile=str(server.ca))
+            host, port = server.url.removeprefix("https://").split(":")
+            with socket.create_connection((host, int(port)), timeout=1) as raw, context.wrap_socket(raw, server_hostname=host):
+                pass
+            if server.get("/readyz").status_code == 200:
+                return
+        except (OSError, requests.RequestException):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"placer serve not ready: {server.log_text()[-3000:]}")
+
+
+def copy_policies(destination: Path) -> Path:
+    from tests.conftest import REPO
+
+    target = destination / "policies"
+    shutil.copytree(REPO / "policies", target)
+    return target

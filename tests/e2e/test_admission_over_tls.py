@@ -1,0 +1,166 @@
+"""The real server (gunicorn, gthread, TLS) answering the API server's own requests."""
+
+import http.client
+import json
+import socket
+import ssl
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import kubernetes_validate
+import pytest
+
+from tests.conftest import all_fixture_requests, fixture_request
+from tests.e2e.server import RunningServer, copy_policies, running_server
+from tests.helpers import decode_patch
+
+pytestmark = pytest.mark.e2e
+
+SECRET = "s3cr3t-token-value-do-not-log"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, certificates: Any) -> Iterator[RunningServer]:
+    workdir = tmp_path_factory.mktemp("serve")
+    with running_server(workdir, certificates, policies=copy_policies(workdir)) as running:
+        yield running
+
+
+@pytest.mark.parametrize("path", all_fixture_requests(), ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_captured_request_gets_a_valid_answer(server: RunningServer, path: Path) -> None:
+    captured = json.loads(path.read_text())
+    body = captured["body"]
+    response = server.post(captured["path"], data=json.dumps(body), headers=captured["headers"] | {"Host": "x"})
+
+    assert response.status_code == 200
+    review = response.json()
+    assert review["apiVersion"] == body["apiVersion"] and review["kind"] == "AdmissionReview"
+    assert review["response"]["uid"] == body["request"]["uid"]
+    assert review["response"]["allowed"] is True
+    patch = decode_patch(review)
+    if patch:
+        assert review["response"]["patchType"] == "JSONPatch"
+        mutated = jsonpatch.apply_patch(body["request"]["object"], patch)
+        kubernetes_validate.validate(mutated, "1.34.0", strict=True)
+    else:
+        assert "patch" not in review["response"] and "patchType" not in review["response"]
+
+
+def test_deployment_in_production_namespace_gets_the_org_policy(server: RunningServer) -> None:
+    body = fixture_request("deployment-create-real")
+    review = server.post("/mutate?timeout=5s", json=body).json()
+    mutated = jsonpatch.apply_patch(body["request"]["object"], decode_patch(review))
+    template = mutated["spec"]["template"]
+    assert template["spec"]["nodeSelector"] == {"environment": "production"}
+    assert {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"} in template["spec"][
+        "tolerations"
+    ]
+    assert template["metadata"]["annotations"]["placer.dev/applied"].startswith("org-wide-policy/production-isolation")
+    assert review["response"]["auditAnnotations"]["applied"] == template["metadata"]["annotations"]["placer.dev/applied"]
+
+
+def test_v1beta1_review_is_answered_in_v1beta1(server: RunningServer) -> None:
+    body = fixture_request("pod-bare-create-dryrun")
+    body["apiVersion"] = "admission.k8s.io/v1beta1"
+    review = server.post("/mutate", json=body).json()
+    assert review["apiVersion"] == "admission.k8s.io/v1beta1"
+    assert review["response"]["uid"] == body["request"]["uid"]
+
+
+def test_update_that_does_not_touch_the_template_gets_no_patch(server: RunningServer) -> None:
+    review = server.post("/mutate", json=fixture_request("deployment-update-label-real")).json()
+    assert "patch" not in review["response"]
+    assert review["response"]["allowed"] is True
+
+
+@pytest.mark.parametrize(
+    ("method", "kwargs", "status", "fragment"),
+    [
+        ("get", {}, 405, "not allowed"),
+        ("post", {"data": "{}", "headers": {"Content-Type": "text/plain"}}, 415, "application/json"),
+        ("post", {"data": "{not json", "headers": {"Content-Type": "application/json"}}, 400, "invalid JSON"),
+        ("post", {"json": [1, 2]}, 400, "JSON object"),
+        ("post", {"json": {"kind": "Pod", "apiVersion": "v1"}}, 400, "kind must be AdmissionReview"),
+        ("post", {"json": {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": {}}}, 400,
+         "request.uid"),
+    ],
+)
+def test_bad_requests_get_precise_http_errors(server: RunningServer, method: str, kwargs: dict[str, Any],
+                                              status: int, fragment: str) -> None:
+    response = getattr(server, method)("/mutate", **kwargs)
+    assert response.status_code == status
+    assert fragment in response.json()["error"]
+    assert "Traceback" not in response.text
+
+
+def test_body_over_8_mib_is_refused_with_413(server: RunningServer) -> None:
+    response = server.post("/mutate", data=b"{" + b" " * (8 * 1024 * 1024 + 10) + b"}",
+                           headers={"Content-Type": "application/json"})
+    assert response.status_code == 413
+    assert "exceeds" in response.json()["error"]
+
+
+def test_connections_are_kept_alive_across_requests(server: RunningServer) -> None:
+    host, port = server.url.removeprefix("https://").split(":")
+    context = ssl.create_default_context(cafile=str(server.ca))
+    connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=10)
+    body = json.dumps(fixture_request("pod-bare-create-dryrun"))
+    connection.connect()
+    first_socket = connection.sock
+    for _ in range(20):
+        connection.request("POST", "/mutate?timeout=5s", body=body, headers={"Content-Type": "application/json"})
+        reply = connection.getresponse()
+        assert reply.status == 200
+        reply.read()
+        assert connection.sock is first_socket  # http.client reconnects (new socket) if the server closed it
+    connection.close()
+
+
+def test_tls_is_at_least_1_2_with_forward_secret_ciphers(server: RunningServer) -> None:
+    host, port = server.url.removeprefix("https://").split(":")
+    context = ssl.create_default_context(cafile=str(server.ca))
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    with socket.create_connection((host, int(port))) as raw, context.wrap_socket(raw, server_hostname=host) as tls:
+        assert tls.version() == "TLSv1.2"
+        cipher = tls.cipher()
+        assert cipher is not None and cipher[0].startswith("ECDHE") and ("GCM" in cipher[0] or "CHACHA" in cipher[0])
+    old = ssl.create_default_context(cafile=str(server.ca))
+    with warnings.catch_warnings():  # the client side of TLS 1.1 is deprecated in Python too
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old.minimum_version = ssl.TLSVersion.TLSv1
+        old.maximum_version = ssl.TLSVersion.TLSv1_1
+    old.set_ciphers("DEFAULT:@SECLEVEL=0")
+    with pytest.raises(ssl.SSLError), socket.create_connection((host, int(port))) as raw:
+        old.wrap_socket(raw, server_hostname=host)
+
+
+def test_health_readiness_and_metrics_across_workers(server: RunningServer) -> None:
+    for _ in range(6):
+        assert server.post("/mutate", json=fixture_request("deployment-create-dryrun")).status_code == 200
+    assert server.get("/healthz").status_code == 200
+    assert server.get("/readyz").status_code == 200
+    metrics = server.get("/metrics").text
+    counted = [line for line in metrics.splitlines()
+               if line.startswith('placer_admission_requests_total{kind="Deployment",operation="CREATE",result="patched"}')]
+    assert counted and float(counted[0].split()[-1]) >= 6
+    assert 'placer_rule_evaluations_total{outcome="applied",policy="org-wide-policy",rule="multi-zone-ha"}' in metrics \
+        or 'placer_rule_evaluations_total{policy="org-wide-policy",rule="multi-zone-ha",outcome="applied"}' in metrics
+    assert "placer_admission_duration_seconds_bucket" in metrics
+    assert 'placer_policies{state="ready"} 4.0' in metrics
+
+
+def test_logs_are_json_lines_without_object_bodies(server: RunningServer) -> None:
+    body = fixture_request("pod-bare-create-dryrun")
+    body["request"]["object"]["spec"]["containers"][0]["env"] = [{"name": "API_TOKEN", "value": SECRET}]
+    assert server.post("/mutate", json=body).status_code == 200
+    time.sleep(0.3)
+    lines = server.log_text().splitlines()
+    admissions = [json.loads(line) for line in lines if '"placer.admission"' in line]
+    assert any(entry["uid"] == body["request"]["uid"] for entry in admissions)
+    entry = next(entry for entry in admissions if entry["uid"] == body["request"]["uid"])
+    assert {"kind", "namespace", "name", "operation", "dryRun", "applied", "warnings", "durationMs"} <= set(entry)
+    assert SECRET not in server.log_text()
