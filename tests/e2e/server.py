@@ -5,7 +5,6 @@ import os
 import shutil
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import time
@@ -29,12 +28,15 @@ class RunningServer:
     log: Path
     process: subprocess.Popen[bytes]
     workdir: Path
+    client_cert: tuple[str, str] | None = None
 
     def post(self, path: str, **kwargs: object) -> requests.Response:
-        return requests.post(self.url + path, verify=str(self.ca), timeout=10, **kwargs)  # type: ignore[arg-type]
+        return requests.post(self.url + path, verify=str(self.ca), timeout=10, cert=self.client_cert,
+                             **kwargs)  # type: ignore[arg-type]
 
     def get(self, path: str, **kwargs: object) -> requests.Response:
-        return requests.get(self.url + path, verify=str(self.ca), timeout=10, **kwargs)  # type: ignore[arg-type]
+        return requests.get(self.url + path, verify=str(self.ca), timeout=10, cert=self.client_cert,
+                            **kwargs)  # type: ignore[arg-type]
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -42,7 +44,8 @@ class RunningServer:
 
 @contextlib.contextmanager
 def running_server(workdir: Path, certs: object, *, extra: Sequence[str] = (), policies: Path | None = None,
-                   env: dict[str, str] | None = None, ca: Path | None = None) -> Iterator[RunningServer]:
+                   env: dict[str, str] | None = None, ca: Path | None = None,
+                   client_cert: tuple[str, str] | None = None) -> Iterator[RunningServer]:
     """`placer serve` with the given certificates (an IssuedCertificates) and policies directory."""
     port = free_port()
     log = workdir / "server.log"
@@ -60,7 +63,8 @@ def running_server(workdir: Path, certs: object, *, extra: Sequence[str] = (), p
     with log.open("wb") as output:
         process = subprocess.Popen(args, cwd=workdir, stdout=output, stderr=subprocess.STDOUT, env=environment,
                                    start_new_session=True)
-    server = RunningServer(f"https://127.0.0.1:{port}", ca or certs.ca_cert, log, process, workdir)  # type: ignore[attr-defined]
+    server = RunningServer(f"https://127.0.0.1:{port}", ca or certs.ca_cert, log, process, workdir,  # type: ignore[attr-defined]
+                           client_cert)
     try:
         _wait_ready(server)
         yield server
@@ -80,10 +84,6 @@ def _wait_ready(server: RunningServer, timeout: float = 20.0) -> None:
         if server.process.poll() is not None:
             raise RuntimeError(f"placer serve exited: {server.log_text()[-3000:]}")
         try:
-            context = ssl.create_default_context(cafile=str(server.ca))
-            host, port = server.url.removeprefix("https://").split(":")
-            with socket.create_connection((host, int(port)), timeout=1) as raw, context.wrap_socket(raw, server_hostname=host):
-                pass
             if server.get("/readyz").status_code == 200:
                 return
         except (OSError, requests.RequestException):
