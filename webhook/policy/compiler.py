@@ -137,7 +137,7 @@ class PolicyCompiler:
             rule_errors = errors.for_rule(name)
             problem = dns1123_label_error(name)
             if problem:
-                rule_errors.add(f"name {problem}", field="name")
+                rule_errors.add(problem, field="name")
             if name in seen:
                 rule_errors.add("duplicate rule name in this policy", field="name")
             seen.add(name)
