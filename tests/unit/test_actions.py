@@ -1,0 +1,92 @@
+"""Each action on its own: merge rules, idempotency, conflicts (one test group per action)."""
+
+from typing import Any
+
+import pytest
+
+from webhook.actions.base import ActionContext, ActionSkipped
+from webhook.actions.parameters import parse_parameters
+from webhook.actions.registry import action_specs
+
+SPECS = action_specs()
+
+
+def apply(action: str, template: dict[str, Any], *, override: bool = False, selector: Any = None,
+          protected: dict[str, str] | None = None, **raw: Any) -> tuple[bool, list[str]]:
+    params, problems = parse_parameters(SPECS[action], raw)
+    assert problems == []
+    context = ActionContext(override, selector, protected or {})
+    changed = SPECS[action].apply(template, params, context)
+    return changed, context.conflicts
+
+
+def test_node_affinity_required_is_anded_into_every_term_once() -> None:
+    template = {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Exists"}]}, {"matchFields": []}]}}}}}
+    assert apply("add-node-affinity", template, key="pool", values="x,y")[0]
+    terms = template["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    assert all({"key": "pool", "operator": "In", "values": ["x", "y"]} in t["matchExpressions"] for t in terms)
+    assert not apply("add-node-affinity", template, key="pool", values="y,x")[0]  # same set of values
+
+
+def test_node_affinity_creates_a_term_and_preferred_appends_weighted() -> None:
+    template: dict[str, Any] = {"spec": {}}
+    apply("add-node-affinity", template, key="pool", values=["x"])
+    apply("add-node-affinity", template, key="spot", operator="DoesNotExist", type="preferred", weight=7)
+    affinity = template["spec"]["affinity"]["nodeAffinity"]
+    assert affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["x"]}]}]
+    assert affinity["preferredDuringSchedulingIgnoredDuringExecution"] == [
+        {"weight": 7, "preference": {"matchExpressions": [{"key": "spot", "operator": "DoesNotExist"}]}}]
+
+
+def test_toleration_defaults_and_dedupe() -> None:
+    template: dict[str, Any] = {"spec": {"tolerations": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}}
+    assert not apply("add-toleration", template, key="dedicated", value="gpu", effect="NoSchedule")[0]
+    assert apply("add-toleration", template, key="gpu-only")[0]
+    assert template["spec"]["tolerations"][-1] == {"key": "gpu-only", "operator": "Exists"}
+
+
+def test_topology_spread_keyed_and_default_selector() -> None:
+    template: dict[str, Any] = {"spec": {}}
+    selector = {"matchLabels": {"app": "web"}}
+    assert apply("add-topology-spread", template, selector=selector, topologyKey="zone")[0]
+    assert template["spec"]["topologySpreadConstraints"] == [
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": selector}]
+    assert not apply("add-topology-spread", template, selector=selector, topologyKey="zone", maxSkew=3)[0]
+    assert apply("add-topology-spread", template, selector=selector, topologyKey="zone",
+                 whenUnsatisfiable="ScheduleAnyway")[0]
+    with pytest.raises(ActionSkipped):
+        apply("add-topology-spread", {"spec": {}}, selector=None, topologyKey="host")
+
+
+def test_pod_anti_affinity_with_string_selector_and_dedupe() -> None:
+    template: dict[str, Any] = {}
+    assert apply("add-pod-anti-affinity", template, topologyKey="kubernetes.io/hostname", labelSelector="app=db,x=y",
+                 type="required")[0]
+    assert template["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [
+        {"labelSelector": {"matchLabels": {"app": "db", "x": "y"}}, "topologyKey": "kubernetes.io/hostname"}]
+    assert not apply("add-pod-anti-affinity", template, topologyKey="kubernetes.io/hostname",
+                     labelSelector={"app": "db", "x": "y"}, type="required")[0]
+
+
+def test_scheduler_name_replaces_default_and_conflicts_otherwise() -> None:
+    template = {"spec": {"schedulerName": "default-scheduler"}}
+    assert apply("set-scheduler-name", template, schedulerName="volcano") == (True, [])
+    changed, conflicts = apply("set-scheduler-name", template, schedulerName="yunikorn")
+    assert not changed and conflicts == ["schedulerName is 'volcano', kept (wanted 'yunikorn')"]
+    assert apply("set-scheduler-name", template, override=True, schedulerName="yunikorn")[0]
+
+
+def test_priority_class_removes_integer_priority() -> None:
+    template = {"spec": {"priority": 0, "preemptionPolicy": "PreemptLowerPriority"}}
+    assert apply("set-priority-class", template, priorityClassName="high")[0]
+    assert template == {"spec": {"priorityClassName": "high"}}
+
+
+def test_labels_never_change_the_controllers_selector_labels_even_with_override() -> None:
+    template = {"metadata": {"labels": {"app": "web"}}}
+    changed, conflicts = apply("add-labels", template, override=True, protected={"app": "web"}, app="other", team="a")
+    assert changed and template["metadata"]["labels"] == {"app": "web", "team": "a"}
+    assert conflicts == ["label app is part of the workload's selector, kept"]

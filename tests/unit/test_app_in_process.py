@@ -1,0 +1,77 @@
+"""The Flask app without gunicorn: readiness, /validate, fail-open and the opt-in mode."""
+
+from typing import Any
+
+from tests.conftest import fixture_request
+from tests.helpers import snapshot_of
+from webhook.config import Settings
+from webhook.metrics import Metrics
+from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, SnapshotHolder
+from webhook.server.app import create_app
+
+POLICY = """apiVersion: placer.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: p}
+spec:
+  rules:
+  - {name: r, action: add-node-selector, parameters: {pool: x}}
+"""
+
+
+def client(snapshot: PolicySnapshot, **settings: Any) -> Any:
+    app = create_app(holder=SnapshotHolder(snapshot), settings=Settings(**settings), metrics=Metrics())
+    return app.test_client()
+
+
+def test_readyz_reflects_whether_policies_are_loaded() -> None:
+    snapshot = snapshot_of(POLICY)
+    assert client(snapshot).get("/readyz").status_code == 200
+    not_ready = PolicySnapshot.build([], {}, [], snapshot.environment, ready=False)
+    assert client(not_ready).get("/readyz").status_code == 503
+
+
+def test_validate_denies_a_broken_policy_with_every_error_and_admits_a_good_one() -> None:
+    body = fixture_request("deployment-create-dryrun")
+    request = body["request"]
+    request["kind"] = {"group": "placer.dev", "version": "v1alpha1", "kind": "SchedulingPolicy"}
+    request["object"] = {"apiVersion": "placer.dev/v1alpha1", "kind": "SchedulingPolicy", "metadata": {"name": "x"},
+                         "spec": {"rules": [{"name": "a", "condition": "replica > 1", "action": "add-labels",
+                                             "parameters": {"k": "v"}}, {"name": "b", "action": "nope"}]}}
+    app = client(snapshot_of(POLICY))
+    response = app.post("/validate", json=body).get_json()["response"]
+    assert response["allowed"] is False and response["status"]["code"] == 422
+    message = response["status"]["message"]
+    assert "2 error(s)" in message and "rule a, condition: <input>:1:1: undeclared reference to 'replica'" in message
+    assert "rule b, action: unknown action 'nope'" in message
+    request["object"]["spec"]["rules"] = [{"name": "a", "action": "add-labels", "parameters": {"k": "v"}}]
+    assert app.post("/validate", json=body).get_json()["response"] == {"uid": request["uid"], "allowed": True}
+
+
+def test_label_or_annotation_opt_in_passes_through_namespaces_without_either() -> None:
+    opted = NamespaceInfo("team-a", annotations={"placer.dev/inject": "enabled"})
+    body = fixture_request("pod-bare-create-dryrun")
+    mode = {"opt_in": "label-or-annotation"}
+    assert "patch" in client(snapshot_of(POLICY, namespaces=[opted]), **mode).post("/mutate", json=body).get_json()[
+        "response"]
+    plain = NamespaceInfo("team-a")
+    assert "patch" not in client(snapshot_of(POLICY, namespaces=[plain]), **mode).post("/mutate", json=body).get_json()[
+        "response"]
+    assert "patch" in client(snapshot_of(POLICY, namespaces=[plain])).post("/mutate", json=body).get_json()["response"]
+
+
+def test_object_placer_cannot_handle_is_admitted_with_a_warning() -> None:
+    body = fixture_request("pod-bare-create-dryrun")
+    body["request"]["kind"] = {"group": "", "version": "v1", "kind": "ConfigMap"}
+    response = client(snapshot_of(POLICY)).post("/mutate", json=body).get_json()["response"]
+    assert response["allowed"] is True and "patch" not in response
+    assert response["warnings"] == ["placer: ConfigMap is not a workload kind Placer handles; admitted unchanged"]
+
+
+def test_hostile_object_shapes_fail_open() -> None:
+    app = client(snapshot_of(POLICY))
+    for spec in ("a string", [1, 2], {"containers": "x", "tolerations": 5, "nodeSelector": [1]}, None):
+        body = fixture_request("pod-bare-create-dryrun")
+        body["request"]["object"]["spec"] = spec
+        reply = app.post("/mutate", json=body)
+        assert reply.status_code == 200
+        assert reply.get_json()["response"]["allowed"] is True
