@@ -8,7 +8,15 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.actions.base import ActionContext, ActionSkipped, ActionSpec, Param, ensure_list, ensure_map
+from webhook.actions.base import (
+    ActionContext,
+    ActionSkipped,
+    ActionSpec,
+    Param,
+    ensure_list,
+    ensure_map,
+    selector_matches,
+)
 from webhook.names import label_value_error, qualified_name_error
 from webhook.typing import JSONObject
 
@@ -56,19 +64,37 @@ def add_pod_anti_affinity(template: JSONObject, params: Mapping[str, Any], conte
 
 
 def _add_pod_term(template: JSONObject, params: Mapping[str, Any], context: ActionContext, kind: str) -> bool:
+    """Add a pod (anti-)affinity term unless an equal one is there.
+
+    With the default selector (the workload's own pods), any term on the same topologyKey that already
+    selects this pod's labels is the same term: the labels may have grown since it was written (a later
+    `add-labels` rule), and a second, narrower copy would make the policies' output change on every pass.
+    """
     selector = params.get("labelSelector") or context.default_selector
     if selector is None:
         raise ActionSkipped("no labelSelector given and none can be derived from the workload")
     term: JSONObject = {"labelSelector": copy.deepcopy(selector), "topologyKey": params["topologyKey"]}
+    labels = (template.get("metadata") or {}).get("labels") if "labelSelector" not in params else None
+
+    def same(existing: Any) -> bool:
+        if _same_pod_term(existing, term):
+            return True
+        return (
+            labels is not None
+            and isinstance(existing, dict)
+            and existing.get("topologyKey") == term["topologyKey"]
+            and selector_matches(existing.get("labelSelector"), labels)
+        )
+
     affinity = ensure_map(template, "spec", "affinity", kind)
     if params["type"] == "required":
         required = ensure_list(affinity, "requiredDuringSchedulingIgnoredDuringExecution")
-        if any(_same_pod_term(existing, term) for existing in required):
+        if any(same(existing) for existing in required):
             return False
         required.append(term)
         return True
     preferred = ensure_list(affinity, "preferredDuringSchedulingIgnoredDuringExecution")
-    if any(isinstance(e, dict) and _same_pod_term(e.get("podAffinityTerm"), term) for e in preferred):
+    if any(isinstance(e, dict) and same(e.get("podAffinityTerm")) for e in preferred):
         return False
     preferred.append({"weight": params["weight"], "podAffinityTerm": term})
     return True
