@@ -68,8 +68,8 @@ def mutate(
     obj = request.object
     kind = workloads.lookup(request.group, request.kind)
     if kind is None:
-        reason = f"{request.kind} is not a workload kind Placer handles; admitted unchanged"
-        return Mutation(passed_through=reason, warnings=[reason])
+        unhandled = f"{request.kind} is not a workload kind Placer handles; admitted unchanged"
+        return Mutation(passed_through=unhandled, warnings=[unhandled])
     reason = _pass_through_reason(request, kind, obj)
     if reason is not None or obj is None:
         return Mutation(passed_through=reason or "no object")
