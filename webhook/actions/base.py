@@ -4,6 +4,7 @@ Parameters are declared, not parsed by hand in each action, so the same declarat
 load time (with precise messages) and the values `parameterExpressions` compute at admission time.
 """
 
+import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -89,6 +90,31 @@ class ActionSpec:
 
     def param(self, name: str) -> Param | None:
         return next((param for param in self.params if param.name == name), None)
+
+
+MUTABLE_SPEC_FIELDS = ("nodeSelector", "affinity", "tolerations", "topologySpreadConstraints")
+"""Container fields of a pod spec that actions change in place; scalars (schedulerName...) are replaced."""
+
+
+def working_copy(template: JSONObject) -> JSONObject:
+    """A copy of a pod template that actions may change without touching the original.
+
+    Only what actions write is copied: metadata labels and annotations, and the spec fields listed in
+    MUTABLE_SPEC_FIELDS. Containers and volumes, most of an object's size, stay shared, which keeps an
+    admission cheap and lets the diff skip them by identity. An action that writes anywhere else must add
+    that field here (the property tests check that the request object is never modified).
+    """
+    copied = dict(template)
+    metadata = template.get("metadata")
+    if isinstance(metadata, dict):
+        copied["metadata"] = {
+            **metadata,
+            **{key: dict(metadata[key]) for key in ("labels", "annotations") if isinstance(metadata.get(key), dict)},
+        }
+    spec = template.get("spec")
+    if isinstance(spec, dict):
+        copied["spec"] = {**spec, **{key: copy.deepcopy(spec[key]) for key in MUTABLE_SPEC_FIELDS if key in spec}}
+    return copied
 
 
 def child_map(parent: JSONObject, *path: str) -> JSONObject | None:

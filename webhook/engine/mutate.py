@@ -5,13 +5,12 @@ activation, and its action changes a working copy of the template; the patch is 
 the original template and the copy. Pure: no I/O, no clock other than the deadline, no metrics.
 """
 
-import copy
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from webhook.actions.base import ActionContext, ActionSkipped
+from webhook.actions.base import ActionContext, ActionSkipped, working_copy
 from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.actions.parameters import parse_parameters
 from webhook.engine.activation import pod_variable, workload_variable
@@ -133,7 +132,7 @@ def _mutate_template(
     mutation: Mutation,
     deadline: float | None,
 ) -> None:
-    template = copy.deepcopy(original)
+    template = working_copy(original)
     pod, resources, notes = pod_variable(original)
     mutation.warnings.extend(f"{slot.name or kind.kind}: {note}" for note in notes)
     data = {**base, "pod": pod, "resources": resources, "variables": {}}
