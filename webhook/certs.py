@@ -36,52 +36,43 @@ def service_names(service: str, namespace: str) -> list[str]:
 def issue(out: Path, hosts: list[str], *, days: int = 365, common_name: str | None = None) -> IssuedCertificates:
     """Write `ca.crt`, `tls.crt` and `tls.key` (mode 0600) into `out` for the given DNS names and IPs."""
     out.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "placer-webhook-ca")])
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
+    ca_usage = x509.KeyUsage(
+        digital_signature=True,
+        key_cert_sign=True,
+        crl_sign=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        encipher_only=False,
+        decipher_only=False,
+    )
+    ca_cert = _signed(
+        ca_name,
+        ca_name,
+        ca_key.public_key(),
+        ca_key,
+        days,
+        [
+            (x509.BasicConstraints(ca=True, path_length=0), True),
+            (ca_usage, True),
+        ],
     )
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name or hosts[0])])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(
-            x509.SubjectAlternativeName([_general_name(host) for host in dict.fromkeys(hosts)]), critical=False
-        )
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
+    cert = _signed(
+        subject,
+        ca_name,
+        key.public_key(),
+        ca_key,
+        days,
+        [
+            (x509.SubjectAlternativeName([_general_name(host) for host in dict.fromkeys(hosts)]), False),
+            (x509.BasicConstraints(ca=False, path_length=None), True),
+            (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), False),
+        ],
     )
     issued = IssuedCertificates(out / "ca.crt", out / "tls.crt", out / "tls.key")
     issued.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
@@ -99,6 +90,31 @@ def ensure_dev_certificates(directory: Path) -> IssuedCertificates | None:
     if (directory / "tls.crt").exists() and (directory / "tls.key").exists():
         return None
     return issue(directory, ["localhost", "127.0.0.1", "::1"], days=365, common_name="localhost")
+
+
+def _signed(
+    subject: x509.Name,
+    *,
+    issuer: x509.Name,
+    public_key: ec.EllipticCurvePublicKey,
+    signing_key: ec.EllipticCurvePrivateKey,
+    days: int,
+    extensions: list[tuple[x509.ExtensionType, bool]],
+) -> x509.Certificate:
+    """A certificate valid from five minutes ago (clock skew) for `days` days."""
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+    )
+    for extension, critical in extensions:
+        builder = builder.add_extension(extension, critical=critical)
+    return builder.sign(signing_key, hashes.SHA256())
 
 
 def _write_private(path: Path, data: bytes) -> None:
