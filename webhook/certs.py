@@ -51,11 +51,11 @@ def issue(out: Path, hosts: list[str], *, days: int = 365, common_name: str | No
     )
     ca_cert = _signed(
         ca_name,
-        ca_name,
-        ca_key.public_key(),
-        ca_key,
-        days,
-        [
+        issuer=ca_name,
+        public_key=ca_key.public_key(),
+        signing_key=ca_key,
+        days=days,
+        extensions=[
             (x509.BasicConstraints(ca=True, path_length=0), True),
             (ca_usage, True),
         ],
@@ -64,11 +64,11 @@ def issue(out: Path, hosts: list[str], *, days: int = 365, common_name: str | No
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name or hosts[0])])
     cert = _signed(
         subject,
-        ca_name,
-        key.public_key(),
-        ca_key,
-        days,
-        [
+        issuer=ca_name,
+        public_key=key.public_key(),
+        signing_key=ca_key,
+        days=days,
+        extensions=[
             (x509.SubjectAlternativeName([_general_name(host) for host in dict.fromkeys(hosts)]), False),
             (x509.BasicConstraints(ca=False, path_length=None), True),
             (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), False),
