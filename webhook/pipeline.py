@@ -8,7 +8,7 @@ from webhook.config import OptIn
 from webhook.engine.mutate import INJECT_LABEL, Mutation, mutate
 from webhook.policy.snapshot import PolicySnapshot
 from webhook.review import AdmissionRequest, build_response
-from webhook.typing import JSONObject
+from webhook.typing import JSONObject, JSONPatch
 from webhook.workloads import WorkloadTable
 
 log = logging.getLogger(__name__)
@@ -53,8 +53,25 @@ def admit(
     return Admission(request, response, "patched" if mutation.patch else "unchanged", mutation)
 
 
-def _respond(request: AdmissionRequest, **fields: object) -> JSONObject:
-    return build_response(request.uid, request.api_version, **fields)  # type: ignore[arg-type]
+def _respond(
+    request: AdmissionRequest,
+    *,
+    allowed: bool = True,
+    patch: JSONPatch | None = None,
+    warnings: list[str] | None = None,
+    audit_annotations: dict[str, str] | None = None,
+    denial: str | None = None,
+) -> JSONObject:
+    """The response for this request, in the AdmissionReview version it came in."""
+    return build_response(
+        request.uid,
+        request.api_version,
+        allowed=allowed,
+        patch=patch,
+        warnings=warnings,
+        audit_annotations=audit_annotations,
+        denial=denial,
+    )
 
 
 def _opted_in(snapshot: PolicySnapshot, namespace: str) -> bool:
