@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from webhook.selectors import LabelSelector
 from webhook.typing import JSONObject
 
 ParamKind = Literal["string", "integer", "enum", "values", "keys", "selector"]
@@ -155,19 +156,6 @@ def _short(value: Any) -> str:
 
 
 def selector_matches(selector: Any, labels: Any) -> bool:
-    """Whether a raw metav1.LabelSelector selects a pod with these labels (used to recognise own-pod terms)."""
-    if not isinstance(selector, dict) or not isinstance(labels, dict):
-        return False
-    match_labels = selector.get("matchLabels") or {}
-    if not isinstance(match_labels, dict) or any(labels.get(k) != v for k, v in match_labels.items()):
-        return False
-    for requirement in selector.get("matchExpressions") or []:
-        if not isinstance(requirement, dict):
-            return False
-        key, operator, values = requirement.get("key"), requirement.get("operator"), requirement.get("values") or []
-        present = key in labels
-        if (operator == "In" and labels.get(key) not in values) or (operator == "NotIn" and labels.get(key) in values):
-            return False
-        if (operator == "Exists" and not present) or (operator == "DoesNotExist" and present):
-            return False
-    return bool(match_labels or selector.get("matchExpressions"))
+    """Whether a raw, non-empty label selector selects a pod with these labels (recognises own-pod terms)."""
+    parsed = LabelSelector.from_object(selector)
+    return parsed is not None and not parsed.empty and isinstance(labels, dict) and parsed.matches(labels)

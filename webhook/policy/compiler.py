@@ -20,7 +20,8 @@ from webhook.names import (
 )
 from webhook.policy import cel
 from webhook.policy.errors import PolicyError
-from webhook.policy.model import LabelSelector, Policy, Rule, SelectorRequirement, Variable
+from webhook.policy.model import Policy, Rule, Variable
+from webhook.selectors import OPERATORS, LabelSelector, SelectorRequirement
 
 API_VERSION = "placer.dev/v1alpha1"
 KIND = "SchedulingPolicy"
@@ -282,7 +283,7 @@ def _namespace_selector(raw: Any, errors: _ErrorSink) -> LabelSelector | None:
             errors.add("needs key and operator", field=field)
             continue
         operator, values = item.get("operator"), item.get("values") or []
-        if operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
+        if operator not in OPERATORS:
             errors.add(f"operator must be In, NotIn, Exists or DoesNotExist, not {operator!r}", field=field)
             continue
         if not isinstance(values, list) or (operator in ("In", "NotIn")) != bool(values):

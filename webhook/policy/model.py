@@ -6,37 +6,9 @@ from typing import Any, Literal
 
 from webhook.actions.base import ActionSpec
 from webhook.policy.cel import Program
+from webhook.selectors import LabelSelector
 
 FailurePolicy = Literal["Ignore", "Fail"]
-
-
-@dataclass(frozen=True, slots=True)
-class SelectorRequirement:
-    key: str
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: frozenset[str] = frozenset()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        if self.operator == "Exists":
-            return self.key in labels
-        if self.operator == "DoesNotExist":
-            return self.key not in labels
-        if self.operator == "In":
-            return labels.get(self.key) in self.values
-        return labels.get(self.key) not in self.values
-
-
-@dataclass(frozen=True, slots=True)
-class LabelSelector:
-    """metav1.LabelSelector semantics: every matchLabels pair and every requirement must hold (empty: all)."""
-
-    match_labels: tuple[tuple[str, str], ...] = ()
-    requirements: tuple[SelectorRequirement, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        return all(labels.get(key) == value for key, value in self.match_labels) and all(
-            requirement.matches(labels) for requirement in self.requirements
-        )
 
 
 @dataclass(frozen=True, slots=True)
