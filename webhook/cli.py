@@ -110,7 +110,6 @@ def _serve(args: argparse.Namespace) -> int:
         threads=args.threads,
         log_level=args.log_level,
         opt_in=args.opt_in,
-        kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
     )
     if default_tls and ensure_dev_certificates(DEFAULT_CERTS):
         print(f"placer: created development certificates for localhost in {DEFAULT_CERTS}/", file=sys.stderr)

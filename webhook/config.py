@@ -22,8 +22,6 @@ class Settings:
     bind: str = "127.0.0.1:8443"
     tls_cert: Path = DEFAULT_CERTS / "tls.crt"
     tls_key: Path = DEFAULT_CERTS / "tls.key"
-    dev_certificates: bool = True
-    """Create a self-signed certificate for localhost when the default files are absent."""
     client_ca: Path | None = None
     workers: int = 2
     threads: int = 4
@@ -31,8 +29,6 @@ class Settings:
     opt_in: OptIn = "api-server"
     reload_interval: float = 2.0
     max_body_bytes: int = MAX_BODY_BYTES
-    kube: bool = False
-    kubeconfig: Path | None = None
 
     @property
     def host_port(self) -> tuple[str, int]:

@@ -53,7 +53,7 @@ class PlacerServer(BaseApplication):  # type: ignore[misc]
             "threads": settings.threads,
             "certfile": str(settings.tls_cert),
             "keyfile": str(settings.tls_key),
-            "ssl_context": lambda config, factory: tls(),
+            "ssl_context": tls,
             "do_handshake_on_connect": False,
             # The API server keeps connections open; close idle ones well after its own idle timeout.
             "keepalive": 90,
