@@ -1,6 +1,7 @@
 """`placer serve | certs | apply | lint` (DESIGN §9). Every flag also reads `PLACER_<FLAG>`."""
 
 import argparse
+import logging
 import os
 import sys
 import tempfile
@@ -130,7 +131,14 @@ def _certs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _quiet_policy_log() -> None:
+    """One-shot commands print every policy error themselves; the source's log lines (written for a server,
+    "keeping its last good content") would only repeat them, misleadingly."""
+    logging.getLogger("webhook.policy").setLevel(logging.CRITICAL)
+
+
 def _lint(args: argparse.Namespace) -> int:
+    _quiet_policy_log()
     paths = args.paths or [DEFAULT_POLICIES]
     snapshot = load_policies(paths, required=True)
     for error in snapshot.errors:
@@ -146,6 +154,7 @@ def _lint(args: argparse.Namespace) -> int:
 
 
 def _apply(args: argparse.Namespace) -> int:
+    _quiet_policy_log()
     if not args.manifests:
         print("placer apply: -f MANIFEST is required", file=sys.stderr)
         return 2
