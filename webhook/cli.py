@@ -12,6 +12,7 @@ from typing import Any
 from webhook import __version__
 from webhook.certs import ensure_dev_certificates, issue, service_names
 from webhook.config import DEFAULT_CERTS, DEFAULT_POLICIES, Settings
+from webhook.kube.connection import in_cluster
 from webhook.logs import configure_logging
 from webhook.offline import apply_manifests, load_policies, parse_labels, render
 
@@ -35,9 +36,15 @@ def _parser() -> argparse.ArgumentParser:
         "--policies", action="append", metavar="PATH", help=f"file or directory (default {DEFAULT_POLICIES})"
     )
     kube = serve.add_mutually_exclusive_group()
-    kube.add_argument("--kube", dest="kube", action="store_true", default=None, help="watch policies in the cluster")
+    kube.add_argument(
+        "--kube",
+        dest="kube",
+        action="store_true",
+        default=None,
+        help="watch SchedulingPolicies and Namespaces in the cluster (default when KUBERNETES_SERVICE_HOST is set)",
+    )
     kube.add_argument("--no-kube", dest="kube", action="store_false", help="do not connect to a cluster")
-    serve.add_argument("--kubeconfig", metavar="FILE")
+    serve.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster credentials, else ~/.kube/config")
     serve.add_argument("--bind", metavar="HOST:PORT", default="127.0.0.1:8443")
     serve.add_argument("--tls-cert", metavar="FILE")
     serve.add_argument("--tls-key", metavar="FILE")
@@ -98,8 +105,9 @@ def _apply_environment(parser: argparse.ArgumentParser, args: argparse.Namespace
 def _serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     default_tls = args.tls_cert is None and args.tls_key is None
-    if args.kube:
-        print("placer: --kube (cluster policy source) is not available in this build; serving files", file=sys.stderr)
+    kube = args.kube if args.kube is not None else in_cluster()
+    # The controller process writes the cluster's policies here; every worker reads them from here.
+    cluster_state = Path(tempfile.mkdtemp(prefix="placer-cluster-")) / "state.json" if kube else None
     settings = Settings(
         policies=tuple(args.policies or (DEFAULT_POLICIES,)),
         policies_explicit=bool(args.policies),
@@ -111,6 +119,8 @@ def _serve(args: argparse.Namespace) -> int:
         threads=args.threads,
         log_level=args.log_level,
         opt_in=args.opt_in,
+        kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
+        cluster_state=cluster_state,
     )
     if default_tls and ensure_dev_certificates(DEFAULT_CERTS):
         print(f"placer: created development certificates for localhost in {DEFAULT_CERTS}/", file=sys.stderr)

@@ -27,7 +27,10 @@ class Settings:
     threads: int = 4
     log_level: str = "info"
     opt_in: OptIn = "api-server"
-    reload_interval: float = 2.0
+    reload_interval: float = 1.0
+    kubeconfig: Path | None = None
+    cluster_state: Path | None = None
+    """The state file the cluster controller writes and workers read; None without `--kube`."""
     max_body_bytes: int = MAX_BODY_BYTES
 
     @property

@@ -6,8 +6,7 @@ serving its last good version. Either way the error is reported, and no other po
 
 import logging
 import os
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from webhook.policy.documents import ManifestError, expand_lists, is_policy, nam
 from webhook.policy.errors import PolicyError
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
+from webhook.policy.sources import SourceContent, combine
 
 log = logging.getLogger(__name__)
 
@@ -72,24 +72,18 @@ class FilePolicySource:
                 changed = True
         return changed
 
-    def snapshot(self) -> PolicySnapshot:
-        """A snapshot of everything currently loaded; the first file defining a policy name wins."""
-        policies: dict[str, Policy] = {}
-        namespaces: dict[str, NamespaceInfo] = {}
+    def content(self) -> SourceContent:
+        """Everything currently loaded; the first file defining a policy name wins."""
         errors: list[PolicyError] = [
             PolicyError(str(p), "no such file or directory") for p in self._required if not p.exists()
         ]
-        for path, state in self._files.items():
-            errors.extend(state.errors)
-            namespaces.update(state.namespaces)
-            for name, policy in state.policies.items():
-                if name in policies:
-                    errors.append(
-                        PolicyError(str(path), f"also defined in {policies[name].source}, ignored here", policy=name)
-                    )
-                else:
-                    policies[name] = policy
-        return PolicySnapshot.build(policies.values(), namespaces, errors, self._compiler.environment)
+        files = [SourceContent(state.policies, state.namespaces, tuple(state.errors)) for state in self._files.values()]
+        merged = combine([SourceContent(errors=tuple(errors)), *files], self._compiler.environment)
+        return SourceContent({p.name: p for p in merged.policies}, merged.namespaces, merged.errors)
+
+    def snapshot(self) -> PolicySnapshot:
+        """This source alone as a snapshot (the offline CLI)."""
+        return combine([self.content()], self._compiler.environment)
 
     def _load(self, path: Path, state: _FileState, fingerprint: Fingerprint | None) -> None:
         source = str(path)
@@ -127,36 +121,3 @@ def _fingerprint(path: Path) -> Fingerprint | None:
     except OSError:
         return None
     return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
-
-
-class PolicyReloader:
-    """Polls a file source in a daemon thread and hands each new snapshot to `publish`.
-
-    Polling, not inotify: Kubernetes updates mounted ConfigMaps and Secrets by swapping a symlink, which
-    inotify watches on the file do not see.
-    """
-
-    def __init__(
-        self, source: FilePolicySource, publish: Callable[[PolicySnapshot], None], *, interval: float = 2.0
-    ) -> None:
-        self._source = source
-        self._publish = publish
-        self._interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="placer-policy-reload", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                if self._source.refresh():
-                    snapshot = self._source.snapshot()
-                    self._publish(snapshot)
-                    log.info("policies reloaded: %d policies, %d errors", len(snapshot.policies), len(snapshot.errors))
-            except Exception:  # the reloader must outlive any surprise; the last snapshot keeps serving
-                log.exception("policy reload failed; the last good policies keep serving")

@@ -7,35 +7,71 @@ its reloader and owns its CEL environment; nothing is shared but the metrics dir
 
 import logging
 import os
+import sys
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
 from gunicorn.glogging import Logger as GunicornLogger
 
 from webhook.config import Settings
 from webhook.logs import JsonFormatter
 from webhook.metrics import Metrics, mark_worker_dead
+from webhook.policy.cluster_state import ClusterStateSource
 from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.files import FilePolicySource, PolicyReloader
-from webhook.policy.snapshot import SnapshotHolder
+from webhook.policy.files import FilePolicySource
+from webhook.policy.snapshot import PolicySnapshot, SnapshotHolder
+from webhook.policy.sources import PolicyReloader, PolicySource
 from webhook.server.app import create_app
+from webhook.server.controller_process import ControllerProcess
 from webhook.server.tls import ReloadingContext
 
 log = logging.getLogger(__name__)
 
 
 def build_worker_app(settings: Settings) -> Any:
-    """Everything one worker process needs: policies, their reloader, metrics, and the Flask app."""
+    """Everything one worker process needs: policies, their reloader, metrics, and the Flask app.
+
+    With `--kube`, the cluster's policies (from the state file the controller writes) come first: a file
+    policy with the same name as a cluster one is reported and ignored.
+    """
     compiler = PolicyCompiler()
     required = settings.policies if settings.policies_explicit else ()
-    source = FilePolicySource(settings.policies, compiler=compiler, required=required)
-    source.refresh()
-    holder = SnapshotHolder(source.snapshot())
+    sources: list[PolicySource] = []
+    if settings.cluster_state is not None:
+        sources.append(ClusterStateSource(settings.cluster_state, compiler=compiler))
+    sources.append(FilePolicySource(settings.policies, compiler=compiler, required=required))
     metrics = Metrics()
-    metrics.observe_policies(len(holder.current.policies), len(holder.current.errors))
-    PolicyReloader(source, holder.swap, interval=settings.reload_interval).start()
+
+    def publish(snapshot: PolicySnapshot) -> None:
+        holder.swap(snapshot)
+        metrics.observe_policies(len(snapshot.policies), len(snapshot.errors))
+
+    reloader = PolicyReloader(sources, compiler.environment, publish, interval=settings.reload_interval)
+    holder = SnapshotHolder(reloader.load())
+    publish(holder.current)
+    reloader.start()
     log.info("worker %d ready with %d policies", os.getpid(), len(holder.current.policies))
     return create_app(holder=holder, settings=settings, metrics=metrics, compiler=compiler)
+
+
+class PlacerArbiter(Arbiter):  # type: ignore[misc]
+    """gunicorn's arbiter, which also keeps the cluster controller process running (with `--kube`)."""
+
+    def __init__(self, app: "PlacerServer") -> None:
+        super().__init__(app)
+        settings = app.settings
+        self.controller = ControllerProcess(settings) if settings.cluster_state is not None else None
+
+    def manage_workers(self) -> None:
+        super().manage_workers()
+        if self.controller is not None:
+            self.controller.supervise()
+
+    def stop(self, graceful: bool = True) -> None:
+        if self.controller is not None:
+            self.controller.stop()
+        super().stop(graceful)
 
 
 class PlacerServer(BaseApplication):  # type: ignore[misc]
@@ -81,6 +117,14 @@ class PlacerServer(BaseApplication):  # type: ignore[misc]
 
     def load(self) -> Any:
         return build_worker_app(self.settings)
+
+    def run(self) -> None:
+        """BaseApplication.run with Placer's arbiter."""
+        try:
+            PlacerArbiter(self).run()
+        except RuntimeError as error:
+            print(f"\nError: {error}\n", file=sys.stderr)
+            sys.exit(1)
 
 
 class JsonGunicornLogger(GunicornLogger):  # type: ignore[misc]

@@ -1,0 +1,198 @@
+"""A small, typed HTTP client for the few API-server calls Placer makes, over urllib3.
+
+Every failure surfaces as one of two exceptions: `ApiError` when the API server answered with an error
+`Status` (kept whole: code, reason, message, Retry-After), `TransportError` when it could not be reached or
+the connection broke. No retries happen here; the callers decide (the reflector backs off, the status
+writer tries again later).
+"""
+
+import json
+import ssl
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+import urllib3
+from urllib3.exceptions import HTTPError as Urllib3Error
+
+from webhook import __version__
+from webhook.kube.connection import ClusterConnection
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+_LINE_LIMIT = 16 * 1024 * 1024
+
+
+class ApiError(Exception):
+    """The API server refused a request; `status` is its `Status` object (or one built from the HTTP status)."""
+
+    def __init__(self, code: int, reason: str, message: str, retry_after: float | None = None) -> None:
+        super().__init__(f"{code} {reason}: {message}")
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any], *, default_code: int = 500) -> "ApiError":
+        code = status.get("code")
+        return cls(
+            code if isinstance(code, int) else default_code,
+            str(status.get("reason") or "Unknown"),
+            str(status.get("message") or ""),
+        )
+
+
+class TransportError(Exception):
+    """The API server could not be reached, or the connection broke mid-response."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    connect: float = 5.0
+    read: float = 30.0
+    watch_idle: float = 120.0
+    """How long a watch may stay silent before the connection is presumed dead (bookmarks come ~every minute)."""
+
+
+class KubeApi:
+    def __init__(self, connection: ClusterConnection, *, timeouts: Timeouts = Timeouts()) -> None:
+        self._connection = connection
+        self._timeouts = timeouts
+        pool_options: dict[str, Any] = {"num_pools": 2, "maxsize": 4, "retries": False}
+        if connection.server.startswith("https"):
+            pool_options["ssl_context"] = _ssl_context(connection)
+            if connection.tls_server_name:
+                pool_options["server_hostname"] = connection.tls_server_name
+            if not connection.verify:
+                pool_options["cert_reqs"] = ssl.CERT_NONE
+        self._pool = urllib3.PoolManager(**pool_options)
+
+    def get(self, path: str, query: Mapping[str, str] | None = None) -> dict[str, Any]:
+        return self._request("GET", path, query)
+
+    def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self._request("POST", path, None, body)
+
+    def replace(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self._request("PUT", path, None, body)
+
+    def merge_patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self._request("PATCH", path, None, body, content_type=MERGE_PATCH)
+
+    def watch(self, path: str, query: Mapping[str, str]) -> Iterator[dict[str, Any]]:
+        """The events of a watch stream, one JSON object per line, until the server ends the stream.
+
+        A stream that breaks mid-line, or stays silent longer than `watch_idle`, raises TransportError.
+        """
+        response = self._send("GET", path, query=query, read_timeout=self._timeouts.watch_idle, stream=True)
+        try:
+            buffered = b""
+            for chunk in response.stream(64 * 1024):
+                buffered += chunk
+                *lines, buffered = buffered.split(b"\n")
+                if len(buffered) > _LINE_LIMIT:
+                    raise TransportError("watch event larger than 16 MiB")
+                for line in lines:
+                    if line.strip():
+                        yield _decode(line)
+            if buffered.strip():
+                raise TransportError("watch stream ended in the middle of an event")
+        except Urllib3Error as error:
+            raise TransportError(f"watch {path}: {error}") from None
+        finally:
+            response.release_conn()
+
+    def close(self) -> None:
+        self._pool.clear()
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None,
+        body: Mapping[str, Any] | None = None,
+        *,
+        content_type: str = JSON,
+    ) -> dict[str, Any]:
+        response = self._send(
+            method, path, query=query, body=body, content_type=content_type, read_timeout=self._timeouts.read
+        )
+        try:
+            return _decode(response.data)
+        except TransportError as error:
+            raise TransportError(f"{method} {path}: {error}") from None
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None,
+        read_timeout: float,
+        body: Mapping[str, Any] | None = None,
+        content_type: str = JSON,
+        stream: bool = False,
+    ) -> Any:
+        url = self._connection.server + path + (f"?{urlencode(query)}" if query else "")
+        headers = {"Accept": JSON, "User-Agent": f"placer/{__version__}"}
+        token = self._connection.authorization()
+        if token:
+            headers["Authorization"] = token
+        payload = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            payload = json.dumps(body).encode()
+        try:
+            response = self._pool.request(
+                method,
+                url,
+                body=payload,
+                headers=headers,
+                preload_content=not stream,
+                timeout=urllib3.Timeout(connect=self._timeouts.connect, read=read_timeout),
+            )
+        except Urllib3Error as error:
+            raise TransportError(f"{method} {path}: {error}") from None
+        if response.status >= 400:
+            raise _api_error(response)
+        return response
+
+
+def _api_error(response: Any) -> ApiError:
+    """The `Status` the API server sent, or one made from the HTTP status line when the body is not a Status."""
+    data = response.data if response.data is not None else b""
+    response.release_conn()
+    retry = response.headers.get("Retry-After")
+    try:
+        status = json.loads(data)
+    except ValueError:
+        status = None
+    if isinstance(status, dict) and status.get("kind") == "Status":
+        error = ApiError.from_status(status, default_code=response.status)
+    else:
+        error = ApiError(response.status, response.reason or "Error", data[:200].decode(errors="replace"))
+    error.retry_after = float(retry) if retry and retry.isdigit() else None
+    return error
+
+
+def _decode(data: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except ValueError as error:
+        raise TransportError(f"not JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise TransportError("expected a JSON object")
+    return value
+
+
+def _ssl_context(connection: ClusterConnection) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=connection.ca_file)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if connection.cert_file and connection.key_file:
+        context.load_cert_chain(connection.cert_file, connection.key_file)
+    if not connection.verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context

@@ -1,0 +1,263 @@
+"""The cluster controller: one process per replica that watches, compiles, publishes and reports.
+
+It list+watches SchedulingPolicies and Namespaces, compiles every policy when it changes (keeping the last
+good version of a policy whose update does not compile), writes what serves to the state file that every
+gunicorn worker of this replica reads (`webhook.policy.cluster_state`), and, only while it holds the Lease,
+writes each policy's `status`. Admissions never wait for any of this: they read the last published state,
+which keeps serving while the API server is away.
+
+Run by the gunicorn arbiter of `placer serve --kube` as `python -m webhook.kube.controller --state FILE`.
+"""
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from webhook.kube.api import ApiError, KubeApi, TransportError
+from webhook.kube.connection import ConnectionSetupError, connect, identity
+from webhook.kube.leader import LeaseElector
+from webhook.kube.reflector import Reflector, Resource, Store
+from webhook.kube.status import PolicyOutcome, desired_status, status_differs
+from webhook.logs import configure_logging
+from webhook.policy.cluster_state import CLUSTER_SOURCE, ClusterState, write_state
+from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.errors import PolicyError
+from webhook.policy.snapshot import NamespaceInfo
+
+log = logging.getLogger(__name__)
+
+POLICIES = Resource("/apis/placer.dev/v1alpha1/schedulingpolicies", "SchedulingPolicy")
+NAMESPACES = Resource("/api/v1/namespaces", "Namespace")
+LEASE_NAME = "placer-status-writer"
+_DROPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+_STATUS_REWRITE_AFTER = 30.0
+_STATUS_RETRY_AFTER = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    key: tuple[Any, ...]
+    outcome: PolicyOutcome
+    document: Mapping[str, Any] | None
+    """The object itself when it compiled."""
+
+
+class ClusterController:
+    def __init__(
+        self,
+        api: KubeApi,
+        state_path: Path,
+        *,
+        compiler: PolicyCompiler,
+        elector: LeaseElector | None,
+        election_interval: float = 2.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._api = api
+        self._state_path = state_path
+        self._compiler = compiler
+        self._elector = elector
+        self._election_interval = election_interval
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._policies: Store | None = None
+        self._namespaces: Store | None = None
+        self._compiled: dict[str, _Compiled] = {}
+        self._last_good: dict[str, tuple[str, _Compiled]] = {}
+        self._published: tuple[Any, ...] | None = None
+        self._generation = 0
+        self._next_election = 0.0
+        self._status_written: dict[str, tuple[tuple[Any, ...], float]] = {}
+        self.reflectors = (
+            Reflector(api, POLICIES, self._set_policies),
+            Reflector(api, NAMESPACES, self._set_namespaces),
+        )
+
+    # -- inputs (reflector threads) -------------------------------------------------------------------------
+
+    def _set_policies(self, store: Store) -> None:
+        with self._lock:
+            self._policies = store
+        self._wake.set()
+
+    def _set_namespaces(self, store: Store) -> None:
+        with self._lock:
+            self._namespaces = store
+        self._wake.set()
+
+    # -- the loop ---------------------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        threads = [
+            threading.Thread(target=r.run, args=(stop,), name=f"placer-watch-{r_name}", daemon=True)
+            for r, r_name in zip(self.reflectors, ("policies", "namespaces"), strict=True)
+        ]
+        for thread in threads:
+            thread.start()
+        while not stop.is_set():
+            self._wake.wait(1.0)
+            self._wake.clear()
+            try:
+                self.step()
+            except Exception:  # keep publishing and reporting whatever happens to one round
+                log.exception("cluster controller round failed")
+        if self._elector is not None:
+            self._elector.release()
+
+    def step(self) -> None:
+        """Publish the state if the inputs changed, take part in the election, and report status if leading."""
+        with self._lock:
+            policies, namespaces = self._policies, self._namespaces
+        if policies is None or namespaces is None:
+            return  # not synced: publish nothing, so workers keep the previous state (or stay not ready)
+        self._publish(policies, namespaces)
+        if self._elector is None:
+            return
+        now = self._monotonic()
+        if now >= self._next_election:
+            self._next_election = now + self._election_interval
+            if not self._elector.try_acquire_or_renew():
+                self._status_written.clear()
+                return
+        if self._elector.is_leader:
+            self._report(policies)
+
+    def _publish(self, policies: Store, namespaces: Store) -> None:
+        serving: list[Mapping[str, Any]] = []
+        errors: list[PolicyError] = []
+        for name in sorted(policies):
+            compiled = self._compile(name, policies[name])
+            errors.extend(compiled.outcome.errors)
+            good = self._last_good.get(name)
+            if good is not None and good[1].document is not None:
+                serving.append(good[1].document)
+        for gone in set(self._compiled) - set(policies):
+            del self._compiled[gone]
+            self._last_good.pop(gone, None)
+        infos = {name: _namespace_info(name, obj) for name, obj in namespaces.items()}
+        content = (serving, errors, infos)
+        if content == self._published:
+            return  # e.g. only a status or an unrelated annotation changed: workers need not recompile
+        self._generation += 1
+        write_state(self._state_path, ClusterState(self._generation, True, serving, errors, infos))
+        self._published = content
+        log.info(
+            "published cluster state %d: %d policies serving, %d errors, %d namespaces",
+            self._generation,
+            len(serving),
+            len(errors),
+            len(namespaces),
+        )
+
+    def _compile(self, name: str, obj: Mapping[str, Any]) -> _Compiled:
+        metadata = obj.get("metadata") or {}
+        uid = str(metadata.get("uid") or "")
+        generation = metadata.get("generation") if isinstance(metadata.get("generation"), int) else None
+        key = (uid, generation if generation is not None else metadata.get("resourceVersion"))
+        cached = self._compiled.get(name)
+        if cached is not None and cached.key == key:
+            return cached
+        document = _served_document(obj)
+        result = self._compiler.compile(document, CLUSTER_SOURCE)
+        good = self._last_good.get(name)
+        if good is not None and good[0] != uid:  # deleted and re-created: the old object's version is gone
+            del self._last_good[name]
+            good = None
+        if result.policy is not None:
+            compiled = _Compiled(key, PolicyOutcome(generation, len(result.policy.rules), (), generation), document)
+            self._last_good[name] = (uid, compiled)
+        else:
+            serving = good[1].outcome.generation if good is not None else None
+            compiled = _Compiled(key, PolicyOutcome(generation, 0, result.errors, serving), None)
+            log.error(
+                "SchedulingPolicy %s generation %s does not compile (%s): %s",
+                name,
+                generation,
+                "last good version keeps serving" if good else "not serving",
+                "; ".join(map(str, result.errors)),
+            )
+        self._compiled[name] = compiled
+        return compiled
+
+    def _report(self, policies: Store) -> None:
+        now = self._monotonic()
+        for name, obj in policies.items():
+            compiled = self._compiled.get(name)
+            if compiled is None:
+                continue
+            current = obj.get("status") if isinstance(obj.get("status"), dict) else None
+            desired = desired_status(compiled.outcome, current, datetime.now(UTC))
+            if not status_differs(current, desired):
+                continue
+            fingerprint = (compiled.key, repr(desired["conditions"][0]["message"]), desired["conditions"][0]["status"])
+            written = self._status_written.get(name)
+            if written is not None and written[0] == fingerprint and now - written[1] < _STATUS_REWRITE_AFTER:
+                continue  # written already; the watch has not delivered it yet
+            try:
+                self._api.merge_patch(f"{POLICIES.path}/{name}/status", {"status": desired})
+            except ApiError as error:
+                if error.code != 404:
+                    log.warning("status of SchedulingPolicy %s not written: %s", name, error)
+                    self._status_written[name] = (fingerprint, now - _STATUS_REWRITE_AFTER + _STATUS_RETRY_AFTER)
+                continue
+            except TransportError as error:
+                log.warning("status of SchedulingPolicy %s not written: %s", name, error)
+                return
+            self._status_written[name] = (fingerprint, now)
+            log.info("status of SchedulingPolicy %s: Ready=%s", name, desired["conditions"][0]["status"])
+
+
+def _served_document(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object without what only the API server needs (managed fields) and without status."""
+    metadata = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    return {k: v for k, v in obj.items() if k != "status"} | {"metadata": metadata}
+
+
+def _namespace_info(name: str, obj: Mapping[str, Any]) -> NamespaceInfo:
+    metadata = obj.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    annotations = {k: v for k, v in (metadata.get("annotations") or {}).items() if k not in _DROPPED_ANNOTATIONS}
+    return NamespaceInfo(name, _strings(labels), _strings(annotations))
+
+
+def _strings(mapping: Mapping[Any, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in mapping.items()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m webhook.kube.controller")
+    parser.add_argument("--state", required=True, type=Path, help="state file the gunicorn workers read")
+    parser.add_argument("--kubeconfig", type=Path)
+    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--no-status", action="store_true", help="never write policy status (no leader election)")
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level)
+    try:
+        connection = connect(args.kubeconfig)
+    except ConnectionSetupError as error:
+        log.error("%s", error)
+        return 1
+    api = KubeApi(connection)
+    elector = None
+    if not args.no_status:
+        elector = LeaseElector(api, namespace=connection.namespace, name=LEASE_NAME, identity=identity())
+    controller = ClusterController(api, args.state, compiler=PolicyCompiler(), elector=elector)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    log.info("cluster controller watching %s", connection.server)
+    controller.run(stop)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

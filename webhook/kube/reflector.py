@@ -1,0 +1,189 @@
+"""List+watch of one resource into an in-memory store, the way client-go's reflector does it.
+
+- List (paged), remember the list's `resourceVersion`, then watch from it with bookmarks on.
+- Each event moves the remembered `resourceVersion` forward, so a dropped connection or a watch that timed
+  out resumes exactly where it stopped, without a new list.
+- `410 Gone` (as an HTTP status or an ERROR event in the stream) means that version has been compacted away:
+  list again, and replace the store wholesale, so objects deleted meanwhile disappear.
+- Any other failure waits a bounded, jittered, exponential backoff, then resumes.
+"""
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.kube.api import ApiError, KubeApi, TransportError
+
+log = logging.getLogger(__name__)
+
+Store = Mapping[str, Mapping[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A cluster-scoped resource collection, e.g. /apis/placer.dev/v1alpha1/schedulingpolicies."""
+
+    path: str
+    kind: str
+
+
+class Backoff:
+    """Exponential backoff with ±20 % jitter, bounded by `ceiling`, reset after a success."""
+
+    def __init__(self, *, initial: float = 0.5, ceiling: float = 30.0, rng: random.Random | None = None) -> None:
+        self._initial = initial
+        self._ceiling = ceiling
+        self._next = initial
+        self._rng = rng or random.Random()
+
+    def delay(self) -> float:
+        value = self._next
+        self._next = min(self._next * 2, self._ceiling)
+        return value * self._rng.uniform(0.8, 1.2)
+
+    def reset(self) -> None:
+        self._next = self._initial
+
+
+class Expired(Exception):
+    """The resourceVersion being watched from is too old (410 Gone): list again."""
+
+
+class Reflector:
+    """Keeps a store of one resource current and calls `on_change(store)` after every change.
+
+    `on_change` receives a fresh dict each time (never mutated afterwards), so a consumer can keep it.
+    """
+
+    def __init__(
+        self,
+        api: KubeApi,
+        resource: Resource,
+        on_change: Callable[[Store], None],
+        *,
+        backoff: Backoff | None = None,
+        watch_timeout: int = 290,
+        page_size: int = 500,
+    ) -> None:
+        self._api = api
+        self._resource = resource
+        self._on_change = on_change
+        self._backoff = backoff or Backoff()
+        self._watch_timeout = watch_timeout
+        self._page_size = page_size
+        self._store: dict[str, Mapping[str, Any]] = {}
+        self.resource_version: str | None = None
+        self.lists = 0
+        """How many full lists were made (1 + one per 410 Gone), for logs and tests."""
+
+    def run(self, stop: threading.Event) -> None:
+        """List and watch until `stop` is set; never raises."""
+        while not stop.is_set():
+            try:
+                if self.resource_version is None:
+                    self._list()
+                self._watch(stop)
+            except Expired as expired:
+                log.info("%s: %s; listing again", self._resource.kind, expired)
+                self.resource_version = None
+            except ApiError as error:
+                wait = error.retry_after if error.retry_after is not None else self._backoff.delay()
+                log.warning("%s: API server error %s; retrying in %.1fs", self._resource.kind, error, wait)
+                stop.wait(wait)
+            except TransportError as error:
+                wait = self._backoff.delay()
+                log.warning("%s: %s; retrying in %.1fs", self._resource.kind, error, wait)
+                stop.wait(wait)
+            except Exception:  # a surprise must not end the watch: the snapshot would silently go stale
+                wait = self._backoff.delay()
+                log.exception("%s: unexpected failure; retrying in %.1fs", self._resource.kind, wait)
+                stop.wait(wait)
+
+    def _list(self) -> None:
+        store: dict[str, Mapping[str, Any]] = {}
+        query = {"limit": str(self._page_size)}
+        resource_version = ""
+        while True:
+            try:
+                page = self._api.get(self._resource.path, query)
+            except ApiError as error:
+                if error.code == 410:  # the continue token expired: start the list over
+                    raise Expired(error.message) from None
+                raise
+            for item in page.get("items") or []:
+                name = _name(item)
+                if name:
+                    store[name] = item
+            metadata = page.get("metadata") or {}
+            resource_version = resource_version or str(metadata.get("resourceVersion") or "")
+            token = metadata.get("continue")
+            if not token:
+                break
+            query = {"limit": str(self._page_size), "continue": str(token)}
+        self._store = store
+        self.resource_version = resource_version
+        self.lists += 1
+        self._backoff.reset()
+        log.info("%s: listed %d at resourceVersion %s", self._resource.kind, len(store), resource_version)
+        self._on_change(dict(store))
+
+    def _watch(self, stop: threading.Event) -> None:
+        query = {
+            "watch": "1",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": self.resource_version or "",
+            "timeoutSeconds": str(self._watch_timeout),
+        }
+        started = time.monotonic()
+        events = 0
+        try:
+            for event in self._api.watch(self._resource.path, query):
+                if stop.is_set():
+                    return
+                events += 1
+                self._apply(event)
+        except ApiError as error:
+            if error.code == 410:
+                raise Expired(error.message) from None
+            raise
+        if events == 0 and time.monotonic() - started < 1.0:
+            # An API server that ends watches at once must not turn this loop into a busy loop.
+            stop.wait(self._backoff.delay())
+
+    def _apply(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("type")
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            raise TransportError(f"watch event without an object: {str(event)[:200]}")
+        if kind == "ERROR":
+            error = ApiError.from_status(obj)
+            if error.code == 410:
+                raise Expired(error.message)
+            raise error
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self.resource_version = str(version)
+        self._backoff.reset()
+        if kind == "BOOKMARK":
+            return
+        name = _name(obj)
+        if not name:
+            return
+        if kind in ("ADDED", "MODIFIED"):
+            self._store[name] = obj
+        elif kind == "DELETED":
+            self._store.pop(name, None)
+        else:
+            log.warning("%s: unknown watch event type %r ignored", self._resource.kind, kind)
+            return
+        self._on_change(dict(self._store))
+
+
+def _name(obj: Any) -> str | None:
+    metadata = obj.get("metadata") if isinstance(obj, dict) else None
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return name if isinstance(name, str) and name else None
