@@ -1,0 +1,379 @@
+"""An HTTPS server on 127.0.0.1 that speaks the API server's wire format for what Placer uses.
+
+Lists carry `metadata.resourceVersion` (and `continue` when paged); built-in list items carry no kind or
+apiVersion, custom-resource items do, as the real API server sends them. Watches are chunked streams of
+one JSON event per line (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR); a resourceVersion older than the last
+compaction gets `ERROR` with a 410 `Status` in the stream, as kube-apiserver does. Tests drive it: change
+objects, compact history, send bookmarks, drop every watch connection, make requests fail with a status.
+Status bodies are the API server's `Status` objects, copied from what kube-apiserver v1.34 returns.
+"""
+
+import copy
+import json
+import ssl
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+TOKEN = "placer-test-token"
+POLICIES = "/apis/placer.dev/v1alpha1/schedulingpolicies"
+NAMESPACES = "/api/v1/namespaces"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/placer-system/leases"
+_KINDS = {
+    POLICIES: ("placer.dev/v1alpha1", "SchedulingPolicy", True),
+    NAMESPACES: ("v1", "Namespace", False),
+}
+
+
+def status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code,
+    }
+
+
+@dataclass
+class Event:
+    resource_version: int
+    collection: str
+    type: str
+    object: dict[str, Any]
+
+
+@dataclass
+class Failure:
+    method: str
+    prefix: str
+    code: int
+    reason: str
+    remaining: int
+
+
+@dataclass
+class FakeApiServer:
+    """State and controls; `serve(certs)` starts it, `url` is where it listens."""
+
+    objects: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: {POLICIES: {}, NAMESPACES: {}})
+    leases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+    status_patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    revision: int = 100
+    compacted: int = 0
+    drops: int = 0
+    url: str = ""
+    condition: threading.Condition = field(default_factory=threading.Condition)
+    _server: ThreadingHTTPServer | None = None
+
+    # -- test controls ------------------------------------------------------------------------------------
+
+    def put(self, collection: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create or update an object the way the API server would: uid, generation, resourceVersion."""
+        with self.condition:
+            return self._store(collection, copy.deepcopy(obj))
+
+    def put_policy(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self.put(POLICIES, obj)
+
+    def put_namespace(self, name: str, labels: dict[str, str] | None = None,
+                      annotations: dict[str, str] | None = None) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": name, "labels": {"kubernetes.io/metadata.name": name, **(labels or {})}}
+        if annotations:
+            metadata["annotations"] = annotations
+        return self.put(NAMESPACES, {"metadata": metadata, "spec": {"finalizers": ["kubernetes"]},
+                                     "status": {"phase": "Active"}})
+
+    def delete(self, collection: str, name: str) -> None:
+        with self.condition:
+            obj = self.objects[collection].pop(name)
+            self.revision += 1
+            obj = copy.deepcopy(obj)
+            obj["metadata"]["resourceVersion"] = str(self.revision)
+            self._event(collection, "DELETED", obj)
+
+    def bookmark(self, collection: str) -> None:
+        with self.condition:
+            self.revision += 1
+            api_version, kind, _ = _KINDS[collection]
+            self._event(collection, "BOOKMARK", {"kind": kind, "apiVersion": api_version,
+                                                 "metadata": {"resourceVersion": str(self.revision)}})
+
+    def compact(self) -> None:
+        """Forget history: watches from any earlier resourceVersion now get 410 Gone."""
+        with self.condition:
+            self.revision += 1
+            self.compacted = self.revision
+            self.condition.notify_all()
+
+    def expire_watches(self) -> None:
+        """Compact and tell every open watch its version is gone (what etcd compaction does to a slow watcher)."""
+        self.compact()
+        with self.condition:
+            for collection in (POLICIES, NAMESPACES):
+                self._event(collection, "ERROR", status(410, "Expired", "too old resource version: 1 (2)"))
+
+    def drop_watches(self) -> None:
+        """Cut every open watch connection mid-stream."""
+        with self.condition:
+            self.drops += 1
+            self.condition.notify_all()
+
+    def fail(self, method: str, prefix: str, code: int, reason: str, times: int = 1) -> None:
+        with self.condition:
+            self.failures.append(Failure(method, prefix, code, reason, times))
+
+    def watch_requests(self, collection: str) -> list[dict[str, str]]:
+        return [q for m, p, q in self.requests if m == "GET" and p == collection and q.get("watch")]
+
+    def list_requests(self, collection: str) -> list[dict[str, str]]:
+        return [q for m, p, q in self.requests if m == "GET" and p == collection and not q.get("watch")]
+
+    # -- server -------------------------------------------------------------------------------------------
+
+    def serve(self, cert: Path, key: Path) -> "FakeApiServer":
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        server.daemon_threads = True
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        self._server = server
+        self.url = f"https://127.0.0.1:{server.server_address[1]}"
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return self
+
+    def shutdown(self) -> None:
+        if self._server is not None:
+            self.drop_watches()
+            self._server.shutdown()
+            self._server.server_close()
+
+    def kubeconfig(self, path: Path, ca: Path) -> Path:
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {"server": self.url, "certificate-authority": str(ca)}}],
+            "users": [{"name": "placer", "user": {"token": TOKEN}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "placer",
+                                                      "namespace": "placer-system"}}],
+        }
+        path.write_text(json.dumps(config))
+        return path
+
+    # -- internals (called with the condition held) ----------------------------------------------------------
+
+    def _store(self, collection: str, obj: dict[str, Any]) -> dict[str, Any]:
+        api_version, kind, typed_items = _KINDS[collection]
+        metadata = obj.setdefault("metadata", {})
+        name = metadata["name"]
+        existing = self.objects[collection].get(name)
+        self.revision += 1
+        if existing is None:
+            metadata.update(uid=str(uuid.uuid4()), generation=1,
+                            creationTimestamp=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+            event = "ADDED"
+        else:
+            old = existing["metadata"]
+            spec_changed = existing.get("spec") != obj.get("spec")
+            metadata.update(uid=old["uid"], creationTimestamp=old["creationTimestamp"],
+                            generation=old["generation"] + (1 if spec_changed else 0))
+            if "status" not in obj and "status" in existing:
+                obj["status"] = existing["status"]
+            event = "MODIFIED"
+        metadata["resourceVersion"] = str(self.revision)
+        obj["apiVersion"], obj["kind"] = api_version, kind
+        self.objects[collection][name] = obj
+        self._event(collection, event, obj)
+        return copy.deepcopy(obj)
+
+    def _event(self, collection: str, kind: str, obj: dict[str, Any]) -> None:
+        self.events.append(Event(self.revision, collection, kind, copy.deepcopy(obj)))
+        self.condition.notify_all()
+
+    def _take_failure(self, method: str, path: str) -> Failure | None:
+        for failure in self.failures:
+            if failure.remaining > 0 and failure.method == method and path.startswith(failure.prefix):
+                failure.remaining -= 1
+                return failure
+        return None
+
+
+def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            pass
+
+        def do_GET(self) -> None:
+            self._dispatch("GET")
+
+        def do_POST(self) -> None:
+            self._dispatch("POST")
+
+        def do_PUT(self) -> None:
+            self._dispatch("PUT")
+
+        def do_PATCH(self) -> None:
+            self._dispatch("PATCH")
+
+        def _dispatch(self, method: str) -> None:
+            parsed = urlparse(self.path)
+            query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+            path = parsed.path
+            body = self._body()
+            with api.condition:
+                api.requests.append((method, path, query))
+                failure = api._take_failure(method, path)
+            if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                return self._send(401, status(401, "Unauthorized", "Unauthorized"))
+            if failure is not None:
+                return self._send(failure.code, status(failure.code, failure.reason, "injected by the test"))
+            if method == "GET" and path in _KINDS:
+                return self._watch(path, query) if query.get("watch") in ("1", "true") else self._list(path, query)
+            if method == "PATCH" and path.startswith(POLICIES + "/") and path.endswith("/status"):
+                return self._patch_status(path.split("/")[-2], body)
+            if path.startswith(LEASES):
+                return self._lease(method, path, body)
+            return self._send(404, status(404, "NotFound", f"the server could not find the requested resource"))
+
+        def _body(self) -> Any:
+            length = int(self.headers.get("Content-Length") or 0)
+            return json.loads(self.rfile.read(length)) if length else None
+
+        def _send(self, code: int, payload: Any) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _list(self, path: str, query: dict[str, str]) -> None:
+            api_version, kind, typed_items = _KINDS[path]
+            with api.condition:
+                names = sorted(api.objects[path])
+                start = int(query.get("continue") or 0)
+                limit = int(query.get("limit") or 0) or len(names) or 1
+                page = names[start:start + limit]
+                items = []
+                for name in page:
+                    item = copy.deepcopy(api.objects[path][name])
+                    if not typed_items:
+                        item.pop("apiVersion"), item.pop("kind")
+                    items.append(item)
+                more = start + limit < len(names)
+                metadata = {"resourceVersion": str(api.revision)}
+                if more:
+                    metadata["continue"] = str(start + limit)
+            self._send(200, {"kind": f"{kind}List", "apiVersion": api_version, "metadata": metadata,
+                             "items": items})
+
+        def _watch(self, path: str, query: dict[str, str]) -> None:
+            since = int(query.get("resourceVersion") or 0)
+            bookmarks = query.get("allowWatchBookmarks") == "true"
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            with api.condition:
+                drops = api.drops
+                cursor = len(api.events)
+                if since and since < api.compacted:
+                    self._chunk({"type": "ERROR", "object": status(410, "Expired",
+                                                                   f"too old resource version: {since} ({api.compacted})")})
+                    self._end()
+                    return
+                backlog = [e for e in api.events
+                           if e.collection == path and e.resource_version > since and e.type != "ERROR"]
+            for event in backlog:
+                self._emit(event, bookmarks)
+            while True:
+                with api.condition:
+                    api.condition.wait_for(lambda: len(api.events) > cursor or api.drops != drops, timeout=5)
+                    if api.drops != drops:
+                        self.close_connection = True
+                        self.connection.shutdown(2)  # mid-stream: no terminating chunk
+                        return
+                    fresh, cursor = api.events[cursor:], len(api.events)
+                for event in fresh:
+                    if event.collection == path and self._emit(event, bookmarks) == "ERROR":
+                        self._end()
+                        return
+
+        def _emit(self, event: Event, bookmarks: bool) -> str:
+            if event.type == "BOOKMARK" and not bookmarks:
+                return event.type
+            # Unlike list items, watch event objects always carry kind and apiVersion.
+            self._chunk({"type": event.type, "object": copy.deepcopy(event.object)})
+            return event.type
+
+        def _chunk(self, payload: Any) -> None:
+            data = json.dumps(payload).encode() + b"\n"
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        def _end(self) -> None:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+        def _patch_status(self, name: str, body: Any) -> None:
+            with api.condition:
+                existing = api.objects[POLICIES].get(name)
+                if existing is None:
+                    return self._send(404, status(404, "NotFound",
+                                                  f'schedulingpolicies.placer.dev "{name}" not found'))
+                api.status_patches.append((name, copy.deepcopy(body)))
+                updated = copy.deepcopy(existing)
+                updated["status"] = {**(existing.get("status") or {}), **body["status"]}
+                result = api._store(POLICIES, updated)
+            self._send(200, result)
+
+        def _lease(self, method: str, path: str, body: Any) -> None:
+            name = path[len(LEASES):].strip("/")
+            with api.condition:
+                lease = api.leases.get(name)
+                if method == "GET":
+                    if lease is None:
+                        return self._send(404, status(404, "NotFound",
+                                                      f'leases.coordination.k8s.io "{name}" not found'))
+                    return self._send(200, lease)
+                if method == "POST":
+                    name = body["metadata"]["name"]
+                    if name in api.leases:
+                        return self._send(409, status(409, "AlreadyExists",
+                                                      f'leases.coordination.k8s.io "{name}" already exists'))
+                    api.revision += 1
+                    body["metadata"].update(resourceVersion=str(api.revision), uid=str(uuid.uuid4()))
+                    api.leases[name] = body
+                    return self._send(201, body)
+                if method == "PUT":
+                    if lease is None or body["metadata"].get("resourceVersion") != lease["metadata"]["resourceVersion"]:
+                        return self._send(409, status(
+                            409, "Conflict", f'Operation cannot be fulfilled on leases.coordination.k8s.io "{name}": '
+                            "the object has been modified; please apply your changes to the latest version and try again"))
+                    api.revision += 1
+                    body["metadata"]["resourceVersion"] = str(api.revision)
+                    api.leases[name] = body
+                    return self._send(200, body)
+            return self._send(405, status(405, "MethodNotAllowed", "method not allowed"))
+
+    return Handler
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
+    """Poll `predicate` until it returns something truthy; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)

@@ -1,0 +1,168 @@
+"""The reflector against the fake API server: list, watch, resume, 410 Gone, drops, errors."""
+
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from tests.kube.fake_apiserver import NAMESPACES, POLICIES, FakeApiServer, wait_for
+from webhook.kube.api import KubeApi
+from webhook.kube.reflector import Backoff, Reflector, Resource
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.stores: list[Mapping[str, Any]] = []
+
+    def __call__(self, store: Mapping[str, Any]) -> None:
+        self.stores.append(store)
+
+    @property
+    def names(self) -> set[str]:
+        return set(self.stores[-1]) if self.stores else set()
+
+
+@pytest.fixture
+def namespaces(api: KubeApi, apiserver: FakeApiServer) -> Iterator[tuple[Reflector, Recorder]]:
+    recorder = Recorder()
+    reflector = Reflector(api, Resource(NAMESPACES, "Namespace"), recorder,
+                          backoff=Backoff(initial=0.05, ceiling=0.2), page_size=2)
+    stop = threading.Event()
+    thread = threading.Thread(target=reflector.run, args=(stop,), daemon=True)
+    thread.start()
+    yield reflector, recorder
+    stop.set()
+    apiserver.drop_watches()  # a watch blocked in a read notices `stop` on its next event or disconnect
+    thread.join(10)
+    assert not thread.is_alive(), "the reflector must stop when asked"
+
+
+def test_pages_through_the_initial_list_and_watches_from_its_resource_version(
+        apiserver: FakeApiServer, api: KubeApi) -> None:
+    for name in ("a", "b", "c", "d", "e"):
+        apiserver.put_namespace(name)
+    list_version = str(apiserver.revision)
+    recorder = Recorder()
+    reflector = Reflector(api, Resource(NAMESPACES, "Namespace"), recorder, page_size=2)
+    stop = threading.Event()
+    thread = threading.Thread(target=reflector.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: apiserver.watch_requests(NAMESPACES), what="the watch")
+        assert recorder.names == {"a", "b", "c", "d", "e"}
+        assert len(recorder.stores) == 1, "one notification for the whole paged list"
+        lists = apiserver.list_requests(NAMESPACES)
+        assert [q.get("continue") for q in lists] == [None, "2", "4"]
+        assert all(q["limit"] == "2" for q in lists)
+        watch = apiserver.watch_requests(NAMESPACES)[0]
+        assert watch["resourceVersion"] == list_version
+        assert watch["allowWatchBookmarks"] == "true"
+        assert 0 < int(watch["timeoutSeconds"]) < 600
+    finally:
+        stop.set()
+        apiserver.drop_watches()
+        thread.join(10)
+
+
+def test_added_modified_deleted_events_update_the_store(
+        apiserver: FakeApiServer, namespaces: tuple[Reflector, Recorder]) -> None:
+    reflector, recorder = namespaces
+    wait_for(lambda: apiserver.watch_requests(NAMESPACES), what="the watch")
+    apiserver.put_namespace("team-a", {"team": "ml"})
+    wait_for(lambda: "team-a" in recorder.names, what="ADDED")
+    apiserver.put_namespace("team-a", {"team": "data"})
+    wait_for(lambda: recorder.stores[-1]["team-a"]["metadata"]["labels"].get("team") == "data", what="MODIFIED")
+    apiserver.delete(NAMESPACES, "team-a")
+    wait_for(lambda: "team-a" not in recorder.names, what="DELETED")
+    assert reflector.resource_version == str(apiserver.revision)
+    assert reflector.lists == 1
+
+
+def test_a_bookmark_moves_the_resume_point_without_notifying(
+        apiserver: FakeApiServer, namespaces: tuple[Reflector, Recorder]) -> None:
+    reflector, recorder = namespaces
+    wait_for(lambda: apiserver.watch_requests(NAMESPACES), what="the watch")
+    notified = len(recorder.stores)
+    apiserver.bookmark(NAMESPACES)
+    wait_for(lambda: reflector.resource_version == str(apiserver.revision), what="the bookmark")
+    assert len(recorder.stores) == notified
+    apiserver.drop_watches()
+    wait_for(lambda: len(apiserver.watch_requests(NAMESPACES)) == 2, what="the second watch")
+    assert apiserver.watch_requests(NAMESPACES)[1]["resourceVersion"] == reflector.resource_version
+
+
+def test_a_dropped_connection_resumes_from_the_last_event_without_listing_again(
+        apiserver: FakeApiServer, namespaces: tuple[Reflector, Recorder]) -> None:
+    reflector, recorder = namespaces
+    wait_for(lambda: apiserver.watch_requests(NAMESPACES), what="the watch")
+    apiserver.put_namespace("one")
+    wait_for(lambda: "one" in recorder.names, what="ADDED one")
+    seen = reflector.resource_version
+    apiserver.drop_watches()
+    wait_for(lambda: len(apiserver.watch_requests(NAMESPACES)) >= 2, what="a new watch")
+    assert apiserver.watch_requests(NAMESPACES)[-1]["resourceVersion"] == seen
+    apiserver.put_namespace("two")
+    wait_for(lambda: {"one", "two"} <= recorder.names, what="events after the drop")
+    assert reflector.lists == 1, "a drop must not cost a full list"
+
+
+def test_410_gone_in_the_stream_relists_and_forgets_objects_deleted_meanwhile(
+        apiserver: FakeApiServer, namespaces: tuple[Reflector, Recorder]) -> None:
+    reflector, recorder = namespaces
+    apiserver.put_namespace("kept")
+    apiserver.put_namespace("deleted-in-the-gap")
+    wait_for(lambda: {"kept", "deleted-in-the-gap"} <= recorder.names, what="both namespaces")
+    # The deletion happens while the watch is cut off, and history is compacted before it reconnects.
+    with apiserver.condition:
+        apiserver.objects[NAMESPACES].pop("deleted-in-the-gap")
+        apiserver.revision += 1
+    apiserver.expire_watches()
+    wait_for(lambda: reflector.lists == 2, what="a second list")
+    wait_for(lambda: recorder.names == {"kept"}, what="the relisted store")
+    wait_for(lambda: len(apiserver.watch_requests(NAMESPACES)) >= 2, what="a watch after the relist")
+    assert int(apiserver.watch_requests(NAMESPACES)[-1]["resourceVersion"]) >= apiserver.compacted
+
+
+def test_a_resume_point_that_was_compacted_while_disconnected_gets_410_and_relists(
+        apiserver: FakeApiServer, namespaces: tuple[Reflector, Recorder]) -> None:
+    reflector, _ = namespaces
+    wait_for(lambda: apiserver.watch_requests(NAMESPACES), what="the watch")
+    apiserver.compact()
+    apiserver.drop_watches()
+    wait_for(lambda: reflector.lists == 2, what="the relist after 410")
+
+
+def test_server_errors_back_off_and_recover(apiserver: FakeApiServer, api: KubeApi) -> None:
+    apiserver.put_policy(_policy("p1"))
+    apiserver.fail("GET", POLICIES, 503, "ServiceUnavailable", times=3)
+    recorder = Recorder()
+    backoff = Backoff(initial=0.05, ceiling=0.1)
+    reflector = Reflector(api, Resource(POLICIES, "SchedulingPolicy"), recorder, backoff=backoff)
+    stop = threading.Event()
+    thread = threading.Thread(target=reflector.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: recorder.names == {"p1"}, what="the list after three 503s")
+        assert len(apiserver.list_requests(POLICIES)) == 4
+    finally:
+        stop.set()
+        apiserver.drop_watches()
+        thread.join(10)
+
+
+def test_backoff_grows_exponentially_with_jitter_up_to_its_ceiling() -> None:
+    import random
+
+    backoff = Backoff(initial=0.5, ceiling=30, rng=random.Random(7))
+    delays = [backoff.delay() for _ in range(10)]
+    assert 0.4 <= delays[0] <= 0.6
+    assert all(later >= earlier * 1.3 for earlier, later in zip(delays[:5], delays[1:6], strict=True))
+    assert max(delays) <= 36 and delays[-1] >= 24
+    backoff.reset()
+    assert backoff.delay() <= 0.6
+
+
+def _policy(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"rules": [
+        {"name": "pool", "action": "add-node-selector", "parameters": {"pool": "general"}}]}}
