@@ -64,7 +64,8 @@ class FakeApiServer:
     leases: dict[str, dict[str, Any]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
-    status_patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    status_patches: list[tuple[str, dict[str, Any], str]] = field(default_factory=list)
+    """(policy name, patch body, the bearer token that sent it)."""
     failures: list[Failure] = field(default_factory=list)
     revision: int = 100
     compacted: int = 0
@@ -155,11 +156,11 @@ class FakeApiServer:
             self._server.shutdown()
             self._server.server_close()
 
-    def kubeconfig(self, path: Path, ca: Path) -> Path:
+    def kubeconfig(self, path: Path, ca: Path, *, token: str = TOKEN) -> Path:
         config = {
             "apiVersion": "v1", "kind": "Config", "current-context": "test",
             "clusters": [{"name": "test", "cluster": {"server": self.url, "certificate-authority": str(ca)}}],
-            "users": [{"name": "placer", "user": {"token": TOKEN}}],
+            "users": [{"name": "placer", "user": {"token": token}}],
             "contexts": [{"name": "test", "context": {"cluster": "test", "user": "placer",
                                                       "namespace": "placer-system"}}],
         }
@@ -231,14 +232,14 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             with api.condition:
                 api.requests.append((method, path, query))
                 failure = api._take_failure(method, path)
-            if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+            if not (self.headers.get("Authorization") or "").startswith(f"Bearer {TOKEN}"):
                 return self._send(401, status(401, "Unauthorized", "Unauthorized"))
             if failure is not None:
                 return self._send(failure.code, status(failure.code, failure.reason, "injected by the test"))
             if method == "GET" and path in _KINDS:
                 return self._watch(path, query) if query.get("watch") in ("1", "true") else self._list(path, query)
             if method == "PATCH" and path.startswith(POLICIES + "/") and path.endswith("/status"):
-                return self._patch_status(path.split("/")[-2], body)
+                return self._patch_status(path.split("/")[-2], body, self.headers["Authorization"][7:])
             if path.startswith(LEASES):
                 return self._lease(method, path, body)
             return self._send(404, status(404, "NotFound", f"the server could not find the requested resource"))
@@ -323,13 +324,13 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
 
-        def _patch_status(self, name: str, body: Any) -> None:
+        def _patch_status(self, name: str, body: Any, token: str) -> None:
             with api.condition:
                 existing = api.objects[POLICIES].get(name)
                 if existing is None:
                     return self._send(404, status(404, "NotFound",
                                                   f'schedulingpolicies.placer.dev "{name}" not found'))
-                api.status_patches.append((name, copy.deepcopy(body)))
+                api.status_patches.append((name, copy.deepcopy(body), token))
                 updated = copy.deepcopy(existing)
                 updated["status"] = {**(existing.get("status") or {}), **body["status"]}
                 result = api._store(POLICIES, updated)

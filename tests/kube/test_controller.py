@@ -1,0 +1,221 @@
+"""The controller against the fake API server: what it publishes to workers and what status it writes."""
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.kube.fake_apiserver import LEASES, POLICIES, TOKEN, FakeApiServer, wait_for
+from webhook.kube.api import KubeApi, Timeouts
+from webhook.kube.connection import connect
+from webhook.kube.controller import LEASE_NAME, ClusterController
+from webhook.kube.leader import LeaseElector
+from webhook.policy.cluster_state import ClusterState, ClusterStateSource, read_state
+from webhook.policy.compiler import PolicyCompiler
+
+
+def policy(name: str, *, condition: str = "true", pool: str = "general", priority: int = 100) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"priority": priority, "rules": [
+        {"name": "pool", "condition": condition, "action": "add-node-selector", "parameters": {"pool": pool}}]}}
+
+
+class Running:
+    def __init__(self, controller: ClusterController, state: Path, stop: threading.Event) -> None:
+        self.controller, self.state, self.stop = controller, state, stop
+
+    def read(self) -> ClusterState | None:
+        return read_state(self.state) if self.state.exists() else None
+
+    def serving(self) -> dict[str, Any]:
+        state = self.read()
+        return {p["metadata"]["name"]: p for p in state.policies} if state else {}
+
+
+def start(api: KubeApi, apiserver: FakeApiServer, tmp_path: Path, *, identity: str = "replica-a",
+          lease_seconds: int = 15, status: bool = True) -> Running:
+    elector = (LeaseElector(api, namespace="placer-system", name=LEASE_NAME, identity=identity,
+                            lease_seconds=lease_seconds) if status else None)
+    state = tmp_path / f"{identity}.json"
+    controller = ClusterController(api, state, compiler=PolicyCompiler(), elector=elector, election_interval=0.2)
+    for reflector in controller.reflectors:
+        reflector._backoff = type(reflector._backoff)(initial=0.05, ceiling=0.2)
+    stop = threading.Event()
+    threading.Thread(target=controller.run, args=(stop,), daemon=True).start()
+    return Running(controller, state, stop)
+
+
+@pytest.fixture
+def running(api: KubeApi, apiserver: FakeApiServer, tmp_path: Path) -> Iterator[Running]:
+    run = start(api, apiserver, tmp_path)
+    yield run
+    run.stop.set()
+    apiserver.drop_watches()
+
+
+def ready_condition(apiserver: FakeApiServer, name: str) -> dict[str, Any] | None:
+    status = apiserver.objects[POLICIES].get(name, {}).get("status") or {}
+    return next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), None)
+
+
+def test_nothing_is_published_before_both_lists_succeed(
+        apiserver: FakeApiServer, api: KubeApi, tmp_path: Path) -> None:
+    apiserver.put_policy(policy("p1"))
+    apiserver.fail("GET", "/api/v1/namespaces", 503, "ServiceUnavailable", times=5)
+    run = start(api, apiserver, tmp_path, status=False)
+    try:
+        wait_for(lambda: len(apiserver.list_requests("/api/v1/namespaces")) >= 3, what="namespace retries")
+        assert run.read() is None, "workers must stay not ready until the first sync"
+        state = wait_for(run.read, what="the first published state")
+        assert state.synced and [p["metadata"]["name"] for p in state.policies] == ["p1"]
+    finally:
+        run.stop.set()
+        apiserver.drop_watches()
+
+
+def test_policies_and_namespace_labels_are_published_as_they_change(
+        apiserver: FakeApiServer, running: Running) -> None:
+    apiserver.put_namespace("team-a", {"team": "ml"}, {"placer.dev/inject": "enabled",
+                                                      "kubectl.kubernetes.io/last-applied-configuration": "{...}"})
+    apiserver.put_policy(policy("p1"))
+    wait_for(lambda: "p1" in running.serving(), what="p1 published")
+    state = wait_for(lambda: (s := running.read()) and "team-a" in s.namespaces and s, what="team-a published")
+    team_a = state.namespaces["team-a"]
+    assert team_a.labels == {"kubernetes.io/metadata.name": "team-a", "team": "ml"}
+    assert team_a.annotations == {"placer.dev/inject": "enabled"}, "the bulky last-applied annotation is dropped"
+    assert "managedFields" not in running.serving()["p1"]["metadata"]
+    assert "status" not in running.serving()["p1"]
+
+    apiserver.put_policy(policy("p1", pool="gpu"))
+    wait_for(lambda: running.serving()["p1"]["spec"]["rules"][0]["parameters"] == {"pool": "gpu"}, what="update")
+    apiserver.delete(POLICIES, "p1")
+    wait_for(lambda: "p1" not in running.serving(), what="deletion")
+
+
+def test_a_broken_update_keeps_the_last_good_version_serving_and_says_so_in_status(
+        apiserver: FakeApiServer, running: Running) -> None:
+    apiserver.put_policy(policy("p1", pool="v1"))
+    wait_for(lambda: (c := ready_condition(apiserver, "p1")) and c["status"] == "True", what="Ready=True")
+    good = ready_condition(apiserver, "p1")
+    assert good["reason"] == "Compiled" and good["observedGeneration"] == 1
+    assert apiserver.objects[POLICIES]["p1"]["status"]["rules"] == 1
+
+    apiserver.put_policy(policy("p1", pool="v2", condition="object.spec.replica > 1 &&"))
+    condition = wait_for(lambda: (c := ready_condition(apiserver, "p1")) and c["status"] == "False" and c,
+                         what="Ready=False")
+    assert condition["reason"] == "CompileError"
+    assert condition["observedGeneration"] == 2
+    assert apiserver.objects[POLICIES]["p1"]["status"]["observedGeneration"] == 2
+    message = condition["message"]
+    assert message.startswith("1 error(s), generation 1 keeps serving: policy p1, rule pool, condition: <input>:1:")
+    assert "cluster:" not in message
+    assert running.serving()["p1"]["spec"]["rules"][0]["parameters"] == {"pool": "v1"}
+    state = running.read()
+    assert state is not None and [e.policy for e in state.errors] == ["p1"]
+
+    apiserver.put_policy(policy("p1", pool="v3"))
+    wait_for(lambda: running.serving()["p1"]["spec"]["rules"][0]["parameters"] == {"pool": "v3"}, what="fixed")
+    wait_for(lambda: (c := ready_condition(apiserver, "p1")) and c["status"] == "True", what="Ready again")
+
+
+def test_a_policy_that_never_compiled_does_not_serve(apiserver: FakeApiServer, running: Running) -> None:
+    apiserver.put_policy(policy("broken", condition="1 + 1"))
+    apiserver.put_policy(policy("fine"))
+    condition = wait_for(lambda: ready_condition(apiserver, "broken"), what="status of broken")
+    assert condition["status"] == "False"
+    assert "this policy does not serve" in condition["message"] and "must return bool" in condition["message"]
+    assert set(running.serving()) == {"fine"}, "a broken policy never takes down the others"
+
+
+def test_status_is_not_rewritten_when_nothing_changed(apiserver: FakeApiServer, running: Running) -> None:
+    apiserver.put_policy(policy("p1"))
+    wait_for(lambda: ready_condition(apiserver, "p1"), what="status")
+    first = ready_condition(apiserver, "p1")
+    writes = len(apiserver.status_patches)
+    apiserver.put_namespace("unrelated")  # unrelated traffic, and time passing
+    wait_for(lambda: "unrelated" in (running.read() or ClusterState(0, False)).namespaces, what="namespace")
+    time.sleep(1.0)
+    assert len(apiserver.status_patches) == writes
+    assert ready_condition(apiserver, "p1") == first
+
+
+def test_only_the_lease_holder_writes_status_and_another_replica_takes_over_when_it_stops(
+        apiserver: FakeApiServer, api: KubeApi, certificates: Any, tmp_path: Path) -> None:
+    a = start(api, apiserver, tmp_path, identity="replica-a", lease_seconds=2)
+    wait_for(lambda: LEASE_NAME in apiserver.leases, what="the Lease")
+    config_b = apiserver.kubeconfig(tmp_path / "kubeconfig-b", certificates.ca_cert, token=TOKEN + "-b")
+    api_b = KubeApi(connect(config_b), timeouts=Timeouts(connect=2, read=5, watch_idle=10))
+    b = start(api_b, apiserver, tmp_path, identity="replica-b", lease_seconds=2)
+    try:
+        apiserver.put_policy(policy("p1"))
+        wait_for(lambda: ready_condition(apiserver, "p1"), what="status")
+        wait_for(lambda: b.read() and "p1" in b.serving(), what="replica b publishes too")
+        assert apiserver.leases[LEASE_NAME]["spec"]["holderIdentity"] == "replica-a"
+        time.sleep(0.5)
+        assert {token for _, _, token in apiserver.status_patches} == {TOKEN}, "only replica a writes status"
+
+        a.stop.set()  # replica a shuts down and releases the Lease
+        apiserver.drop_watches()
+        wait_for(lambda: apiserver.leases[LEASE_NAME]["spec"]["holderIdentity"] == "replica-b", what="takeover")
+        apiserver.put_policy(policy("p1", condition="1 + 1"))
+        wait_for(lambda: (c := ready_condition(apiserver, "p1")) and c["status"] == "False", what="b writes status")
+        assert apiserver.status_patches[-1][2] == TOKEN + "-b"
+        transitions = apiserver.leases[LEASE_NAME]["spec"]["leaseTransitions"]
+        assert transitions == 1
+    finally:
+        a.stop.set()
+        b.stop.set()
+        apiserver.drop_watches()
+
+
+def test_a_lease_held_by_a_live_replica_is_not_taken(apiserver: FakeApiServer, api: KubeApi) -> None:
+    elector_a = LeaseElector(api, namespace="placer-system", name="l", identity="a", lease_seconds=30)
+    elector_b = LeaseElector(api, namespace="placer-system", name="l", identity="b", lease_seconds=30)
+    assert elector_a.try_acquire_or_renew()
+    assert not elector_b.try_acquire_or_renew()
+    assert elector_a.try_acquire_or_renew(), "the holder renews"
+    assert not elector_b.try_acquire_or_renew()
+    assert apiserver.leases["l"]["spec"]["holderIdentity"] == "a"
+    assert [m for m, p, _ in apiserver.requests if p.startswith(LEASES)].count("PUT") == 1
+
+
+def test_an_expired_lease_is_taken_over_by_a_candidate_that_saw_it_unchanged(apiserver: FakeApiServer,
+                                                                            api: KubeApi) -> None:
+    clock = [0.0]
+    elector_a = LeaseElector(api, namespace="placer-system", name="l", identity="a", lease_seconds=10,
+                             monotonic=lambda: clock[0])
+    elector_b = LeaseElector(api, namespace="placer-system", name="l", identity="b", lease_seconds=10,
+                             monotonic=lambda: clock[0])
+    assert elector_a.try_acquire_or_renew()
+    assert not elector_b.try_acquire_or_renew()
+    clock[0] = 7.0
+    assert not elector_a.is_leader, "the holder stops acting before the lease can expire"
+    clock[0] = 9.0
+    assert not elector_b.try_acquire_or_renew(), "not yet a whole lease duration since b first saw this record"
+    clock[0] = 10.5
+    assert elector_b.try_acquire_or_renew()
+    assert apiserver.leases["l"]["spec"]["holderIdentity"] == "b"
+    assert apiserver.leases["l"]["spec"]["leaseTransitions"] == 1
+    assert not elector_a.try_acquire_or_renew(), "a sees b's fresh record and stands down"
+
+
+def test_a_conflicting_write_loses_the_election(apiserver: FakeApiServer, api: KubeApi) -> None:
+    elector = LeaseElector(api, namespace="placer-system", name="l", identity="a")
+    assert elector.try_acquire_or_renew()
+    apiserver.fail("PUT", LEASES, 409, "Conflict")
+    assert not elector.try_acquire_or_renew()
+
+
+def test_workers_compile_the_published_state(apiserver: FakeApiServer, running: Running) -> None:
+    apiserver.put_policy(policy("b-second", priority=200))
+    apiserver.put_policy(policy("a-first", priority=10))
+    wait_for(lambda: len(running.serving()) == 2, what="both policies")
+    source = ClusterStateSource(running.state, compiler=PolicyCompiler())
+    assert source.refresh()
+    content = source.content()
+    assert content.ready and sorted(content.policies) == ["a-first", "b-second"]
+    assert all(p.source == "cluster" for p in content.policies.values())
+    assert not source.refresh(), "an unchanged file is not recompiled"
+
