@@ -45,7 +45,7 @@ class RunningServer:
 @contextlib.contextmanager
 def running_server(workdir: Path, certs: object, *, extra: Sequence[str] = (), policies: Path | None = None,
                    env: dict[str, str] | None = None, ca: Path | None = None,
-                   client_cert: tuple[str, str] | None = None) -> Iterator[RunningServer]:
+                   client_cert: tuple[str, str] | None = None, wait: bool = True) -> Iterator[RunningServer]:
     """`placer serve` with the given certificates (an IssuedCertificates) and policies directory."""
     port = free_port()
     log = workdir / "server.log"
@@ -66,7 +66,8 @@ def running_server(workdir: Path, certs: object, *, extra: Sequence[str] = (), p
     server = RunningServer(f"https://127.0.0.1:{port}", ca or certs.ca_cert, log, process, workdir,  # type: ignore[attr-defined]
                            client_cert)
     try:
-        _wait_ready(server)
+        if wait:
+            _wait_ready(server)
         yield server
     finally:
         with contextlib.suppress(ProcessLookupError):

@@ -1,0 +1,148 @@
+"""`placer serve --kube` end to end: real gunicorn over TLS, its controller process, and the fake API server.
+
+Checks the snapshot the webhook actually serves after each step, through /readyz and /mutate.
+"""
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.conftest import fixture_request
+from tests.e2e.server import RunningServer, running_server
+from tests.helpers import decode_patch
+from tests.kube.fake_apiserver import NAMESPACES, POLICIES, FakeApiServer, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def pool_policy(pool: str, *, selector: dict[str, str] | None = None, name: str = "pool") -> dict[str, Any]:
+    spec: dict[str, Any] = {"rules": [{"name": "pool", "action": "add-node-selector", "parameters": {"pool": pool}}]}
+    if selector:
+        spec["namespaceSelector"] = {"matchLabels": selector}
+    return {"apiVersion": "placer.dev/v1alpha1", "kind": "SchedulingPolicy", "metadata": {"name": name},
+            "spec": spec}
+
+
+def node_selector(server: RunningServer) -> dict[str, str]:
+    """What a real captured Pod create in namespace team-a gets, as every worker serves it."""
+    review = server.post("/mutate", json=fixture_request("pod-bare-create-dryrun")).json()
+    assert review["response"]["allowed"] is True
+    for op in decode_patch(review):
+        if op["path"] == "/spec/nodeSelector":
+            return dict(op["value"])
+        if op["path"].startswith("/spec/nodeSelector/"):
+            return {op["path"].rsplit("/", 1)[1].replace("~1", "/"): op["value"]}
+    return {}
+
+
+def served_by_all_workers(server: RunningServer, expected: dict[str, str]) -> bool:
+    """True once 12 requests in a row (spread over both workers by the kernel) all see `expected`."""
+    return all(node_selector(server) == expected for _ in range(12))
+
+
+@pytest.fixture
+def kubeconfig_for(certificates: Any, tmp_path: Path) -> Any:
+    def make(apiserver: FakeApiServer) -> Path:
+        return apiserver.kubeconfig(tmp_path / "kubeconfig", certificates.ca_cert)
+    return make
+
+
+def test_cluster_policies_take_effect_change_and_disappear_within_seconds(
+        apiserver: FakeApiServer, kubeconfig: Path, certificates: Any, tmp_path: Path) -> None:
+    apiserver.put_namespace("team-a", {"team": "ml"})
+    apiserver.put_policy(pool_policy("ml-pool", selector={"team": "ml"}))
+    empty = tmp_path / "no-policies"
+    empty.mkdir()
+    with running_server(tmp_path, certificates, policies=empty,
+                        extra=["--kube", "--kubeconfig", str(kubeconfig)]) as server:
+        assert server.get("/readyz").text.startswith("ok: 1 policies, 0 errors")
+        assert served_by_all_workers(server, {"pool": "ml-pool"})
+
+        apiserver.put_policy(pool_policy("gpu-pool", selector={"team": "ml"}))
+        started = time.monotonic()
+        wait_for(lambda: served_by_all_workers(server, {"pool": "gpu-pool"}), timeout=10, what="the update")
+        assert time.monotonic() - started < 5
+
+        apiserver.put_namespace("team-a", {"team": "web"})  # namespace labels come from the cluster too
+        wait_for(lambda: served_by_all_workers(server, {}), timeout=10, what="the namespace relabel")
+        apiserver.put_namespace("team-a", {"team": "ml"})
+        wait_for(lambda: served_by_all_workers(server, {"pool": "gpu-pool"}), timeout=10, what="relabel back")
+
+        apiserver.delete(POLICIES, "pool")
+        wait_for(lambda: served_by_all_workers(server, {}), timeout=10, what="the deletion")
+
+        # Status was written by this replica's controller, which held the Lease.
+        assert apiserver.status_patches and apiserver.leases["placer-status-writer"]["spec"]["holderIdentity"]
+
+
+def test_not_ready_until_the_first_sync_then_serving_through_an_api_server_outage(
+        apiserver: FakeApiServer, kubeconfig: Path, certificates: Any, tmp_path: Path) -> None:
+    apiserver.put_namespace("team-a")
+    apiserver.put_policy(pool_policy("cluster-pool"))
+    apiserver.fail("GET", NAMESPACES, 503, "ServiceUnavailable", times=4)
+    with running_server(tmp_path, certificates, extra=["--kube", "--kubeconfig", str(kubeconfig)],
+                        policies=tmp_path, wait=False) as server:
+        wait_for(lambda: _status(server, "/healthz") == 200, what="the server")
+        assert _status(server, "/readyz") == 503
+        assert server.get("/readyz").json() == {"error": "policies not loaded yet"}
+        wait_for(lambda: _status(server, "/readyz") == 200, timeout=20, what="ready after the first sync")
+        assert served_by_all_workers(server, {"pool": "cluster-pool"})
+
+        apiserver.shutdown()  # the API server goes away: admissions go on with the last good snapshot
+        time.sleep(1.5)
+        assert served_by_all_workers(server, {"pool": "cluster-pool"})
+        assert _status(server, "/readyz") == 200
+        assert "retrying in" in server.log_text()
+
+
+def test_the_controller_process_is_restarted_and_file_policies_combine_with_cluster_ones(
+        apiserver: FakeApiServer, kubeconfig: Path, certificates: Any, tmp_path: Path) -> None:
+    apiserver.put_namespace("team-a")
+    apiserver.put_policy(pool_policy("from-cluster"))
+    files = tmp_path / "policies"
+    files.mkdir()
+    (files / "zone.yaml").write_text(
+        "apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: zone}\nspec:\n"
+        "  rules:\n  - {name: zone, action: add-node-selector, parameters: {zone: a}}\n"
+        "---\napiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: pool}\nspec:\n"
+        "  rules:\n  - {name: pool, action: add-node-selector, parameters: {pool: from-file}}\n")
+    with running_server(tmp_path, certificates, policies=files,
+                        extra=["--kube", "--kubeconfig", str(kubeconfig)]) as server:
+        # The cluster's `pool` wins over the file's; the file's `zone` applies as well.
+        assert served_by_all_workers(server, {"pool": "from-cluster", "zone": "a"})
+        readyz = server.get("/readyz").text
+        assert readyz.startswith("ok: 2 policies, 1 errors")
+
+        controller = _controller_pid(server)
+        os.kill(controller, signal.SIGKILL)
+        wait_for(lambda: _controller_pid(server, not_pid=controller), timeout=15, what="a new controller")
+        apiserver.put_policy(pool_policy("after-restart"))
+        wait_for(lambda: served_by_all_workers(server, {"pool": "after-restart", "zone": "a"}), timeout=15,
+                 what="the restarted controller's state")
+
+
+def _status(server: RunningServer, path: str) -> int | None:
+    try:
+        return server.get(path).status_code
+    except requests.RequestException:
+        return None
+
+
+def _controller_pid(server: RunningServer, not_pid: int | None = None) -> int | None:
+    """The pid of `python -m webhook.kube.controller` among the server's process group."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+            group = os.getpgid(int(entry.name))
+        except OSError:
+            continue
+        if b"webhook.kube.controller" in command and group == server.process.pid and int(entry.name) != not_pid:
+            return int(entry.name)
+    return None
