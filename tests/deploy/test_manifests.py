@@ -1,0 +1,318 @@
+"""deploy/: every overlay renders with `kubectl kustomize`, every object passes the Kubernetes 1.34 schemas,
+and the objects say what DESIGN §10 and the README promise (checked against the code, not restated)."""
+
+import base64
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.kube.fake_apiserver import FakeApiServer, wait_for
+from webhook.certs import issue
+from webhook.cli import _parser
+from webhook.kube.api import KubeApi
+from webhook.kube.controller import LEASE_NAME, ClusterController
+from webhook.kube.leader import LeaseElector
+from webhook.policy.compiler import PolicyCompiler
+from webhook.selectors import LabelSelector
+from webhook.workloads import builtin_kinds
+
+KUBECTL = shutil.which("kubectl")
+pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is needed to render deploy/ (kubectl kustomize)")
+OVERLAYS = ["base", "overlays/cert-manager", "overlays/self-managed", "overlays/annotation-opt-in"]
+CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
+
+
+@pytest.fixture(scope="module")
+def deploy_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """deploy/ with the certificates `placer certs` writes for the self-managed overlay (as README says)."""
+    target = tmp_path_factory.mktemp("deploy") / "deploy"
+    shutil.copytree(REPO / "deploy", target, ignore=shutil.ignore_patterns("certs"))
+    issue(target / "overlays/self-managed/certs", ["placer", "placer.placer-system", "placer.placer-system.svc"])
+    return target
+
+
+def render(deploy: Path, overlay: str) -> list[dict[str, Any]]:
+    result = subprocess.run([KUBECTL, "kustomize", str(deploy / overlay)], capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@pytest.fixture(scope="module")
+def rendered(deploy_copy: Path) -> dict[str, list[dict[str, Any]]]:
+    return {overlay: render(deploy_copy, overlay) for overlay in OVERLAYS}
+
+
+def one(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_object_is_valid_for_kubernetes_1_34(rendered: dict[str, list[dict[str, Any]]], overlay: str) -> None:
+    for obj in rendered[overlay]:
+        if obj["kind"] in CERT_MANAGER_KINDS:
+            assert obj["apiVersion"] == "cert-manager.io/v1" and obj["spec"]
+            continue
+        kubernetes_validate.validate(obj, "1.34.0", strict=True)
+
+
+def test_the_crd_is_structural_cluster_scoped_with_status_and_printer_columns(
+        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    crd = one(rendered["base"], "CustomResourceDefinition")
+    assert crd["metadata"]["name"] == "schedulingpolicies.placer.dev"
+    assert crd["spec"]["scope"] == "Cluster" and "spol" in crd["spec"]["names"]["shortNames"]
+    (version,) = crd["spec"]["versions"]
+    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Priority", "Rules", "Ready", "Age"]
+    _assert_structural(version["schema"]["openAPIV3Schema"], "openAPIV3Schema")
+    rules = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["rules"]
+    action_enum = set(rules["items"]["properties"]["action"]["enum"])
+    assert action_enum == set(PolicyCompiler().actions) | {"add-gang-labels"}
+
+
+def _assert_structural(schema: dict[str, Any], where: str) -> None:
+    """Every node has a type (or preserves unknown fields); the API server rejects a non-structural schema."""
+    if not schema.get("x-kubernetes-preserve-unknown-fields"):
+        assert "type" in schema, f"{where} has no type"
+    for name, child in (schema.get("properties") or {}).items():
+        _assert_structural(child, f"{where}.{name}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            _assert_structural(schema[key], f"{where}.{key}")
+
+
+def test_the_mutating_webhook_covers_exactly_the_workload_kinds_with_their_operations(
+        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    (webhook,) = one(rendered["base"], "MutatingWebhookConfiguration")["webhooks"]
+    assert webhook["sideEffects"] == "None" and webhook["failurePolicy"] == "Ignore"
+    assert webhook["timeoutSeconds"] == 5 and webhook["reinvocationPolicy"] == "IfNeeded"
+    assert webhook["matchPolicy"] == "Equivalent" and webhook["admissionReviewVersions"] == ["v1"]
+    assert webhook["clientConfig"]["service"] == {"name": "placer", "namespace": "placer-system",
+                                                  "path": "/mutate", "port": 443}
+    covered = {(group, resource, tuple(sorted(rule["operations"])))
+               for rule in webhook["rules"] for group in rule["apiGroups"] for resource in rule["resources"]}
+    expected = {(kind.group, kind.kind.lower() + "s", tuple(sorted(kind.operations))) for kind in builtin_kinds()}
+    assert covered == expected
+
+
+def test_only_opted_in_namespaces_reach_the_webhook_and_never_placers_own(
+        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    (webhook,) = one(rendered["base"], "MutatingWebhookConfiguration")["webhooks"]
+    namespaces = _selector(webhook["namespaceSelector"])
+    objects = _selector(webhook["objectSelector"])
+    enabled = {"placer.dev/inject": "enabled"}
+    assert namespaces.matches({"kubernetes.io/metadata.name": "team-a", **enabled})
+    assert not namespaces.matches({"kubernetes.io/metadata.name": "team-a"})
+    assert not namespaces.matches({"kubernetes.io/metadata.name": "placer-system", **enabled})
+    assert objects.matches({}) and objects.matches({"placer.dev/inject": "enabled"})
+    assert not objects.matches({"placer.dev/inject": "disabled"})
+
+    (widened,) = one(rendered["overlays/annotation-opt-in"], "MutatingWebhookConfiguration")["webhooks"]
+    selector = _selector(widened["namespaceSelector"])
+    assert selector.matches({"kubernetes.io/metadata.name": "team-a"}), "annotated namespaces must be reached"
+    for system in ("placer-system", "kube-system", "kube-public", "kube-node-lease"):
+        assert not selector.matches({"kubernetes.io/metadata.name": system})
+    args = one(rendered["overlays/annotation-opt-in"], "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert _serve_args(args["args"]).opt_in == "label-or-annotation"
+
+
+def test_the_validating_webhook_guards_scheduling_policies(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    (webhook,) = one(rendered["base"], "ValidatingWebhookConfiguration")["webhooks"]
+    assert webhook["clientConfig"]["service"]["path"] == "/validate"
+    (rule,) = webhook["rules"]
+    assert rule["apiGroups"] == ["placer.dev"] and rule["resources"] == ["schedulingpolicies"]
+    assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
+    assert webhook["sideEffects"] == "None"
+
+
+def test_the_deployment_is_highly_available_restricted_and_probed(
+        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["base"]
+    deployment = one(objects, "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert deployment["spec"]["replicas"] == 2
+    pdb = one(objects, "PodDisruptionBudget")
+    assert _selector(pdb["spec"]["selector"]).matches(deployment["spec"]["template"]["metadata"]["labels"])
+    assert pdb["spec"]["minAvailable"] == 1
+    anti = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    # Pod Security "restricted" (the namespace enforces it), plus a read-only root filesystem.
+    assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] > 0
+    assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    security = container["securityContext"]
+    assert security == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                        "capabilities": {"drop": ["ALL"]}}
+    assert one(objects, "Namespace")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert any(m["mountPath"] == "/tmp" for m in container["volumeMounts"]), "a writable /tmp for metrics"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    # The arguments are real flags of `placer serve`, and match the Service and the Secret mount.
+    args = _serve_args(container["args"])
+    assert args.kube is True and args.bind == "0.0.0.0:8443" and args.opt_in == "api-server"
+    tls_mount = next(m for m in container["volumeMounts"] if m["name"] == "tls")
+    assert args.tls_cert == f"{tls_mount['mountPath']}/tls.crt" and args.tls_key == f"{tls_mount['mountPath']}/tls.key"
+    assert next(v for v in spec["volumes"] if v["name"] == "tls")["secret"]["secretName"] == "placer-tls"
+    service = one(objects, "Service")
+    assert service["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]
+    assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
+    assert _selector({"matchLabels": service["spec"]["selector"]}).matches(
+        deployment["spec"]["template"]["metadata"]["labels"])
+    env = {e["name"] for e in container["env"]}
+    assert {"POD_NAME", "POD_NAMESPACE"} <= env, "the Lease holder identity and namespace"
+
+
+def _serve_args(args: list[str]) -> Any:
+    return _parser().parse_args(["serve", *args])
+
+
+def test_cert_manager_overlay_injects_the_ca_of_the_serving_certificate(
+        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["overlays/cert-manager"]
+    serving = one(objects, "Certificate", "placer-serving")
+    assert serving["spec"]["secretName"] == "placer-tls"
+    assert "placer.placer-system.svc" in serving["spec"]["dnsNames"]
+    issuer = one(objects, "Issuer", serving["spec"]["issuerRef"]["name"])
+    assert one(objects, "Certificate", "placer-ca")["spec"]["secretName"] == issuer["spec"]["ca"]["secretName"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        annotations = one(objects, kind)["metadata"]["annotations"]
+        assert annotations["cert-manager.io/inject-ca-from"] == "placer-system/placer-serving"
+
+
+def test_self_managed_overlay_carries_the_placer_certs_output(
+        rendered: dict[str, list[dict[str, Any]]], deploy_copy: Path) -> None:
+    objects = rendered["overlays/self-managed"]
+    secret = one(objects, "Secret", "placer-tls")
+    certs = deploy_copy / "overlays/self-managed/certs"
+    assert secret["type"] == "kubernetes.io/tls"
+    decoded = {key: base64.b64decode(value) for key, value in secret["data"].items()}
+    assert decoded == {name: (certs / name).read_bytes() for name in ("tls.crt", "tls.key", "ca.crt")}
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for webhook in one(objects, kind)["webhooks"]:
+            assert base64.b64decode(webhook["clientConfig"]["caBundle"]) == (certs / "ca.crt").read_bytes()
+
+
+def test_rbac_grants_exactly_the_calls_the_controller_makes(
+        rendered: dict[str, list[dict[str, Any]]], apiserver: FakeApiServer, api: KubeApi, tmp_path: Path) -> None:
+    """Run the controller through a full cycle against the recorded API server, then compare verbs."""
+    apiserver.put_policy({"metadata": {"name": "p"}, "spec": {"rules": [
+        {"name": "r", "action": "add-node-selector", "parameters": {"pool": "a"}}]}})
+    apiserver.put_namespace("team-a")
+    elector = LeaseElector(api, namespace="placer-system", name=LEASE_NAME, identity="x", lease_seconds=3)
+    controller = ClusterController(api, tmp_path / "state.json", compiler=PolicyCompiler(), elector=elector,
+                                   election_interval=0.1)
+    stop = threading.Event()
+    thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
+    thread.start()
+    wait_for(lambda: apiserver.status_patches, what="a status write")
+    wait_for(lambda: [m for m, p, _ in apiserver.requests if p.endswith(LEASE_NAME) and m == "PUT"], what="renewal")
+    stop.set()
+    apiserver.drop_watches()
+    thread.join(10)
+    used = {_verb(method, path, query) for method, path, query in apiserver.requests}
+    granted = set(_granted(rendered["base"]))
+    assert used == granted
+
+
+def _verb(method: str, path: str, query: dict[str, str]) -> tuple[str, str, str, str | None]:
+    parts = path.strip("/").split("/")
+    group = "" if parts[0] == "api" else parts[1]
+    rest = parts[2:] if parts[0] == "api" else parts[3:]
+    if rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]  # namespaced resource
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    name = rest[1] if len(rest) > 1 else None
+    verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method)
+    if verb is None:
+        verb = "get" if name else ("watch" if query.get("watch") else "list")
+    return group, resource, verb, name if verb in ("get", "update") and group == "coordination.k8s.io" else None
+
+
+def _granted(objects: list[dict[str, Any]]) -> Iterator[tuple[str, str, str, str | None]]:
+    for obj in objects:
+        if obj["kind"] not in ("ClusterRole", "Role"):
+            continue
+        for rule in obj["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        for name in rule.get("resourceNames") or [None]:
+                            yield group, resource, verb, name
+
+
+def _selector(raw: Any) -> LabelSelector:
+    selector = LabelSelector.from_object(raw)
+    assert selector is not None, f"not a label selector: {raw}"
+    return selector
+
+
+def _crd_schema(rendered: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    crd = one(rendered["base"], "CustomResourceDefinition")
+    return dict(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+
+
+def _schema_errors(schema: dict[str, Any], obj: Any) -> list[str]:
+    """JSON-schema errors plus the CRD's x-kubernetes-validations, evaluated with CEL as the API server does."""
+    import jsonschema
+
+    errors = [error.message for error in jsonschema.Draft7Validator(schema).iter_errors(obj)]
+    errors.extend(_cel_validation_errors(schema, obj))
+    return errors
+
+
+def _cel_validation_errors(schema: dict[str, Any], value: Any) -> Iterator[str]:
+    from cel_expr_python import cel
+    from cel_expr_python.ext import ext_strings
+
+    for validation in schema.get("x-kubernetes-validations") or []:
+        env = cel.NewEnv(variables={"self": cel.Type.Map(cel.Type.STRING, cel.Type.DYN)},
+                         extensions=[ext_strings.ExtStrings()])
+        result = env.compile(validation["rule"]).eval(data={"self": value})
+        if result.value() is not True:
+            yield validation["message"]
+    if isinstance(value, dict):
+        for name, child in (schema.get("properties") or {}).items():
+            if name in value:
+                yield from _cel_validation_errors(child, value[name])
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for item in value:
+            yield from _cel_validation_errors(schema["items"], item)
+
+
+def test_every_example_policy_is_accepted_by_the_crd_schema(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    schema = _crd_schema(rendered)
+    policies = [doc for path in sorted((REPO / "policies").glob("*.yaml"))
+                for doc in yaml.safe_load_all(path.read_text()) if doc and doc.get("kind") == "SchedulingPolicy"]
+    assert len(policies) >= 4
+    for policy in policies:
+        assert _schema_errors(schema, policy) == [], policy["metadata"]["name"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"rules": []}, "should be non-empty"),
+    ({"rules": [{"name": "Bad_Name", "action": "add-labels"}]}, "does not match"),
+    ({"rules": [{"name": "r", "action": "add-magic"}]}, "is not one of"),
+    ({"rules": [{"name": "r", "action": "add-labels", "condition": "  "}]}, "condition must not be empty"),
+    ({"failurePolicy": "Sometimes"}, "is not one of"),
+    ({"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "In"}]}}, "values must be non-empty"),
+    ({"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "Exists", "values": ["x"]}]}},
+     "values must be non-empty for In and NotIn, and empty"),
+    ({"variables": [{"name": "1st", "expression": "1"}]}, "does not match"),
+])
+def test_the_crd_schema_refuses_what_kubectl_should_refuse_early(
+        rendered: dict[str, list[dict[str, Any]]], change: dict[str, Any], message: str) -> None:
+    policy = {"apiVersion": "placer.dev/v1alpha1", "kind": "SchedulingPolicy", "metadata": {"name": "p"},
+              "spec": {"rules": [{"name": "r", "action": "add-labels", "parameters": {"a": "b"}}], **change}}
+    errors = _schema_errors(_crd_schema(rendered), policy)
+    assert any(message in error for error in errors), errors
