@@ -33,9 +33,56 @@ def service_names(service: str, namespace: str) -> list[str]:
     return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
 
 
+CA_DAYS = 3650
+
+
 def issue(out: Path, hosts: list[str], *, days: int = 365, common_name: str | None = None) -> IssuedCertificates:
-    """Write `ca.crt`, `tls.crt` and `tls.key` (mode 0600) into `out` for the given DNS names and IPs."""
+    """Write `ca.crt`, `ca.key`, `tls.crt` and `tls.key` (keys mode 0600) into `out` for the given names and IPs.
+
+    A CA already in `out` (`ca.crt` + `ca.key`) that outlives the new certificate signs it again: renewing the
+    serving certificate then leaves the webhooks' `caBundle` unchanged, so rotation needs no caBundle update
+    and no request fails. Otherwise a new CA, valid for ten years, is made.
+    """
     out.mkdir(parents=True, exist_ok=True)
+    ca_cert, ca_key = _reusable_ca(out, days) or _new_ca(out)
+    ca_name = ca_cert.subject
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name or hosts[0])])
+    cert = _signed(
+        subject,
+        issuer=ca_name,
+        public_key=key.public_key(),
+        signing_key=ca_key,
+        days=days,
+        extensions=[
+            (x509.SubjectAlternativeName([_general_name(host) for host in dict.fromkeys(hosts)]), False),
+            (x509.BasicConstraints(ca=False, path_length=None), True),
+            (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), False),
+        ],
+    )
+    issued = IssuedCertificates(out / "ca.crt", out / "tls.crt", out / "tls.key")
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    _write_private(issued.key, key_pem)
+    # the key first, then the certificate: a reader that sees the new certificate finds its key
+    issued.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return issued
+
+
+def _reusable_ca(out: Path, days: int) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None:
+    try:
+        ca_cert = x509.load_pem_x509_certificate((out / "ca.crt").read_bytes())
+        ca_key = serialization.load_pem_private_key((out / "ca.key").read_bytes(), password=None)
+    except (OSError, ValueError):
+        return None
+    expires = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=days)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey) or ca_cert.not_valid_after_utc < expires:
+        return None
+    return ca_cert, ca_key
+
+
+def _new_ca(out: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "placer-webhook-ca")])
     ca_usage = x509.KeyUsage(
@@ -54,35 +101,20 @@ def issue(out: Path, hosts: list[str], *, days: int = 365, common_name: str | No
         issuer=ca_name,
         public_key=ca_key.public_key(),
         signing_key=ca_key,
-        days=days,
+        days=CA_DAYS,
         extensions=[
             (x509.BasicConstraints(ca=True, path_length=0), True),
             (ca_usage, True),
         ],
     )
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name or hosts[0])])
-    cert = _signed(
-        subject,
-        issuer=ca_name,
-        public_key=key.public_key(),
-        signing_key=ca_key,
-        days=days,
-        extensions=[
-            (x509.SubjectAlternativeName([_general_name(host) for host in dict.fromkeys(hosts)]), False),
-            (x509.BasicConstraints(ca=False, path_length=None), True),
-            (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), False),
-        ],
+    _write_private(
+        out / "ca.key",
+        ca_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
     )
-    issued = IssuedCertificates(out / "ca.crt", out / "tls.crt", out / "tls.key")
-    issued.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    _write_private(issued.key, key_pem)
-    # the key first, then the certificate: a reader that sees the new certificate finds its key
-    issued.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return issued
+    (out / "ca.crt").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    return ca_cert, ca_key
 
 
 def ensure_dev_certificates(directory: Path) -> IssuedCertificates | None:
