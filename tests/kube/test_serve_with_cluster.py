@@ -91,7 +91,8 @@ def test_not_ready_until_the_first_sync_then_serving_through_an_api_server_outag
         assert _status(server, "/readyz") == 503
         assert server.get("/readyz").json() == {"error": "policies not loaded yet"}
         wait_for(lambda: _status(server, "/readyz") == 200, timeout=20, what="ready after the first sync")
-        assert served_by_all_workers(server, {"pool": "cluster-pool"})
+        # Each worker picks the first state up within a poll interval (1 s) of the controller writing it.
+        wait_for(lambda: served_by_all_workers(server, {"pool": "cluster-pool"}), timeout=5, what="every worker")
 
         apiserver.shutdown()  # the API server goes away: admissions go on with the last good snapshot
         time.sleep(1.5)
