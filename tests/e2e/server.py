@@ -80,16 +80,19 @@ def running_server(workdir: Path, certs: object, *, extra: Sequence[str] = (), p
 
 
 def _wait_ready(server: RunningServer, timeout: float = 20.0) -> None:
+    """Ready when /readyz answers 200 six times in a row: each worker becomes ready on its own."""
     deadline = time.monotonic() + timeout
+    streak = 0
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
             raise RuntimeError(f"placer serve exited: {server.log_text()[-3000:]}")
         try:
-            if server.get("/readyz").status_code == 200:
-                return
+            streak = streak + 1 if server.get("/readyz").status_code == 200 else 0
         except (OSError, requests.RequestException):
-            pass
-        time.sleep(0.1)
+            streak = 0
+        if streak >= 6:
+            return
+        time.sleep(0.05 if streak else 0.1)
     raise RuntimeError(f"placer serve not ready: {server.log_text()[-3000:]}")
 
 

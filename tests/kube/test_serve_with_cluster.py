@@ -60,8 +60,8 @@ def test_cluster_policies_take_effect_change_and_disappear_within_seconds(
     empty.mkdir()
     with running_server(tmp_path, certificates, policies=empty,
                         extra=["--kube", "--kubeconfig", str(kubeconfig)]) as server:
+        wait_for(lambda: served_by_all_workers(server, {"pool": "ml-pool"}), timeout=5, what="every worker")
         assert server.get("/readyz").text.startswith("ok: 1 policies, 0 errors")
-        assert served_by_all_workers(server, {"pool": "ml-pool"})
 
         apiserver.put_policy(pool_policy("gpu-pool", selector={"team": "ml"}))
         started = time.monotonic()
@@ -115,7 +115,8 @@ def test_the_controller_process_is_restarted_and_file_policies_combine_with_clus
     with running_server(tmp_path, certificates, policies=files,
                         extra=["--kube", "--kubeconfig", str(kubeconfig)]) as server:
         # The cluster's `pool` wins over the file's; the file's `zone` applies as well.
-        assert served_by_all_workers(server, {"pool": "from-cluster", "zone": "a"})
+        wait_for(lambda: served_by_all_workers(server, {"pool": "from-cluster", "zone": "a"}), timeout=5,
+                 what="every worker")
         readyz = server.get("/readyz").text
         assert readyz.startswith("ok: 2 policies, 1 errors")
 
