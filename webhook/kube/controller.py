@@ -74,6 +74,7 @@ class ClusterController:
         self._compiled: dict[str, _Compiled] = {}
         self._last_good: dict[str, tuple[str, _Compiled]] = {}
         self._published: tuple[Any, ...] | None = None
+        self._inputs: tuple[Store, Store] | None = None
         self._generation = 0
         self._next_election = 0.0
         self._status_written: dict[str, tuple[tuple[Any, ...], float]] = {}
@@ -119,7 +120,10 @@ class ClusterController:
             policies, namespaces = self._policies, self._namespaces
         if policies is None or namespaces is None:
             return  # not synced: publish nothing, so workers keep the previous state (or stay not ready)
-        self._publish(policies, namespaces)
+        # Reflectors hand over a new dict on every change, so identity says whether anything changed.
+        if self._inputs is None or self._inputs[0] is not policies or self._inputs[1] is not namespaces:
+            self._publish(policies, namespaces)
+            self._inputs = (policies, namespaces)
         if self._elector is None:
             return
         now = self._monotonic()
