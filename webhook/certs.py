@@ -61,10 +61,7 @@ def issue(out: Path, hosts: list[str], *, days: int = 365, common_name: str | No
         ],
     )
     issued = IssuedCertificates(out / "ca.crt", out / "tls.crt", out / "tls.key")
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    _write_private(issued.key, key_pem)
+    _write_private_key(issued.key, key)
     # the key first, then the certificate: a reader that sees the new certificate finds its key
     issued.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return issued
@@ -107,12 +104,7 @@ def _new_ca(out: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
             (ca_usage, True),
         ],
     )
-    _write_private(
-        out / "ca.key",
-        ca_key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        ),
-    )
+    _write_private_key(out / "ca.key", ca_key)
     (out / "ca.crt").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     return ca_cert, ca_key
 
@@ -149,7 +141,11 @@ def _signed(
     return builder.sign(signing_key, hashes.SHA256())
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def _write_private_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
+    """PKCS#8 PEM, created with mode 0600 so the key is never readable by others, even for a moment."""
+    data = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)

@@ -29,8 +29,8 @@ from webhook.kube.status import PolicyOutcome, desired_status, status_differs
 from webhook.logs import configure_logging
 from webhook.policy.cluster_state import CLUSTER_SOURCE, ClusterState, write_state
 from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.documents import namespace_info
 from webhook.policy.errors import PolicyError
-from webhook.policy.snapshot import NamespaceInfo
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,10 @@ class ClusterController:
         for gone in set(self._compiled) - set(policies):
             del self._compiled[gone]
             self._last_good.pop(gone, None)
-        infos = {name: _namespace_info(name, obj) for name, obj in namespaces.items()}
+        infos = {
+            name: namespace_info(name, obj.get("metadata") or {}, drop_annotations=_DROPPED_ANNOTATIONS)
+            for name, obj in namespaces.items()
+        }
         content = (serving, errors, infos)
         if content == self._published:
             return  # e.g. only a status or an unrelated annotation changed: workers need not recompile
@@ -202,7 +205,7 @@ class ClusterController:
             desired = desired_status(compiled.outcome, current, datetime.now(UTC))
             if not status_differs(current, desired):
                 continue
-            fingerprint = (compiled.key, repr(desired["conditions"][0]["message"]), desired["conditions"][0]["status"])
+            fingerprint = (compiled.key, desired["conditions"][0]["status"], desired["conditions"][0]["message"])
             written = self._status_written.get(name)
             if written is not None and written[0] == fingerprint and now - written[1] < _STATUS_REWRITE_AFTER:
                 continue  # written already; the watch has not delivered it yet
@@ -224,17 +227,6 @@ def _served_document(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The object without what only the API server needs (managed fields) and without status."""
     metadata = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
     return {k: v for k, v in obj.items() if k != "status"} | {"metadata": metadata}
-
-
-def _namespace_info(name: str, obj: Mapping[str, Any]) -> NamespaceInfo:
-    metadata = obj.get("metadata") or {}
-    labels = metadata.get("labels") or {}
-    annotations = {k: v for k, v in (metadata.get("annotations") or {}).items() if k not in _DROPPED_ANNOTATIONS}
-    return NamespaceInfo(name, _strings(labels), _strings(annotations))
-
-
-def _strings(mapping: Mapping[Any, Any]) -> dict[str, str]:
-    return {str(k): str(v) for k, v in mapping.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

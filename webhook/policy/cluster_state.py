@@ -19,6 +19,7 @@ from typing import Any
 
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.errors import PolicyError
+from webhook.policy.files import Fingerprint, file_fingerprint
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import NamespaceInfo
 from webhook.policy.sources import SourceContent
@@ -87,18 +88,14 @@ class ClusterStateSource:
     def __init__(self, path: Path, *, compiler: PolicyCompiler) -> None:
         self._path = path
         self._compiler = compiler
-        self._stamp: tuple[int, int, int] | None = None
+        self._stamp: Fingerprint | None = None
         self._content = SourceContent(ready=False)
         self.generation: int | None = None
 
     def refresh(self) -> bool:
-        try:
-            stat = self._path.stat()
-        except FileNotFoundError:
-            return False  # the controller has not finished its first sync: stay not ready
-        stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
-        if stamp == self._stamp:
-            return False
+        stamp = file_fingerprint(self._path)
+        if stamp is None or stamp == self._stamp:
+            return False  # unchanged, or not written yet (no first sync: stay not ready)
         try:
             state = read_state(self._path)
         except (OSError, ValueError, TypeError, KeyError) as error:

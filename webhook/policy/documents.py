@@ -1,6 +1,6 @@
 """Reading Kubernetes manifests: multi-document YAML, safely, with the line each document starts on."""
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,7 +69,15 @@ def namespace_from(content: Any) -> NamespaceInfo | None:
     metadata = content.get("metadata")
     if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
         return None
-    return NamespaceInfo(metadata["name"], _strings(metadata.get("labels")), _strings(metadata.get("annotations")))
+    return namespace_info(metadata["name"], metadata)
+
+
+def namespace_info(name: str, metadata: Any, *, drop_annotations: Iterable[str] = ()) -> NamespaceInfo:
+    """Name, labels and annotations (all strings) from a Namespace's metadata, for `namespaceObject`."""
+    annotations = _strings(metadata.get("annotations"))
+    for key in drop_annotations:
+        annotations.pop(key, None)
+    return NamespaceInfo(name, _strings(metadata.get("labels")), annotations)
 
 
 def _strings(value: Any) -> dict[str, str]:

@@ -66,7 +66,7 @@ class FilePolicySource:
             changed = True
         for path in current:
             state = self._files.setdefault(path, _FileState())
-            fingerprint = _fingerprint(path)
+            fingerprint = file_fingerprint(path)
             if fingerprint != state.fingerprint:
                 self._load(path, state, fingerprint)
                 changed = True
@@ -114,7 +114,7 @@ class FilePolicySource:
             log.error("%s", problem)
 
 
-def _fingerprint(path: Path) -> Fingerprint | None:
+def file_fingerprint(path: Path) -> Fingerprint | None:
     """mtime, size and inode: an atomic rename (as a ConfigMap update does) changes the inode."""
     try:
         stat = path.stat()
