@@ -21,7 +21,7 @@ from webhook.policy.documents import ManifestError, expand_lists, is_policy, nam
 from webhook.policy.files import FilePolicySource
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.review import AdmissionRequest, decode_json
-from webhook.typing import JSONObject
+from webhook.typing import JSONObject, as_map
 from webhook.workloads import default_workload_table
 
 DEFAULT_NAMESPACE = "default"
@@ -94,7 +94,7 @@ def apply_manifests(
     report.snapshot = snapshot
     workloads = default_workload_table()
     for index, (origin, obj) in enumerate(manifests):
-        metadata = _map(obj.get("metadata"))
+        metadata = as_map(obj.get("metadata"))
         namespace = snapshot.namespace(str(metadata.get("namespace") or DEFAULT_NAMESPACE))
         if namespace_labels:
             namespace = dataclasses.replace(namespace, labels={**namespace.labels, **namespace_labels})
@@ -160,7 +160,7 @@ def _request_for(obj: JSONObject, namespace: str, operation: str, index: int) ->
     api_version = str(obj.get("apiVersion") or "")
     group, _, version = api_version.rpartition("/")
     kind = str(obj.get("kind") or "")
-    metadata = _map(obj.get("metadata"))
+    metadata = as_map(obj.get("metadata"))
     return AdmissionRequest(
         api_version="admission.k8s.io/v1",
         uid=f"placer-apply-{index}",
@@ -183,7 +183,3 @@ def _as_json(content: Any) -> JSONObject:
     """YAML values as the API server would send them: JSON types only, integers within int64."""
     decoded = decode_json(json.dumps(content, default=str).encode())
     return decoded if isinstance(decoded, dict) else {}
-
-
-def _map(value: Any) -> JSONObject:
-    return value if isinstance(value, dict) else {}

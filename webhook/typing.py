@@ -14,3 +14,8 @@ JSONObject: TypeAlias = dict[str, Any]
 
 JSONPatch: TypeAlias = list[dict[str, Any]]
 """An RFC 6902 JSON Patch: a list of operations."""
+
+
+def as_map(value: Any) -> JSONObject:
+    """`value` when it is a JSON object, else an empty one: optional sub-structures read without checks."""
+    return value if isinstance(value, dict) else {}

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from webhook.gang.facts import GangFacts
 from webhook.selectors import LabelSelector
 from webhook.typing import JSONObject
 
@@ -52,6 +53,10 @@ class ActionContext:
     """A metav1.LabelSelector for the workload's own pods, or None when none can be derived."""
     protected_labels: Mapping[str, str]
     """Labels a controller's selector relies on: changing them on the template would orphan the pods."""
+    template: str = ""
+    """The name of the pod template being changed (`driver`, `Worker`...; empty for single-template kinds)."""
+    gang: Callable[[], GangFacts] | None = None
+    """Workload-wide facts for gang scheduling, computed on first use."""
     conflicts: list[str] = field(default_factory=list)
 
     def set_scalar(self, container: JSONObject, key: str, value: Any, what: str) -> bool:

@@ -6,7 +6,7 @@ the original template and the copy. Pure: no I/O, no clock other than the deadli
 """
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -14,7 +14,7 @@ from webhook.actions.base import ActionContext, ActionSkipped, working_copy
 from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.actions.parameters import parse_parameters
 from webhook.engine.activation import pod_variable, workload_variable
-from webhook.engine.patch import diff
+from webhook.gang.facts import GangFacts, gang_facts, lazy
 from webhook.policy import cel
 from webhook.policy.model import Policy, Rule
 from webhook.policy.snapshot import PolicySnapshot
@@ -84,13 +84,14 @@ def mutate(
         "namespaceObject": namespace.as_cel(),
         "workload": workload_variable(request, kind, obj),
     }
+    gang = lazy(lambda: gang_facts(kind, obj, request.name or ""))
     try:
         for slot in kind.templates(obj):
-            original = slot.read(obj)
-            if original is not None:
+            raw = slot.read(obj)
+            if raw is not None:
                 _mutate_template(
                     slot=slot,
-                    original=original,
+                    raw=raw,
                     obj=obj,
                     kind=kind,
                     policies=policies,
@@ -98,6 +99,7 @@ def mutate(
                     snapshot=snapshot,
                     mutation=mutation,
                     deadline=deadline,
+                    gang=gang,
                 )
     except _DenyRequest as denial:
         return Mutation(warnings=mutation.warnings, traces=mutation.traces, denial=str(denial))
@@ -123,7 +125,7 @@ def _pass_through_reason(request: AdmissionRequest, kind: WorkloadKind, obj: JSO
 def _mutate_template(
     *,
     slot: TemplateSlot,
-    original: JSONObject,
+    raw: JSONObject,
     obj: JSONObject,
     kind: WorkloadKind,
     policies: list[Policy],
@@ -131,7 +133,9 @@ def _mutate_template(
     snapshot: PolicySnapshot,
     mutation: Mutation,
     deadline: float | None,
+    gang: Callable[[], GangFacts],
 ) -> None:
+    original = slot.view(obj, raw)
     template = working_copy(original)
     pod, resources, notes = pod_variable(original)
     mutation.warnings.extend(f"{slot.name or kind.kind}: {note}" for note in notes)
@@ -145,7 +149,15 @@ def _mutate_template(
         for rule in policy.rules:
             if deadline is not None and time.monotonic() > deadline:
                 mutation.warnings.append("deadline reached: remaining rules were not evaluated")
-                _finish(slot, original, template, applied, mutation)
+                _finish(
+                    slot=slot,
+                    obj=obj,
+                    raw=raw,
+                    original=original,
+                    template=template,
+                    applied=applied,
+                    mutation=mutation,
+                )
                 return
             trace = _run_rule(
                 policy=policy,
@@ -154,12 +166,12 @@ def _mutate_template(
                 template=template,
                 slot=slot,
                 mutation=mutation,
-                context=ActionContext(rule.override, default_selector, protected),
+                context=ActionContext(rule.override, default_selector, protected, slot.name, gang),
             )
             mutation.traces.append(trace)
             if trace.outcome == "applied":
                 applied.append(f"{policy.name}/{rule.name}")
-    _finish(slot, original, template, applied, mutation)
+    _finish(slot=slot, obj=obj, raw=raw, original=original, template=template, applied=applied, mutation=mutation)
 
 
 def _run_rule(
@@ -219,7 +231,14 @@ def _run_rule(
 
 
 def _finish(
-    slot: TemplateSlot, original: JSONObject, template: JSONObject, applied: list[str], mutation: Mutation
+    *,
+    slot: TemplateSlot,
+    obj: JSONObject,
+    raw: JSONObject,
+    original: JSONObject,
+    template: JSONObject,
+    applied: list[str],
+    mutation: Mutation,
 ) -> None:
     """Add provenance to a template Placer changed, and its operations to the patch."""
     if template == original:
@@ -228,7 +247,7 @@ def _finish(
     if not isinstance(annotations, dict):
         annotations = template["metadata"]["annotations"] = {}
     annotations[APPLIED_ANNOTATION] = ",".join(applied)
-    mutation.patch.extend(diff(original, template, slot.pointer))
+    mutation.patch.extend(slot.patch(obj, raw, template))
     mutation.applied.extend(applied)
 
 

@@ -1,81 +1,15 @@
-"""Which kinds Placer mutates, where their pod templates are, and how many pods they run (DESIGN §5).
+"""The built-in workload kinds of DESIGN §5: Pod, the apps/v1 controllers, Job and CronJob.
 
 The table is data: a kind names its templates, its replica count and the selector of its own pods.
-Operator resources with several pod templates (a PyTorchJob's Master and Worker) add rows whose
-`templates` function returns several slots; the engine only ever sees slots.
 """
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
 
 from webhook.typing import JSONObject
+from webhook.workloads.slots import WorkloadKind, field_int, fixed, int_at
 
 POD_TEMPLATE_HASH = "pod-template-hash"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-
-
-@dataclass(frozen=True, slots=True)
-class TemplateSlot:
-    """One pod template inside a workload object, addressed by its path from the object's root.
-
-    The empty path is the object itself (a bare Pod), whose `metadata` and `spec` play the template's part.
-    """
-
-    name: str
-    path: tuple[str, ...]
-
-    @property
-    def pointer(self) -> str:
-        """The JSON Pointer of the template, the prefix of every patch operation on it."""
-        return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in self.path)
-
-    def read(self, obj: JSONObject) -> JSONObject | None:
-        node: Any = obj
-        for key in self.path:
-            node = node.get(key) if isinstance(node, dict) else None
-        return node if isinstance(node, dict) else None
-
-
-Templates = Callable[[JSONObject], list[TemplateSlot]]
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadKind:
-    """One row of the workload table."""
-
-    group: str
-    kind: str
-    operations: frozenset[str]
-    templates: Templates
-    replicas: Callable[[JSONObject], int | None]
-    own_pods: Callable[[JSONObject, JSONObject], JSONObject | None]
-    """metav1.LabelSelector for the workload's own pods, given the object and one template."""
-    selector_labels: Callable[[JSONObject], Mapping[str, str]]
-    """Labels the controller's selector depends on: a template must keep them as they are."""
-
-    def template_changed(self, new: JSONObject, old: JSONObject | None) -> bool:
-        """Whether an UPDATE touches a pod template: only then may Placer change it (no surprise rollouts)."""
-        if old is None:
-            return True
-        return any(slot.read(new) != slot.read(old) for slot in self.templates(new))
-
-
-def fixed(*path: str, name: str = "") -> Templates:
-    slot = TemplateSlot(name, path)
-    return lambda obj: [slot]
-
-
-def field_int(*path: str, default: int | None = 1) -> Callable[[JSONObject], int | None]:
-    """An integer field with the API server's default; a missing or malformed value gives the default."""
-
-    def read(obj: JSONObject) -> int | None:
-        node: Any = obj
-        for key in path:
-            node = node.get(key) if isinstance(node, dict) else None
-        return node if isinstance(node, int) and not isinstance(node, bool) else default
-
-    return read
 
 
 def controller_selector(obj: JSONObject, template: JSONObject) -> JSONObject | None:
@@ -119,6 +53,20 @@ def owned_pod_labels(obj: JSONObject) -> Mapping[str, str]:
     return {}
 
 
+def controller_owner(obj: JSONObject) -> str | None:
+    """The name of the object's controller (a Pod's ReplicaSet, Job, operator resource), or None."""
+    owners = (obj.get("metadata") or {}).get("ownerReferences")
+    for owner in owners if isinstance(owners, list) else []:
+        if isinstance(owner, dict) and owner.get("controller") and isinstance(owner.get("name"), str):
+            return str(owner["name"])
+    return None
+
+
+def standalone_pod_size(obj: JSONObject) -> int | None:
+    """A Pod alone is a gang of one; a Pod of a controller is one member of a gang of unknown size."""
+    return None if controller_owner(obj) else 1
+
+
 def no_labels(obj: JSONObject) -> Mapping[str, str]:
     return {}
 
@@ -143,13 +91,31 @@ def builtin_kinds() -> list[WorkloadKind]:
         for kind in ("Deployment", "ReplicaSet", "StatefulSet")
     ]
     return [
-        WorkloadKind("", "Pod", CREATE, fixed(), lambda obj: 1, template_labels_selector, owned_pod_labels),
+        WorkloadKind(
+            "",
+            "Pod",
+            CREATE,
+            fixed(),
+            lambda obj: 1,
+            template_labels_selector,
+            owned_pod_labels,
+            gang_size=standalone_pod_size,
+        ),
         *controllers,
         WorkloadKind(
             "apps", "DaemonSet", CREATE_UPDATE, template, lambda obj: None, controller_selector, selector_match_labels
         ),
         # A Job's template is immutable: only CREATE.
-        WorkloadKind("batch", "Job", CREATE, template, field_int("spec", "parallelism"), job_selector, no_labels),
+        WorkloadKind(
+            "batch",
+            "Job",
+            CREATE,
+            template,
+            field_int("spec", "parallelism"),
+            job_selector,
+            no_labels,
+            gang_size=job_pods,
+        ),
         WorkloadKind(
             "batch",
             "CronJob",
@@ -158,19 +124,20 @@ def builtin_kinds() -> list[WorkloadKind]:
             field_int("spec", "jobTemplate", "spec", "parallelism"),
             template_labels_selector,
             no_labels,
+            gang_size=lambda obj: job_pods(read_job_spec(obj)),
         ),
     ]
 
 
-class WorkloadTable:
-    """Lookup by (API group, kind). Versions are not part of the key: `matchPolicy: Equivalent`."""
+def job_pods(job: JSONObject) -> int | None:
+    """Pods a Job runs at once: `parallelism`, but never more than `completions` when that is set."""
+    parallelism = int_at(job, "spec", "parallelism")
+    completions = int_at(job, "spec", "completions", default=None)
+    if parallelism is None or completions is None:
+        return parallelism
+    return min(parallelism, completions)
 
-    def __init__(self, kinds: list[WorkloadKind]) -> None:
-        self._kinds = {(kind.group, kind.kind): kind for kind in kinds}
 
-    def lookup(self, group: str, kind: str) -> WorkloadKind | None:
-        return self._kinds.get((group, kind))
-
-
-def default_workload_table() -> WorkloadTable:
-    return WorkloadTable(builtin_kinds())
+def read_job_spec(cronjob: JSONObject) -> JSONObject:
+    template = (cronjob.get("spec") or {}).get("jobTemplate")
+    return template if isinstance(template, dict) else {}

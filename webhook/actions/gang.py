@@ -1,0 +1,120 @@
+"""`add-gang-labels`: the group identity and size a gang scheduler needs, on every member pod (DESIGN §6).
+
+Keys a template already carries are never replaced (unless the rule says `override: true`): a user who
+named the group by hand keeps it, and Placer fills in only the missing companions. The scheduler's own name
+is set with the same conflict rule as `set-scheduler-name`.
+"""
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.actions.base import ActionContext, ActionSpec, Param, ensure_map
+from webhook.actions.scheduling import apply_scheduler_name
+from webhook.gang.flavours import FLAVOURS, YUNIKORN_TASK_GROUP_NAME, YUNIKORN_TASK_GROUPS, Flavour, Key
+from webhook.gang.identity import group_name, group_size
+from webhook.gang.yunikorn import task_groups
+from webhook.names import dns1123_subdomain_error, label_value_error
+from webhook.typing import JSONObject
+
+_LABEL_CHARACTERS = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def group_name_error(value: str) -> str | None:
+    """Label-value characters; longer names are allowed and truncated with a hash suffix."""
+    if not _LABEL_CHARACTERS.match(value):
+        return "must be alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
+    return None
+
+
+def add_gang_labels(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:
+    flavour = FLAVOURS[params["scheduler"]]
+    if context.gang is None:
+        return False
+    facts = context.gang()
+    this = facts.template(context.template)
+    if this is not None and not this.gang_member:
+        return False  # e.g. a RayJob's submitter: it starts after the gang and is not counted in it
+    group = group_name(flavour, params.get("groupName"), facts)
+    size = group_size(flavour, params.get("minAvailable"), group, facts)
+    writes: list[tuple[Key, str]] = [(flavour.group, group.value)]
+    if flavour.queue is not None and params.get("queue"):
+        writes.append((flavour.queue, params["queue"]))
+    if flavour.size is not None:
+        if size is not None:
+            writes.append((flavour.size, size.value))
+        elif _read(template, flavour.size) is None:
+            context.conflicts.append(
+                f"group size of {group.value} is unknown ({facts.kind} does not say how many pods it runs): "
+                f"{flavour.size.name} left out; set minAvailable"
+            )
+    if flavour.task_groups:
+        writes.extend(_task_group_writes(template, params, context, group.value, size))
+    changed = False
+    for key, value in writes:
+        changed = _write(template, key, value, context) or changed
+    scheduler = params.get("schedulerName") or flavour.scheduler_name
+    if scheduler:
+        changed = apply_scheduler_name(template, scheduler, context) or changed
+    return changed
+
+
+def _task_group_writes(
+    template: JSONObject, params: Mapping[str, Any], context: ActionContext, group: str, size: Any
+) -> list[tuple[Key, str]]:
+    assert context.gang is not None
+    facts = context.gang()
+    total = int(size.value) if size is not None else None
+    groups = task_groups(facts, group, total)
+    if groups is None:
+        if _read(template, YUNIKORN_TASK_GROUPS) is None:
+            context.conflicts.append(
+                f"group size of {group} is unknown: YuniKorn task groups left out; set minAvailable"
+            )
+        return []
+    if params.get("minAvailable") is not None and len(facts.members) > 1:
+        context.conflicts.append(
+            "minAvailable is not split across YuniKorn task groups: each uses its template's count"
+        )
+    name = groups.names.get(context.template)
+    if name is None:
+        return []
+    return [(YUNIKORN_TASK_GROUP_NAME, name), (YUNIKORN_TASK_GROUPS, groups.definition)]
+
+
+def _read(template: JSONObject, key: Key) -> Any:
+    metadata = template.get("metadata")
+    target = metadata.get(key.where) if isinstance(metadata, dict) else None
+    return target.get(key.name) if isinstance(target, dict) else None
+
+
+def _write(template: JSONObject, key: Key, value: str, context: ActionContext) -> bool:
+    if key.where == "labels" and key.name in context.protected_labels:
+        if context.protected_labels[key.name] != value:
+            context.conflicts.append(f"label {key.name} is part of the workload's selector, kept")
+        return False
+    target = ensure_map(template, "metadata", key.where)
+    return context.set_scalar(target, key.name, value, f"{key.where[:-1]} {key.name}")
+
+
+def _cross_check(params: Mapping[str, Any]) -> list[tuple[str, str]]:
+    flavour: Flavour = FLAVOURS[params["scheduler"]]
+    if params.get("queue") and flavour.queue is None:
+        return [("queue", f"{flavour.name} has no queue key (queues are set on its PodGroup)")]
+    return []
+
+
+SPECS = (
+    ActionSpec(
+        name="add-gang-labels",
+        apply=add_gang_labels,
+        params=(
+            Param("scheduler", "enum", required=True, choices=tuple(FLAVOURS)),
+            Param("groupName", "string", check=group_name_error),
+            Param("minAvailable", "integer", minimum=1),
+            Param("queue", "string", check=label_value_error),
+            Param("schedulerName", "string", check=dns1123_subdomain_error),
+        ),
+        cross_check=_cross_check,
+    ),
+)

@@ -1,0 +1,83 @@
+"""What the gang action needs to know about the whole workload, not just the template it is applied to.
+
+A gang spans every member template (a SparkApplication's driver and executors, a PyTorchJob's Master and
+Workers), so its name and size are workload facts: they are computed once per request, and only when a
+policy actually uses `add-gang-labels` (most admissions never pay for them).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.engine.resources import effective_resources
+from webhook.typing import JSONObject, as_map
+from webhook.workloads import WorkloadKind, controller_owner
+
+
+@dataclass(frozen=True, slots=True)
+class MemberTemplate:
+    """One pod template of the workload: its role name, pod count, metadata and per-pod requests."""
+
+    name: str
+    members: int | None
+    gang_member: bool
+    labels: dict[str, Any]
+    annotations: dict[str, Any]
+    requests: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class GangFacts:
+    kind: str
+    name: str
+    """The workload's name (`generateName` without its trailing dash when the name is not known yet)."""
+    owner: str | None
+    """A Pod's controller (ReplicaSet, Job, operator resource); None for other kinds."""
+    size: int | None
+    """Pods in the gang per the workload's own fields (§6), None when they do not say."""
+    templates: tuple[MemberTemplate, ...]
+
+    @property
+    def members(self) -> tuple[MemberTemplate, ...]:
+        return tuple(template for template in self.templates if template.gang_member)
+
+    def template(self, name: str) -> MemberTemplate | None:
+        return next((template for template in self.templates if template.name == name), None)
+
+
+def gang_facts(kind: WorkloadKind, obj: JSONObject, fallback_name: str) -> GangFacts:
+    templates = []
+    for slot in kind.templates(obj):
+        raw = slot.read(obj)
+        if raw is None:
+            continue
+        view = slot.view(obj, raw)
+        metadata = as_map(view.get("metadata"))
+        spec = as_map(view.get("spec"))
+        totals, _ = effective_resources(spec)
+        templates.append(
+            MemberTemplate(
+                name=slot.name,
+                members=slot.members,
+                gang_member=slot.gang_member,
+                labels=as_map(metadata.get("labels")),
+                annotations=as_map(metadata.get("annotations")),
+                requests=totals["requests"],
+            )
+        )
+    metadata = as_map(obj.get("metadata"))
+    name = metadata.get("name") or str(metadata.get("generateName") or "").rstrip("-.") or fallback_name
+    owner = controller_owner(obj) if kind.kind == "Pod" else None
+    return GangFacts(kind.kind, str(name), owner, kind.members(obj), tuple(templates))
+
+
+def lazy(compute: Callable[[], GangFacts]) -> Callable[[], GangFacts]:
+    """Compute on first call, then return the same facts (one request, many rules and templates)."""
+    cache: list[GangFacts] = []
+
+    def get() -> GangFacts:
+        if not cache:
+            cache.append(compute())
+        return cache[0]
+
+    return get

@@ -1,0 +1,155 @@
+"""Operator custom resources as workloads (DESIGN §5, §6): Kubeflow training jobs, Ray, JobSet.
+
+Each of them embeds real PodTemplateSpecs, one per role, so every slot is patched in place. What differs is
+where the templates are and how many pods each one runs, which is the operator's own defaulting:
+
+- Kubeflow (`kubeflow.org/v1` PyTorchJob, TFJob; `kubeflow.org/v2beta1` MPIJob): one template per replica
+  type under `spec.<x>ReplicaSpecs.<Type>.template`; `replicas` defaults to 1 (training-operator
+  `setDefaultReplicas`, mpi-operator `setDefaultsTypeLauncher/Worker`).
+- Ray (`ray.io/v1` RayCluster, RayJob): one head pod, and per worker group `replicas * numOfHosts` pods
+  (`replicas` falls back to `minReplicas`, then 0, as KubeRay does; a suspended group runs none). A RayJob's
+  `submitterPodTemplate` runs after the cluster is up: actions apply to it, but it is not a gang member.
+- JobSet (`jobset.x-k8s.io/v1alpha2`): per replicated job, `replicas` (default 1) Jobs of `parallelism`
+  pods (default 1, never more than `completions`).
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+from webhook.typing import JSONObject, as_map
+from webhook.workloads.builtin import CREATE_UPDATE, job_pods, no_labels, template_labels_selector
+from webhook.workloads.slots import Count, TemplateSlot, WorkloadKind, int_at, read_path
+
+KUBEFLOW_JOB_NAME = "training.kubeflow.org/job-name"
+RAY_CLUSTER = "ray.io/cluster"
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+RAY_HEAD_GROUP = "headgroup"
+"""The task-group name KubeRay's YuniKorn integration gives the head (ray-operator batchscheduler/yunikorn)."""
+
+
+def own_pods_by_label(label: str) -> Callable[[JSONObject, JSONObject], JSONObject | None]:
+    """Pods the operator labels `<label>: <object name>`; the template's own labels when there is no name."""
+
+    def selector(obj: JSONObject, template: JSONObject) -> JSONObject | None:
+        name = (obj.get("metadata") or {}).get("name")
+        if isinstance(name, str) and name:
+            return {"matchLabels": {label: name}}
+        return template_labels_selector(obj, template)
+
+    return selector
+
+
+def total_members(templates: Callable[[JSONObject], list[TemplateSlot]]) -> Count:
+    """The gang is every pod of every member template; unknown when one template's count is unknown."""
+
+    def count(obj: JSONObject) -> int | None:
+        members = [slot.members for slot in templates(obj) if slot.gang_member]
+        if not members or any(member is None for member in members):
+            return None
+        return sum(member for member in members if member is not None)
+
+    return count
+
+
+def kubeflow_templates(field: str) -> Callable[[JSONObject], list[TemplateSlot]]:
+    def templates(obj: JSONObject) -> list[TemplateSlot]:
+        specs = read_path(obj, ("spec", field))
+        if not isinstance(specs, dict):
+            return []
+        return [
+            TemplateSlot(str(role), ("spec", field, str(role), "template"), members=int_at(spec, "replicas"))
+            for role, spec in specs.items()
+            if isinstance(spec, dict)
+        ]
+
+    return templates
+
+
+def _ray_workers(group: Any) -> int | None:
+    if not isinstance(group, dict):
+        return 0
+    if group.get("suspend") is True:
+        return 0
+    replicas = int_at(group, "replicas", default=None)
+    if replicas is None:
+        replicas = int_at(group, "minReplicas", default=0)
+    hosts = int_at(group, "numOfHosts")
+    return None if replicas is None or hosts is None else replicas * hosts
+
+
+def ray_cluster_slots(cluster_spec: Any, prefix: tuple[str, ...]) -> list[TemplateSlot]:
+    """The head and every worker group of a RayClusterSpec found at `prefix`."""
+    if not isinstance(cluster_spec, dict):
+        return []
+    slots = []
+    if isinstance(cluster_spec.get("headGroupSpec"), dict):
+        slots.append(TemplateSlot(RAY_HEAD_GROUP, (*prefix, "headGroupSpec", "template"), members=1))
+    groups = cluster_spec.get("workerGroupSpecs")
+    for index, group in enumerate(groups if isinstance(groups, list) else []):
+        name = group.get("groupName") if isinstance(group, dict) else None
+        slots.append(
+            TemplateSlot(
+                str(name or f"worker-{index}"),
+                (*prefix, "workerGroupSpecs", index, "template"),
+                members=_ray_workers(group),
+            )
+        )
+    return slots
+
+
+def raycluster_templates(obj: JSONObject) -> list[TemplateSlot]:
+    return ray_cluster_slots(read_path(obj, ("spec",)), ("spec",))
+
+
+def rayjob_templates(obj: JSONObject) -> list[TemplateSlot]:
+    slots = ray_cluster_slots(read_path(obj, ("spec", "rayClusterSpec")), ("spec", "rayClusterSpec"))
+    if isinstance(read_path(obj, ("spec", "submitterPodTemplate")), dict):
+        slots.append(TemplateSlot("submitter", ("spec", "submitterPodTemplate"), members=1, gang_member=False))
+    return slots
+
+
+def jobset_templates(obj: JSONObject) -> list[TemplateSlot]:
+    jobs = read_path(obj, ("spec", "replicatedJobs"))
+    slots = []
+    for index, job in enumerate(jobs if isinstance(jobs, list) else []):
+        if not isinstance(job, dict):
+            continue
+        replicas, pods = int_at(job, "replicas"), job_pods(as_map(job.get("template")))
+        members = None if replicas is None or pods is None else replicas * pods
+        slots.append(
+            TemplateSlot(
+                str(job.get("name") or f"job-{index}"),
+                ("spec", "replicatedJobs", index, "template", "spec", "template"),
+                members=members,
+            )
+        )
+    return slots
+
+
+def operator_kind(
+    group: str, kind: str, templates: Callable[[JSONObject], list[TemplateSlot]], own_label: str | None
+) -> WorkloadKind:
+    """A row for an operator resource: CREATE and UPDATE (templates are compared, as for Deployments)."""
+    members = total_members(templates)
+    return WorkloadKind(
+        group,
+        kind,
+        CREATE_UPDATE,
+        templates,
+        members,
+        own_pods_by_label(own_label) if own_label else template_labels_selector,
+        no_labels,
+    )
+
+
+def operator_kinds() -> list[WorkloadKind]:
+    """Kubeflow, Ray and JobSet rows; SparkApplication lives in `webhook.workloads.spark`."""
+    return [
+        operator_kind("kubeflow.org", "PyTorchJob", kubeflow_templates("pytorchReplicaSpecs"), KUBEFLOW_JOB_NAME),
+        operator_kind("kubeflow.org", "TFJob", kubeflow_templates("tfReplicaSpecs"), KUBEFLOW_JOB_NAME),
+        operator_kind("kubeflow.org", "MPIJob", kubeflow_templates("mpiReplicaSpecs"), KUBEFLOW_JOB_NAME),
+        operator_kind("ray.io", "RayCluster", raycluster_templates, RAY_CLUSTER),
+        # A RayJob's cluster is named `<rayjob>-<random>`: its pods' selector is not known at admission.
+        operator_kind("ray.io", "RayJob", rayjob_templates, None),
+        operator_kind("jobset.x-k8s.io", "JobSet", jobset_templates, JOBSET_NAME),
+    ]
