@@ -30,9 +30,19 @@ ENVELOPES = {
 
 def review_for(obj: Mapping[str, Any], *, namespace: str | None = None, operation: str = "CREATE",
                old: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A real captured AdmissionReview of the same kind, carrying `obj` instead of the captured object."""
-    body = fixture_request(ENVELOPES[str(obj["kind"])])
+    """A real captured AdmissionReview of the same kind, carrying `obj` instead of the captured object.
+
+    Operator resources were not captured: their envelope is the captured Deployment's with the kind and
+    resource of the custom resource, which is exactly how the API server builds it for a CRD.
+    """
+    kind = str(obj["kind"])
+    body = fixture_request(ENVELOPES.get(kind, "deployment-create-dryrun"))
     request = body["request"]
+    if kind not in ENVELOPES:
+        group, _, version = str(obj["apiVersion"]).rpartition("/")
+        resource = kind.lower() + "s"
+        request["kind"] = request["requestKind"] = {"group": group, "version": version, "kind": kind}
+        request["resource"] = request["requestResource"] = {"group": group, "version": version, "resource": resource}
     request["object"] = copy.deepcopy(dict(obj))
     request["oldObject"] = copy.deepcopy(dict(old)) if old is not None else None
     request["operation"] = operation
@@ -73,3 +83,13 @@ def decode_patch(response: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def read_yaml(path: Path) -> Any:
     return yaml.safe_load(path.read_text())
+
+
+def compile_errors(text: str) -> list[str]:
+    """Every load-time error of the policies in `text`, as the messages a user sees."""
+    compiler = PolicyCompiler()
+    errors: list[str] = []
+    for document in yaml.safe_load_all(text):
+        if document:
+            errors.extend(str(error) for error in compiler.compile(document, "test.yaml").errors)
+    return errors

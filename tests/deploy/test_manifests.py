@@ -22,7 +22,7 @@ from webhook.kube.controller import LEASE_NAME, ClusterController
 from webhook.kube.leader import LeaseElector
 from webhook.policy.compiler import PolicyCompiler
 from webhook.selectors import LabelSelector
-from webhook.workloads import builtin_kinds
+from webhook.workloads import all_kinds
 
 KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is needed to render deploy/ (kubectl kustomize)")
@@ -99,10 +99,23 @@ def test_the_mutating_webhook_covers_exactly_the_workload_kinds_with_their_opera
     assert webhook["matchPolicy"] == "Equivalent" and webhook["admissionReviewVersions"] == ["v1"]
     assert webhook["clientConfig"]["service"] == {"name": "placer", "namespace": "placer-system",
                                                   "path": "/mutate", "port": 443}
-    covered = {(group, resource, tuple(sorted(rule["operations"])))
-               for rule in webhook["rules"] for group in rule["apiGroups"] for resource in rule["resources"]}
-    expected = {(kind.group, kind.kind.lower() + "s", tuple(sorted(kind.operations))) for kind in builtin_kinds()}
+    covered = {(group, resource, version, tuple(sorted(rule["operations"])))
+               for rule in webhook["rules"] for group in rule["apiGroups"] for resource in rule["resources"]
+               for version in rule["apiVersions"]}
+    expected = {(kind.group, kind.resource, version, tuple(sorted(kind.operations)))
+                for kind in all_kinds() for version in kind.versions}
     assert covered == expected
+    assert ("sparkoperator.k8s.io", "sparkapplications", "v1beta2", ("CREATE", "UPDATE")) in covered
+
+
+def test_rbac_never_grants_writes_on_workloads_or_operator_resources(
+        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """Placer mutates through admission responses only: it never writes a workload itself."""
+    workload_resources = {(kind.group, kind.resource) for kind in all_kinds()}
+    for group, resource, verb, _ in _granted(rendered["base"]):
+        if (group, resource) in workload_resources or (group, "*") in workload_resources:
+            assert verb in ("get", "list", "watch"), (group, resource, verb)
+        assert resource != "*" and group != "*", (group, resource, verb)
 
 
 def test_only_opted_in_namespaces_reach_the_webhook_and_never_placers_own(

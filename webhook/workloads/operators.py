@@ -23,6 +23,8 @@ from webhook.workloads.slots import Count, TemplateSlot, WorkloadKind, int_at, r
 KUBEFLOW_JOB_NAME = "training.kubeflow.org/job-name"
 RAY_CLUSTER = "ray.io/cluster"
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+KUBEFLOW_VERSIONS = ("v1", "v2beta1")
+"""training-operator serves v1 (PyTorchJob, TFJob, MPIJob); mpi-operator serves MPIJob as v2beta1."""
 RAY_HEAD_GROUP = "headgroup"
 """The task-group name KubeRay's YuniKorn integration gives the head (ray-operator batchscheduler/yunikorn)."""
 
@@ -127,7 +129,11 @@ def jobset_templates(obj: JSONObject) -> list[TemplateSlot]:
 
 
 def operator_kind(
-    group: str, kind: str, templates: Callable[[JSONObject], list[TemplateSlot]], own_label: str | None
+    group: str,
+    kind: str,
+    versions: tuple[str, ...],
+    templates: Callable[[JSONObject], list[TemplateSlot]],
+    own_label: str | None,
 ) -> WorkloadKind:
     """A row for an operator resource: CREATE and UPDATE (templates are compared, as for Deployments)."""
     members = total_members(templates)
@@ -139,17 +145,28 @@ def operator_kind(
         members,
         own_pods_by_label(own_label) if own_label else template_labels_selector,
         no_labels,
+        versions=versions,
     )
 
 
 def operator_kinds() -> list[WorkloadKind]:
     """Kubeflow, Ray and JobSet rows; SparkApplication lives in `webhook.workloads.spark`."""
     return [
-        operator_kind("kubeflow.org", "PyTorchJob", kubeflow_templates("pytorchReplicaSpecs"), KUBEFLOW_JOB_NAME),
-        operator_kind("kubeflow.org", "TFJob", kubeflow_templates("tfReplicaSpecs"), KUBEFLOW_JOB_NAME),
-        operator_kind("kubeflow.org", "MPIJob", kubeflow_templates("mpiReplicaSpecs"), KUBEFLOW_JOB_NAME),
-        operator_kind("ray.io", "RayCluster", raycluster_templates, RAY_CLUSTER),
+        operator_kind(
+            "kubeflow.org",
+            "PyTorchJob",
+            KUBEFLOW_VERSIONS,
+            kubeflow_templates("pytorchReplicaSpecs"),
+            KUBEFLOW_JOB_NAME,
+        ),
+        operator_kind(
+            "kubeflow.org", "TFJob", KUBEFLOW_VERSIONS, kubeflow_templates("tfReplicaSpecs"), KUBEFLOW_JOB_NAME
+        ),
+        operator_kind(
+            "kubeflow.org", "MPIJob", KUBEFLOW_VERSIONS, kubeflow_templates("mpiReplicaSpecs"), KUBEFLOW_JOB_NAME
+        ),
+        operator_kind("ray.io", "RayCluster", ("v1",), raycluster_templates, RAY_CLUSTER),
         # A RayJob's cluster is named `<rayjob>-<random>`: its pods' selector is not known at admission.
-        operator_kind("ray.io", "RayJob", rayjob_templates, None),
-        operator_kind("jobset.x-k8s.io", "JobSet", jobset_templates, JOBSET_NAME),
+        operator_kind("ray.io", "RayJob", ("v1",), rayjob_templates, None),
+        operator_kind("jobset.x-k8s.io", "JobSet", ("v1alpha2",), jobset_templates, JOBSET_NAME),
     ]

@@ -93,6 +93,13 @@ class WorkloadKind:
     """Labels the controller's selector depends on: a template must keep them as they are."""
     gang_size: Count | None = None
     """How many pods form the workload's gang (§6), when it differs from `replicas`."""
+    versions: tuple[str, ...] = ("v1",)
+    """API versions whose shape the row understands: the MutatingWebhookConfiguration's `apiVersions`."""
+
+    @property
+    def resource(self) -> str:
+        """The plural resource name (every kind Placer handles pluralises with a plain `s`)."""
+        return self.kind.lower() + "s"
 
     def members(self, obj: JSONObject) -> int | None:
         return (self.gang_size or self.replicas)(obj)

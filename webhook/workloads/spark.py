@@ -178,4 +178,5 @@ def spark_application_kind() -> WorkloadKind:
         spark_size,
         own_pods_by_label(SPARK_APP_NAME),
         no_labels,
+        versions=("v1beta2",),
     )
