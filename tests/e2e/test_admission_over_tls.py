@@ -164,3 +164,29 @@ def test_logs_are_json_lines_without_object_bodies(server: RunningServer) -> Non
     entry = next(entry for entry in admissions if entry["uid"] == body["request"]["uid"])
     assert {"kind", "namespace", "name", "operation", "dryRun", "applied", "warnings", "durationMs"} <= set(entry)
     assert SECRET not in server.log_text()
+
+
+@pytest.mark.parametrize("namespace,obj,where,key,value", [
+    ("spark", "sparkapplication", ("spec", "executor", "annotations"), "scheduling.volcano.sh/group-min-member", "11"),
+    ("training", "pytorchjob", ("spec", "pytorchReplicaSpecs", "Worker", "template", "metadata", "labels"),
+     "pod-group.scheduling.kubenexus.io/min-available", "9"),
+    ("ray", "raycluster", ("spec", "workerGroupSpecs", 1, "template", "metadata", "annotations"),
+     "yunikorn.apache.org/task-group-name", "cpu-group"),
+    ("serving", "statefulset", ("spec", "template", "metadata", "annotations"),
+     "kueue.x-k8s.io/pod-group-total-count", "3"),
+    ("batch", "jobset", ("spec", "replicatedJobs", 1, "template", "spec", "template", "metadata", "labels"),
+     "scheduling.x-k8s.io/pod-group", "tpu-train"),
+])
+def test_gang_examples_over_https(server: RunningServer, namespace: str, obj: str, where: tuple[Any, ...],
+                                  key: str, value: str) -> None:
+    """Each shipped gang policy, answered by the real server for a real-shaped workload of its namespace."""
+    from tests.helpers import read_yaml, review_for
+
+    given = read_yaml(Path(__file__).parent.parent / "gang" / "objects" / f"{obj}.yaml")
+    given["metadata"]["namespace"] = namespace
+    review = server.post("/mutate?timeout=5s", json=review_for(given, namespace=namespace)).json()
+    assert review["response"]["allowed"] is True
+    node: Any = jsonpatch.apply_patch(given, decode_patch(review))
+    for step in where:
+        node = node[step]
+    assert node[key] == value
