@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import all_fixture_requests, fixture_request
 from tests.e2e.server import RunningServer, copy_policies, running_server
-from tests.helpers import decode_patch
+from tests.helpers import decode_patch, read_yaml, review_for
 
 pytestmark = pytest.mark.e2e
 
@@ -167,7 +167,8 @@ def test_logs_are_json_lines_without_object_bodies(server: RunningServer) -> Non
 
 
 @pytest.mark.parametrize("namespace,obj,where,key,value", [
-    ("spark", "sparkapplication", ("spec", "executor", "annotations"), "scheduling.volcano.sh/group-min-member", "11"),
+    ("spark", "sparkapplication", ("spec", "executor", "annotations"),
+     "scheduling.volcano.sh/group-min-member", "11"),
     ("training", "pytorchjob", ("spec", "pytorchReplicaSpecs", "Worker", "template", "metadata", "labels"),
      "pod-group.scheduling.kubenexus.io/min-available", "9"),
     ("ray", "raycluster", ("spec", "workerGroupSpecs", 1, "template", "metadata", "annotations"),
@@ -180,8 +181,6 @@ def test_logs_are_json_lines_without_object_bodies(server: RunningServer) -> Non
 def test_gang_examples_over_https(server: RunningServer, namespace: str, obj: str, where: tuple[Any, ...],
                                   key: str, value: str) -> None:
     """Each shipped gang policy, answered by the real server for a real-shaped workload of its namespace."""
-    from tests.helpers import read_yaml, review_for
-
     given = read_yaml(Path(__file__).parent.parent / "gang" / "objects" / f"{obj}.yaml")
     given["metadata"]["namespace"] = namespace
     review = server.post("/mutate?timeout=5s", json=review_for(given, namespace=namespace)).json()
