@@ -1,6 +1,7 @@
 """The reflector against the fake API server: list, watch, resume, 410 Gone, drops, errors."""
 
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -33,8 +34,12 @@ def namespaces(api: KubeApi, apiserver: FakeApiServer) -> Iterator[tuple[Reflect
     thread.start()
     yield reflector, recorder
     stop.set()
-    apiserver.drop_watches()  # a watch blocked in a read notices `stop` on its next event or disconnect
-    thread.join(10)
+    deadline = time.monotonic() + 10
+    while thread.is_alive() and time.monotonic() < deadline:
+        # A watch blocked in a read notices `stop` on its next event or disconnect; one opened while we
+        # were dropping the others is dropped on the next round.
+        apiserver.drop_watches()
+        thread.join(0.2)
     assert not thread.is_alive(), "the reflector must stop when asked"
 
 

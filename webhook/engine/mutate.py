@@ -16,7 +16,7 @@ from webhook.actions.parameters import parse_parameters
 from webhook.engine.activation import pod_variable, workload_variable
 from webhook.gang.facts import GangFacts, gang_facts, lazy
 from webhook.policy import cel
-from webhook.policy.model import Policy, Rule
+from webhook.policy.model import ConditionBatch, Policy, Rule
 from webhook.policy.snapshot import PolicySnapshot
 from webhook.review import AdmissionRequest
 from webhook.typing import JSONObject, JSONPatch
@@ -199,7 +199,7 @@ def _run_rule(
     if problem is not None:
         return trace("missing", problem.missing) if problem.missing else fail(problem.error or "")
     if rule.condition is not None:
-        result = cel.evaluate(rule.condition, activation)
+        result = scope.batched_condition(rule) or cel.evaluate(rule.condition, activation)
         if result.missing is not None:
             return trace("missing", result.missing)
         if result.error is not None:
@@ -262,6 +262,21 @@ class _PolicyScope:
         self._values: dict[str, Any] = {}
         self._failures: dict[str, cel.Result] = {}
         self._activation = activation
+        self._batch: dict[str, cel.Result] | None = None
+
+    def batched_condition(self, rule: Rule) -> cel.Result | None:
+        """The rule's condition from the policy's one-call batch, or None to evaluate it alone.
+
+        The batch is evaluated on first use, on the template's base activation (batched conditions read
+        no policy variables). A batch that failed as a whole yields None for every rule: the one-by-one
+        evaluation then gives each rule its own outcome and message.
+        """
+        batch = self._policy.conditions
+        if batch is None:
+            return None
+        if self._batch is None:
+            self._batch = _split_batch(batch, cel.evaluate(batch.program, self._base_activation))
+        return self._batch.get(rule.name)
 
     def activation_for(self, rule: Rule) -> tuple[Any, cel.Result | None]:
         """An activation with every variable the rule needs, or the failure of one of them."""
@@ -286,3 +301,14 @@ class _PolicyScope:
             if name in self._failures:
                 return None, self._failures[name]
         return self._activation, None
+
+
+def _split_batch(batch: ConditionBatch, result: cel.Result) -> dict[str, cel.Result]:
+    values = result.value if result.missing is None and result.error is None else None
+    if not isinstance(values, list) or len(values) != len(batch.rules):
+        return {}
+    return {
+        name: cel.Result(value=value)
+        for name, value in zip(batch.rules, values, strict=True)
+        if isinstance(value, bool)
+    }

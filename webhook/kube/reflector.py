@@ -132,6 +132,8 @@ class Reflector:
         self._on_change(dict(store))
 
     def _watch(self, stop: threading.Event) -> None:
+        if stop.is_set():
+            return  # asked to stop while listing: do not open a watch that would block until it times out
         query = {
             "watch": "1",
             "allowWatchBookmarks": "true",

@@ -20,7 +20,7 @@ from webhook.names import (
 )
 from webhook.policy import cel
 from webhook.policy.errors import PolicyError
-from webhook.policy.model import Policy, Rule, Variable
+from webhook.policy.model import ConditionBatch, Policy, Rule, Variable
 from webhook.selectors import OPERATORS, LabelSelector, SelectorRequirement
 
 API_VERSION = "placer.dev/v1alpha1"
@@ -88,9 +88,22 @@ class PolicyCompiler:
             rules=tuple(rules),
             source=source,
             generation=generation if isinstance(generation, int) else None,
+            conditions=self._condition_batch(rules),
             document=document,
         )
         return CompileResult(policy, (), name)
+
+    def _condition_batch(self, rules: list[Rule]) -> ConditionBatch | None:
+        """One program for the conditions that need no policy variables (see ConditionBatch)."""
+        eligible = [rule for rule in rules if rule.condition is not None and not rule.condition.reads_variables]
+        if len(eligible) < 2:
+            return None
+        source = "[" + ", ".join(f"({rule.condition.source})" for rule in eligible if rule.condition) + "]"
+        try:
+            program = cel.compile_expression(self.environment, source)
+        except cel.CelCompileError:
+            return None  # each condition compiled alone; the engine then evaluates them one by one
+        return ConditionBatch(program, tuple(rule.name for rule in eligible))
 
     def _variables(self, raw: Any, errors: "_ErrorSink") -> dict[str, Variable]:
         variables: dict[str, Variable] = {}

@@ -33,6 +33,22 @@ class Rule:
 
 
 @dataclass(frozen=True, slots=True)
+class ConditionBatch:
+    """The conditions of several rules compiled into one list-valued expression `[c1, c2, ...]`.
+
+    One evaluation instead of one per rule: each CEL call costs a few µs of fixed overhead, which dominated
+    the engine's time. All conditions of a template see the same activation, and CEL has no side effects,
+    so evaluating them together gives exactly the per-rule results. When any element fails (a missing key,
+    an error), the whole list is an error and the engine evaluates those rules one by one, which yields
+    the precise per-rule outcome and message.
+    """
+
+    program: Program
+    rules: tuple[str, ...]
+    """Names of the rules whose conditions are the list's elements, in order."""
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     name: str
     priority: int
@@ -43,6 +59,7 @@ class Policy:
     source: str
     """Where the policy came from (a file path, or `cluster`), for messages."""
     generation: int | None = None
+    conditions: ConditionBatch | None = None
     document: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
