@@ -140,3 +140,17 @@ def run_with_deadline(snapshot, deadline):  # type: ignore[no-untyped-def]
 
     return mutate(parse_review(fixture_request("pod-bare-create-dryrun")), snapshot, default_workload_table(),
                   deadline=deadline)
+
+
+def test_conditions_evaluated_together_give_each_rule_its_own_outcome() -> None:
+    """A policy's conditions run in one CEL call; a missing key in one must not change the others' results."""
+    rules = (rule("workload.replicas >= 1", name="a", parameters="{a: x}")
+             + rule("workload.kind == 'Pod'", name="b", parameters="{b: x}")
+             + rule("pod.metadata.labels['no-such-label'] == 'x'", name="c", parameters="{c: x}")
+             + rule("namespaceObject.metadata.labels['team'] == 'ml'", name="d", parameters="{d: x}"))
+    snapshot = snapshot_of(policy(rules), namespaces=[TEAM_A])
+    assert snapshot.policies[0].conditions is not None
+    mutation = run(snapshot, fixture_request("deployment-create-dryrun"))
+    assert [(t.rule, t.outcome) for t in mutation.traces] == [
+        ("a", "applied"), ("b", "not-matched"), ("c", "missing"), ("d", "applied")]
+    assert mutation.warnings == []

@@ -1,0 +1,147 @@
+"""A closed-loop HTTPS load generator, run as its own process: keep-alive connections, one request in flight each.
+
+    python -m tests.bench.loadgen --url https://127.0.0.1:8443/mutate --body review.json \\
+        --connections 32 --duration 10 --ca ca.crt
+
+Each connection is an asyncio task on one TLS connection that sends the same pre-encoded request, reads the
+response (status line, headers, Content-Length body) and records the latency; new connections are opened
+only when the server closes one. Prints one JSON object: requests, errors, seconds, rps and latency
+percentiles in ms. `--processes N` splits the connections over N processes (the generator must not be the
+bottleneck); their samples are merged before the percentiles are computed.
+
+Debian's `wrk` is not installable here (no root, no apt), and PyPI has no C load generator; this stays out
+of the server's process, so the server is measured as the API server sees it.
+"""
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import ssl
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+
+def build_request(url: str, body: bytes | None) -> tuple[str, int, bytes]:
+    parts = urlsplit(url)
+    path = parts.path + (f"?{parts.query}" if parts.query else "")
+    method = "POST" if body is not None else "GET"
+    head = f"{method} {path} HTTP/1.1\r\nHost: {parts.hostname}\r\nConnection: keep-alive\r\n"
+    if body is not None:
+        head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    return str(parts.hostname), int(parts.port or 443), (head + "\r\n").encode() + (body or b"")
+
+
+async def _read_response(reader: asyncio.StreamReader) -> int:
+    status_line = await reader.readline()
+    if not status_line:
+        raise ConnectionError("closed")
+    status = int(status_line.split()[1])
+    length = 0
+    while True:
+        line = await reader.readline()
+        if line in (b"\r\n", b""):
+            break
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    if length:
+        await reader.readexactly(length)
+    return status
+
+
+async def _connection(host: str, port: int, request: bytes, context: ssl.SSLContext, until: float,
+                      limit: int | None, latencies: list[float], counters: dict[str, int]) -> None:
+    reader: asyncio.StreamReader | None = None
+    writer: asyncio.StreamWriter | None = None
+    while time.monotonic() < until and (limit is None or counters["sent"] < limit):
+        try:
+            if writer is None:
+                reader, writer = await asyncio.open_connection(host, port, ssl=context)
+            assert reader is not None
+            counters["sent"] += 1
+            started = time.perf_counter()
+            writer.write(request)
+            await writer.drain()
+            status = await _read_response(reader)
+            latencies.append((time.perf_counter() - started) * 1000)
+            if status != 200:
+                counters["errors"] += 1
+        except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError, IndexError):
+            counters["errors"] += 1
+            if writer is not None:
+                writer.close()
+            reader = writer = None
+    if writer is not None:
+        writer.close()
+
+
+async def _run(url: str, body: bytes | None, connections: int, duration: float, limit: int | None,
+               ca: str | None) -> tuple[list[float], dict[str, int], float]:
+    host, port, request = build_request(url, body)
+    context = ssl.create_default_context(cafile=ca) if ca else ssl._create_unverified_context()  # noqa: S323
+    latencies: list[float] = []
+    counters = {"sent": 0, "errors": 0}
+    started = time.monotonic()
+    until = started + duration
+    await asyncio.gather(*(
+        _connection(host, port, request, context, until, limit, latencies, counters) for _ in range(connections)))
+    return latencies, counters, time.monotonic() - started
+
+
+def _worker(args: tuple[str, bytes | None, int, float, int | None, str | None]) -> tuple[list[float], dict[str, int], float]:
+    return asyncio.run(_run(*args))
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] if ordered else float("nan")
+
+
+def load(url: str, body: bytes | None, *, connections: int, duration: float, ca: str | None = None,
+         processes: int = 1, limit: int | None = None) -> dict[str, Any]:
+    """Run the load (in `processes` child processes) and return the summary."""
+    processes = max(1, min(processes, connections))
+    shares = [connections // processes + (1 if i < connections % processes else 0) for i in range(processes)]
+    per_limit = None if limit is None else -(-limit // processes)
+    jobs = [(url, body, share, duration, per_limit, ca) for share in shares]
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        results = pool.map(_worker, jobs)
+    latencies = [value for result in results for value in result[0]]
+    errors = sum(result[1]["errors"] for result in results)
+    seconds = max(result[2] for result in results)
+    return {
+        "connections": connections,
+        "requests": len(latencies),
+        "errors": errors,
+        "seconds": round(seconds, 2),
+        "rps": round(len(latencies) / seconds, 1) if seconds else 0.0,
+        "p50_ms": round(percentile(latencies, 0.50), 3),
+        "p99_ms": round(percentile(latencies, 0.99), 3),
+        "p999_ms": round(percentile(latencies, 0.999), 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--body", type=Path, help="request body file (POST); none for GET")
+    parser.add_argument("--connections", type=int, default=1)
+    parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--requests", type=int, default=None, help="stop after this many requests")
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--ca", default=None)
+    args = parser.parse_args(argv)
+    body = args.body.read_bytes() if args.body else None
+    summary = load(args.url, body, connections=args.connections, duration=args.duration, ca=args.ca,
+                   processes=args.processes, limit=args.requests)
+    json.dump(summary, sys.stdout)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
