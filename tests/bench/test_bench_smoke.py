@@ -10,3 +10,22 @@ def test_engine_benchmark_runs_and_mutates() -> None:
     assert by_case["Deployment ~8KB, 50 rules"]["patch_ops"] > 0
     assert 7_500 <= by_case["Deployment ~8KB, 50 rules"]["bytes"] <= 10_000
     assert by_case["Deployment ~50KB, 50 rules"]["bytes"] >= 50_000
+
+
+def test_engine_phase_split_accounts_for_every_phase() -> None:
+    from tests.bench.bench_engine import phase_rows
+
+    for row in phase_rows(iterations=2):
+        assert row["activation"] > 0 and row["cel"] > 0 and row["diff"] > 0, row
+        assert row["actions"] > 0, row
+
+
+def test_server_benchmark_loads_mutate_and_healthz_from_another_process() -> None:
+    from tests.bench.bench_server import run as run_server
+
+    result = run_server(duration=0.5, connections=[1, 2], workers=1, threads=2, rules=10, processes=1)
+    for row in result["rows"]:
+        assert row["requests"] > 0 and row["errors"] == 0, row
+        assert row["p50_ms"] <= row["p99_ms"] <= row["p999_ms"], row
+    assert {row["endpoint"] for row in result["rows"]} == {"/mutate", "/healthz"}
+    assert len(result["rss_mb"]) == 1 and 10 < result["rss_mb"][0] < 1000
