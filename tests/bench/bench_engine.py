@@ -153,7 +153,7 @@ def run(iterations: int) -> list[dict[str, Any]]:
     pod = fixture_request("pod-complex-create-dryrun")
     eight_kb, fifty_kb = deployment(8_000), deployment(50_000)
     for rules in (0, 10, 50, 200):
-        snapshot = snapshot_of(*policies(rules), namespaces=[NAMESPACE]) if rules else snapshot_of(namespaces=[NAMESPACE])
+        snapshot = snapshot_of(*policies(rules), namespaces=[NAMESPACE])
         results.append(bench_case(f"Deployment ~8KB, {rules} rules", eight_kb, snapshot, iterations))
         results.append(bench_case(f"Pod, {rules} rules", pod, snapshot, iterations))
     snapshot = snapshot_of(*policies(50), namespaces=[NAMESPACE])

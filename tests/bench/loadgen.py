@@ -82,7 +82,7 @@ async def _connection(host: str, port: int, request: bytes, context: ssl.SSLCont
 async def _run(url: str, body: bytes | None, connections: int, duration: float, limit: int | None,
                ca: str | None) -> tuple[list[float], dict[str, int], float]:
     host, port, request = build_request(url, body)
-    context = ssl.create_default_context(cafile=ca) if ca else ssl._create_unverified_context()  # noqa: S323
+    context = ssl.create_default_context(cafile=ca) if ca else ssl._create_unverified_context()
     latencies: list[float] = []
     counters = {"sent": 0, "errors": 0}
     started = time.monotonic()
@@ -92,7 +92,11 @@ async def _run(url: str, body: bytes | None, connections: int, duration: float, 
     return latencies, counters, time.monotonic() - started
 
 
-def _worker(args: tuple[str, bytes | None, int, float, int | None, str | None]) -> tuple[list[float], dict[str, int], float]:
+Job = tuple[str, bytes | None, int, float, int | None, str | None]
+Outcome = tuple[list[float], dict[str, int], float]
+
+
+def _worker(args: Job) -> Outcome:
     return asyncio.run(_run(*args))
 
 

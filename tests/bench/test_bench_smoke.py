@@ -1,6 +1,7 @@
 """Keep the benchmark runnable: a tiny run, checking what it measures, not how fast."""
 
-from tests.bench.bench_engine import run
+from tests.bench.bench_engine import phase_rows, run
+from tests.bench.bench_server import run as run_server
 
 
 def test_engine_benchmark_runs_and_mutates() -> None:
@@ -13,16 +14,12 @@ def test_engine_benchmark_runs_and_mutates() -> None:
 
 
 def test_engine_phase_split_accounts_for_every_phase() -> None:
-    from tests.bench.bench_engine import phase_rows
-
     for row in phase_rows(iterations=2):
         assert row["activation"] > 0 and row["cel"] > 0 and row["diff"] > 0, row
         assert row["actions"] > 0, row
 
 
 def test_server_benchmark_loads_mutate_and_healthz_from_another_process() -> None:
-    from tests.bench.bench_server import run as run_server
-
     result = run_server(duration=0.5, connections=[1, 2], workers=1, threads=2, rules=10, processes=1)
     for row in result["rows"]:
         assert row["requests"] > 0 and row["errors"] == 0, row

@@ -1,0 +1,36 @@
+"""The whole benchmark suite in one command, printing every table:
+
+    python -m tests.bench [--iterations 1000] [--duration 10] [--soak 200000]
+
+1. engine: µs per admission in-process, by rule count and object size, and the engine's phases;
+2. server: `placer serve` over TLS under keep-alive load from separate processes, /mutate and /healthz at
+   1, 8 and 32 connections, and the RSS of each worker;
+3. soak (with --soak N): N admissions with worker RSS sampled along the way.
+"""
+
+import argparse
+import sys
+
+from tests.bench import bench_engine, bench_server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Placer's benchmark suite")
+    parser.add_argument("--iterations", type=int, default=1000, help="engine iterations per case")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds of load per server case")
+    parser.add_argument("--soak", type=int, default=0, help="admissions for the soak run (0: skip)")
+    args = parser.parse_args()
+    print("== engine ==", flush=True)
+    sys.argv = ["bench_engine", "--iterations", str(args.iterations)]
+    bench_engine.main()
+    print("\n== server ==", flush=True)
+    sys.argv = ["bench_server", "--duration", str(args.duration)]
+    bench_server.main()
+    if args.soak:
+        print("\n== soak ==", flush=True)
+        sys.argv = ["bench_server", "--soak", str(args.soak)]
+        bench_server.main()
+
+
+if __name__ == "__main__":
+    main()
