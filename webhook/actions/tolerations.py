@@ -14,7 +14,8 @@ def add_toleration(template: JSONObject, params: Mapping[str, Any], context: Act
     """Append the toleration unless one with the same key, operator, value and effect is there."""
     wanted = toleration_from(params)
     tolerations = ensure_list(template, "spec", "tolerations")
-    if any(_identity(existing) == _identity(wanted) for existing in tolerations):
+    identity = _identity(wanted)
+    if any(_identity(existing) == identity for existing in tolerations):
         return False
     tolerations.append(wanted)
     return True
