@@ -160,7 +160,12 @@ def format_warnings(messages: list[str]) -> list[str]:
 
 def _bounded_int(text: str) -> int | float:
     value = int(text)
-    return value if _INT64_MIN <= value <= _INT64_MAX else float(value)
+    if _INT64_MIN <= value <= _INT64_MAX:
+        return value
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"integer out of range: {text[:40]}...") from None
 
 
 def _brief(value: Any) -> str:

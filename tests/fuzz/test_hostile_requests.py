@@ -1,0 +1,83 @@
+"""Hostile AdmissionReviews get a precise 4xx or a normal answer: never a 5xx, never a crash.
+
+The in-process variant sends 10,000 mutated requests to the Flask app (the same code the workers run, and
+its catch-all handler would turn any uncaught exception into a 500, which is what is checked). The
+end-to-end variant sends a share of them to the real server over TLS and checks that no worker died.
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import fixture_request
+from tests.e2e.server import RunningServer, copy_policies, running_server
+from tests.fuzz.hostile import hostile_bodies
+from tests.helpers import snapshot_of
+from webhook.config import Settings
+from webhook.metrics import Metrics
+from webhook.policy.snapshot import NamespaceInfo, SnapshotHolder
+from webhook.server.app import create_app
+
+REPO = Path(__file__).resolve().parent.parent.parent
+FUZZ_CASES = 10_000
+
+
+def _app() -> Any:
+    texts = [path.read_text() for path in sorted((REPO / "policies").glob("*.yaml")) if "SchedulingPolicy" in
+             path.read_text()]
+    snapshot = snapshot_of(*texts, namespaces=[NamespaceInfo("team-a", {"environment": "production"})])
+    return create_app(holder=SnapshotHolder(snapshot), settings=Settings(), metrics=Metrics()).test_client()
+
+
+def test_ten_thousand_hostile_requests_get_no_5xx_and_the_next_valid_one_is_answered() -> None:
+    client = _app()
+    statuses: dict[int, int] = {}
+    for label, body in hostile_bodies(FUZZ_CASES):
+        response = client.post("/mutate?timeout=5s", data=body, content_type="application/json")
+        statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+        assert response.status_code < 500, (label, response.status_code, response.get_data()[:300])
+        if response.status_code == 200:
+            review = response.get_json()
+            assert isinstance(review["response"]["allowed"], bool), label
+        else:
+            assert response.get_json()["error"], label
+    assert sum(statuses.values()) == FUZZ_CASES
+    assert statuses.get(400, 0) > 1_000 and statuses.get(200, 0) > 1_000, statuses
+    valid = fixture_request("deployment-create-dryrun")
+    answer = client.post("/mutate", data=json.dumps(valid), content_type="application/json")
+    assert answer.status_code == 200 and answer.get_json()["response"]["uid"] == valid["request"]["uid"]
+
+
+@pytest.mark.e2e
+def test_hostile_requests_over_tls_leave_every_worker_running(tmp_path: Path, certificates: Any) -> None:
+    with running_server(tmp_path, certificates, policies=copy_policies(tmp_path)) as server:
+        workers = _workers(server)
+        for label, body in hostile_bodies(300, seed=99):
+            response = server.post("/mutate?timeout=5s", data=body, headers={"Content-Type": "application/json"})
+            assert response.status_code < 500, (label, response.status_code)
+        assert _workers(server) == workers, "no worker was restarted"
+        valid = fixture_request("deployment-create-dryrun")
+        review = server.post("/mutate", json=valid).json()
+        assert review["response"]["uid"] == valid["request"]["uid"] and review["response"]["allowed"] is True
+
+
+def _workers(server: RunningServer) -> set[int]:
+    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
+    return {int(pid) for pid in children.read_text().split()}
+
+
+@pytest.mark.parametrize("literal,expected", [
+    (b"1" + b"0" * 400, 400),  # beyond a double: refused, not a crash
+    (b"9223372036854775808", 200),  # beyond int64: read as a float, CEL cannot hold it as an int
+    (b"NaN", 200),
+])
+def test_numbers_beyond_what_cel_can_hold(literal: bytes, expected: int) -> None:
+    review = fixture_request("deployment-create-dryrun")
+    review["request"]["object"]["spec"]["replicas"] = "__N__"
+    body = json.dumps(review).encode().replace(b'"__N__"', literal)
+    response = _app().post("/mutate", data=body, content_type="application/json")
+    assert response.status_code == expected, response.get_data()[:200]
+    if expected == 400:
+        assert "integer out of range" in response.get_json()["error"]
