@@ -12,7 +12,7 @@ from typing import Any
 from webhook.actions.base import ActionContext, ActionSpec, Param, ensure_map
 from webhook.actions.scheduling import apply_scheduler_name
 from webhook.gang.flavours import FLAVOURS, YUNIKORN_TASK_GROUP_NAME, YUNIKORN_TASK_GROUPS, Flavour, Key
-from webhook.gang.identity import group_name, group_size
+from webhook.gang.identity import Derived, group_name, group_size
 from webhook.gang.yunikorn import task_groups
 from webhook.names import dns1123_subdomain_error, label_value_error
 from webhook.typing import JSONObject
@@ -60,7 +60,7 @@ def add_gang_labels(template: JSONObject, params: Mapping[str, Any], context: Ac
 
 
 def _task_group_writes(
-    template: JSONObject, params: Mapping[str, Any], context: ActionContext, group: str, size: Any
+    template: JSONObject, params: Mapping[str, Any], context: ActionContext, group: str, size: Derived | None
 ) -> list[tuple[Key, str]]:
     assert context.gang is not None
     facts = context.gang()

@@ -23,6 +23,9 @@ class Derived:
 
     value: str
     source: str
+    shared: bool = False
+    """The name came from the pod's surroundings (a key, an operator label, its controller), which other
+    pods share: the pod is one member of a larger group."""
 
 
 def label_safe(name: str) -> str:
@@ -58,14 +61,14 @@ def group_name(flavour: Flavour, parameter: str | None, facts: GangFacts) -> Der
         for template in members:
             value = read_key(key, template.labels, template.annotations)
             if value is not None:
-                return Derived(label_safe(value), f"existing {key.name}")
+                return Derived(label_safe(value), f"existing {key.name}", shared=True)
     for label in OPERATOR_GROUP_LABELS:
         for template in members:
             value = template.labels.get(label)
             if isinstance(value, str) and value:
-                return Derived(label_safe(value), f"label {label}")
+                return Derived(label_safe(value), f"label {label}", shared=True)
     if facts.kind == "Pod" and facts.owner:
-        return Derived(label_safe(facts.owner), "controller owner")
+        return Derived(label_safe(facts.owner), "controller owner", shared=True)
     return Derived(label_safe(facts.name), f"{facts.kind} name")
 
 
@@ -77,7 +80,7 @@ def group_size(flavour: Flavour, parameter: int | None, group: Derived, facts: G
     """
     if parameter is not None:
         return Derived(str(parameter), "minAvailable")
-    member_of_larger = facts.kind == "Pod" and group.source not in ("groupName", "Pod name")
+    member_of_larger = facts.kind == "Pod" and group.shared
     if facts.size is not None and facts.size > 0 and not member_of_larger:
         return Derived(str(facts.size), f"{facts.kind} size")
     keys = [flavour.size] if flavour.size else []
