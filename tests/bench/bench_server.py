@@ -29,12 +29,6 @@ metadata:
 """
 
 
-def worker_pids(server: RunningServer) -> list[int]:
-    """The gunicorn workers: children of the arbiter (`placer serve`)."""
-    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
-    return [int(pid) for pid in children.read_text().split()] if children.exists() else []
-
-
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -44,7 +38,7 @@ def rss_mb(pid: int) -> float:
 
 def worker_rss(server: RunningServer) -> list[float]:
     values = []
-    for pid in worker_pids(server):
+    for pid in server.worker_pids():
         try:
             values.append(round(rss_mb(pid), 1))
         except OSError:

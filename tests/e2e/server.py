@@ -41,6 +41,11 @@ class RunningServer:
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def worker_pids(self) -> list[int]:
+        """The gunicorn workers: children of the arbiter (`placer serve`)."""
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
+        return [int(pid) for pid in children.read_text().split()] if children.exists() else []
+
 
 @contextlib.contextmanager
 def running_server(workdir: Path, certs: object, *, extra: Sequence[str] = (), policies: Path | None = None,

@@ -56,11 +56,11 @@ def test_ten_thousand_hostile_requests_get_no_5xx_and_the_next_valid_one_is_answ
 @pytest.mark.e2e
 def test_hostile_requests_over_tls_leave_every_worker_running(tmp_path: Path, certificates: Any) -> None:
     with running_server(tmp_path, certificates, policies=copy_policies(tmp_path)) as server:
-        workers = _workers(server)
+        workers = set(server.worker_pids())
         for label, body in hostile_bodies(300, seed=99):
             status = _post(server, body)
             assert status < 500, (label, status)
-        assert _workers(server) == workers, "no worker was restarted"
+        assert set(server.worker_pids()) == workers, "no worker was restarted"
         valid = fixture_request("deployment-create-dryrun")
         review = server.post("/mutate", json=valid).json()
         assert review["response"]["uid"] == valid["request"]["uid"] and review["response"]["allowed"] is True
@@ -79,10 +79,6 @@ def _post(server: RunningServer, body: bytes) -> int:
     finally:
         connection.close()
 
-
-def _workers(server: RunningServer) -> set[int]:
-    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
-    return {int(pid) for pid in children.read_text().split()}
 
 
 @pytest.mark.parametrize("literal,expected", [

@@ -9,13 +9,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.actions.base import ActionContext, ActionSpec, Param, ensure_map
+from webhook.actions.base import ActionContext, ActionSpec, Param, child_map, ensure_map
 from webhook.actions.scheduling import apply_scheduler_name
 from webhook.gang.flavours import FLAVOURS, YUNIKORN_TASK_GROUP_NAME, YUNIKORN_TASK_GROUPS, Flavour, Key
 from webhook.gang.identity import Derived, group_name, group_size
 from webhook.gang.yunikorn import task_groups
 from webhook.names import dns1123_subdomain_error, label_value_error
-from webhook.typing import JSONObject
+from webhook.typing import JSONObject, as_map
 
 _LABEL_CHARACTERS = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
@@ -83,9 +83,7 @@ def _task_group_writes(
 
 
 def _read(template: JSONObject, key: Key) -> Any:
-    metadata = template.get("metadata")
-    target = metadata.get(key.where) if isinstance(metadata, dict) else None
-    return target.get(key.name) if isinstance(target, dict) else None
+    return as_map(child_map(template, "metadata", key.where)).get(key.name)
 
 
 def _write(template: JSONObject, key: Key, value: str, context: ActionContext) -> bool:

@@ -5,7 +5,7 @@ The table is data: a kind names its templates, its replica count and the selecto
 
 from collections.abc import Mapping
 
-from webhook.typing import JSONObject
+from webhook.typing import JSONObject, as_map
 from webhook.workloads.slots import WorkloadKind, field_int, fixed, int_at
 
 POD_TEMPLATE_HASH = "pod-template-hash"
@@ -45,21 +45,24 @@ def selector_match_labels(obj: JSONObject) -> Mapping[str, str]:
 
 def owned_pod_labels(obj: JSONObject) -> Mapping[str, str]:
     """A Pod owned by a controller must keep its labels, or the controller would orphan it."""
-    metadata = obj.get("metadata") or {}
-    owners = metadata.get("ownerReferences") or []
-    if any(isinstance(owner, dict) and owner.get("controller") for owner in owners):
-        labels = metadata.get("labels")
-        return labels if isinstance(labels, dict) else {}
-    return {}
+    if controller_reference(obj) is None:
+        return {}
+    return as_map(as_map(obj.get("metadata")).get("labels"))
+
+
+def controller_reference(obj: JSONObject) -> JSONObject | None:
+    """The ownerReference marked `controller: true`, or None."""
+    owners = as_map(obj.get("metadata")).get("ownerReferences")
+    for owner in owners if isinstance(owners, list) else []:
+        if isinstance(owner, dict) and owner.get("controller"):
+            return owner
+    return None
 
 
 def controller_owner(obj: JSONObject) -> str | None:
     """The name of the object's controller (a Pod's ReplicaSet, Job, operator resource), or None."""
-    owners = (obj.get("metadata") or {}).get("ownerReferences")
-    for owner in owners if isinstance(owners, list) else []:
-        if isinstance(owner, dict) and owner.get("controller") and isinstance(owner.get("name"), str):
-            return str(owner["name"])
-    return None
+    name = as_map(controller_reference(obj)).get("name")
+    return name if isinstance(name, str) and name else None
 
 
 def standalone_pod_size(obj: JSONObject) -> int | None:
