@@ -11,7 +11,7 @@ from typing import Any
 
 from webhook import __version__
 from webhook.certs import ensure_dev_certificates, issue, service_names
-from webhook.config import DEFAULT_CERTS, DEFAULT_POLICIES, Settings
+from webhook.config import DEFAULT_CERTS, DEFAULT_POLICIES, READ_TIMEOUT_SECONDS, Settings
 from webhook.kube.connection import in_cluster
 from webhook.logs import configure_logging
 from webhook.offline import apply_manifests, load_policies, parse_labels, render
@@ -51,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--client-ca", metavar="FILE", help="require client certificates signed by this CA")
     serve.add_argument("--workers", type=int, default=2)
     serve.add_argument("--threads", type=int, default=4, help="connections served at once per worker")
+    serve.add_argument(
+        "--read-timeout", type=float, default=READ_TIMEOUT_SECONDS, metavar="SECONDS",
+        help="close a connection whose request (TLS handshake, head, body) takes longer to arrive",
+    )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument("--opt-in", default="api-server", choices=["api-server", "label-or-annotation"])
     serve.set_defaults(run=_serve)
@@ -117,6 +121,7 @@ def _serve(args: argparse.Namespace) -> int:
         client_ca=Path(args.client_ca) if args.client_ca else None,
         workers=args.workers,
         threads=args.threads,
+        read_timeout=args.read_timeout,
         log_level=args.log_level,
         opt_in=args.opt_in,
         kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,

@@ -12,6 +12,7 @@ OptIn = Literal["api-server", "label-or-annotation"]
 DEFAULT_POLICIES = "./policies"
 DEFAULT_CERTS = Path("./certs")
 MAX_BODY_BYTES = 8 * 1024 * 1024
+READ_TIMEOUT_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,8 @@ class Settings:
     cluster_state: Path | None = None
     """The state file the cluster controller writes and workers read; None without `--kube`."""
     max_body_bytes: int = MAX_BODY_BYTES
+    read_timeout: float = READ_TIMEOUT_SECONDS
+    """Seconds a client has to send a whole request (TLS handshake, head, body) before it is cut off."""
 
     @property
     def host_port(self) -> tuple[str, int]:

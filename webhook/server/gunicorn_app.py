@@ -1,8 +1,9 @@
 """`placer serve`: the Flask app under gunicorn, over TLS, with threads for keep-alive connections.
 
-The `gthread` worker keeps connections open between requests (the API server reuses them) and serves
-several at once per process. Each worker builds its own app after the fork: it loads the policies, starts
-its reloader and owns its CEL environment; nothing is shared but the metrics directory.
+The `gthread` worker (here with a deadline on slow clients, `worker.PlacerThreadWorker`) keeps
+connections open between requests (the API server reuses them) and serves several at once per process.
+Each worker builds its own app after the fork: it loads the policies, starts its reloader and owns its
+CEL environment; nothing is shared but the metrics directory.
 """
 
 import logging
@@ -85,7 +86,7 @@ class PlacerServer(BaseApplication):  # type: ignore[misc]
         options: dict[str, Any] = {
             "bind": [settings.bind],
             "workers": settings.workers,
-            "worker_class": "gthread",
+            "worker_class": "webhook.server.worker.PlacerThreadWorker",
             "threads": settings.threads,
             "certfile": str(settings.tls_cert),
             "keyfile": str(settings.tls_key),
