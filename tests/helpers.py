@@ -3,6 +3,7 @@
 import base64
 import copy
 import json
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -93,3 +94,20 @@ def compile_errors(text: str) -> list[str]:
         if document:
             errors.extend(str(error) for error in compiler.compile(document, "test.yaml").errors)
     return errors
+
+
+def write_configmap_volume(directory: Path, files: Mapping[str, str], version: str) -> None:
+    """Write `files` the way the kubelet updates a mounted ConfigMap: a new timestamped directory, then one
+    atomic rename of the `..data` symlink onto it; each file is a symlink through `..data`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / f"..{version}"
+    target.mkdir()
+    for name, text in files.items():
+        (target / name).write_text(text)
+    staging = directory / "..data_tmp"
+    staging.symlink_to(target.name)
+    os.replace(staging, directory / "..data")
+    for name in files:
+        link = directory / name
+        if not link.is_symlink():
+            link.symlink_to(Path("..data") / name)

@@ -20,6 +20,7 @@ from webhook.policy.sources import SourceContent, combine
 log = logging.getLogger(__name__)
 
 Fingerprint = tuple[int, int, int]
+_CONSISTENT_READ_ATTEMPTS = 3
 
 
 @dataclass(slots=True)
@@ -28,6 +29,10 @@ class _FileState:
     policies: dict[str, Policy] = field(default_factory=dict)
     namespaces: dict[str, NamespaceInfo] = field(default_factory=dict)
     errors: list[PolicyError] = field(default_factory=list)
+    kept_last_good: bool = False
+    """The file could not be read or parsed: `policies` and `namespaces` are its last good content."""
+    stale: list[str] = field(default_factory=list)
+    """Policies that no longer compile and serve their last good version."""
 
 
 def policy_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -58,19 +63,31 @@ class FilePolicySource:
         self._files: dict[Path, _FileState] = {}
 
     def refresh(self) -> bool:
-        """Re-read changed files; True when the snapshot must be rebuilt."""
-        changed = False
-        current = policy_files(self._paths)
-        for gone in set(self._files) - set(current):
-            del self._files[gone]
-            changed = True
-        for path in current:
-            state = self._files.setdefault(path, _FileState())
-            fingerprint = file_fingerprint(path)
-            if fingerprint != state.fingerprint:
-                self._load(path, state, fingerprint)
-                changed = True
-        return changed
+        """Re-read changed files; True when the snapshot must be rebuilt.
+
+        What is read is committed only if no file changed while the files were being read, so a set of
+        files replaced together (a ConfigMap volume swaps its `..data` symlink) is never served half old,
+        half new. Files still changing after a few tries are left for the next round.
+        """
+        for _ in range(_CONSISTENT_READ_ATTEMPTS):
+            current = policy_files(self._paths)
+            loaded: dict[Path, _FileState] = {}
+            for path in current:
+                previous = self._files.get(path, _FileState())
+                fingerprint = file_fingerprint(path)
+                if path not in self._files or fingerprint != previous.fingerprint:
+                    loaded[path] = self._read(path, previous, fingerprint)
+            files = {path: loaded.get(path) or self._files[path] for path in current}
+            if policy_files(self._paths) == current and all(
+                file_fingerprint(path) == state.fingerprint for path, state in files.items()
+            ):
+                changed = bool(loaded) or set(self._files) != set(files)
+                for path in loaded:
+                    self._report(path, files[path])
+                self._files = files
+                return changed
+        log.warning("policy files kept changing while being read; reading them again in the next round")
+        return False
 
     def content(self) -> SourceContent:
         """Everything currently loaded; the first file defining a policy name wins."""
@@ -85,18 +102,16 @@ class FilePolicySource:
         """This source alone as a snapshot (the offline CLI)."""
         return combine([self.content()], self._compiler.environment)
 
-    def _load(self, path: Path, state: _FileState, fingerprint: Fingerprint | None) -> None:
+    def _read(self, path: Path, previous: _FileState, fingerprint: Fingerprint | None) -> _FileState:
+        """The file's new state; policies that no longer load keep their last good version from `previous`."""
         source = str(path)
         try:
             documents = list(expand_lists(read_documents(path.read_text(encoding="utf-8"))))
         except (OSError, UnicodeDecodeError, ManifestError) as error:
             # Keep the last good content: a half-written file must not drop policies that were serving.
-            state.errors = [PolicyError(source, f"cannot read: {error}")]
-            log.error("policy file %s: %s (keeping its last good content)", source, error)
-            return
-        previous = state.policies
-        state.fingerprint = fingerprint
-        state.policies, state.namespaces, state.errors = {}, {}, []
+            return _FileState(fingerprint, previous.policies, previous.namespaces,
+                              [PolicyError(source, f"cannot read: {error}")], kept_last_good=True)
+        state = _FileState(fingerprint)
         for document in documents:
             namespace = namespace_from(document.content)
             if namespace is not None:
@@ -107,9 +122,19 @@ class FilePolicySource:
             state.errors.extend(result.errors)
             if result.policy is not None:
                 state.policies[result.policy.name] = result.policy
-            elif result.name is not None and result.name in previous:
-                state.policies[result.name] = previous[result.name]
-                log.error("policy %s in %s does not compile; its last good version keeps serving", result.name, source)
+            elif result.name is not None and result.name in previous.policies:
+                state.policies[result.name] = previous.policies[result.name]
+                state.stale.append(result.name)
+        return state
+
+    @staticmethod
+    def _report(path: Path, state: _FileState) -> None:
+        """Log a newly read file's problems once, when what is read is committed."""
+        if state.kept_last_good:
+            log.error("policy file %s: %s (keeping its last good content)", path, state.errors[0].message)
+            return
+        for name in state.stale:
+            log.error("policy %s in %s does not compile; its last good version keeps serving", name, path)
         for problem in state.errors:
             log.error("%s", problem)
 

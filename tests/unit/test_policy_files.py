@@ -1,0 +1,102 @@
+"""Policy files re-read while serving: a set of files replaced together is never served half old, half new."""
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import write_configmap_volume
+from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.files import FilePolicySource
+
+POLICY = """apiVersion: placer.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: %s}
+spec:
+  rules:
+  - {name: pool, action: add-node-selector, parameters: {%s: %s}}
+"""
+
+
+def policy_set(generation: str) -> dict[str, str]:
+    """Two files, two policies; every policy's name carries the set it belongs to."""
+    return {"one.yaml": POLICY % (f"{generation}-one", "pool", generation),
+            "two.yaml": POLICY % (f"{generation}-two", "zone", generation)}
+
+
+def served(source: FilePolicySource) -> set[str]:
+    return {policy.name for policy in source.snapshot().policies}
+
+
+class SwappingCompiler(PolicyCompiler):
+    """Runs `during` once, just after the first policy of a read has been compiled: a swap mid-read."""
+
+    def __init__(self, during: Any) -> None:
+        super().__init__()
+        self.during = during
+
+    def compile(self, document: Any, source: str) -> Any:
+        result = super().compile(document, source)
+        if self.during is not None:
+            action, self.during = self.during, None
+            action()
+        return result
+
+
+def test_a_configmap_swapped_while_being_read_is_served_whole(tmp_path: Path) -> None:
+    volume = tmp_path / "policies"
+    write_configmap_volume(volume, policy_set("blue"), "1")
+    compiler = SwappingCompiler(None)
+    source = FilePolicySource([volume], compiler=compiler)
+    assert source.refresh() is True
+    assert served(source) == {"blue-one", "blue-two"}
+
+    # one.yaml is read from the old version; the volume then flips before two.yaml is read.
+    write_configmap_volume(volume, policy_set("green"), "2")
+    compiler.during = lambda: write_configmap_volume(volume, policy_set("red"), "3")
+    assert source.refresh() is True
+    assert served(source) == {"red-one", "red-two"}
+    assert source.refresh() is False
+
+
+def test_files_that_keep_changing_are_left_for_the_next_round(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    volume = tmp_path / "policies"
+    write_configmap_volume(volume, policy_set("blue"), "1")
+    source = FilePolicySource([volume], compiler=PolicyCompiler())
+    source.refresh()
+    versions = iter(range(10, 100))
+
+    class Churn(PolicyCompiler):
+        def compile(self, document: Any, source: str) -> Any:
+            write_configmap_volume(volume, policy_set(f"v{next(versions)}"), str(next(versions)))
+            return super().compile(document, source)
+
+    churning = FilePolicySource([volume], compiler=Churn())
+    churning._files = source._files
+    write_configmap_volume(volume, policy_set("green"), "2")
+    assert churning.refresh() is False
+    assert served(churning) == {"blue-one", "blue-two"}
+    assert "kept changing while being read" in caplog.text
+
+
+def test_a_broken_file_keeps_its_last_good_content_and_is_reported_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = tmp_path / "policies"
+    directory.mkdir()
+    for name, text in policy_set("blue").items():
+        (directory / name).write_text(text)
+    source = FilePolicySource([directory], compiler=PolicyCompiler())
+    source.refresh()
+    (directory / "two.yaml").write_text("spec: [unclosed")
+    with caplog.at_level(logging.ERROR):
+        assert source.refresh() is True
+        assert source.refresh() is False  # the same broken content is not re-read and re-reported each round
+    assert served(source) == {"blue-one", "blue-two"}
+    assert caplog.text.count("keeping its last good content") == 1
+    assert next(error.message for error in source.content().errors).startswith("cannot read")
+
+    (directory / "two.yaml").unlink()
+    assert source.refresh() is True
+    assert served(source) == {"blue-one"}
