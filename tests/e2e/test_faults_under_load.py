@@ -1,0 +1,173 @@
+"""Faults while a closed-loop client keeps admissions coming: certificate rotation, policy rewrites, a killed
+worker. Each test counts the failed requests the client saw and prints them (`-s` shows the figures).
+
+Every test runs in a short variant in the default suite and a long one behind the `slow` marker
+(`pytest -m slow`).
+"""
+
+import os
+import signal
+import socket
+import ssl
+import time
+from collections.abc import Hashable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import fixture_request
+from tests.e2e.closed_loop import ClosedLoopClient
+from tests.e2e.server import RunningServer, running_server
+from tests.helpers import decode_patch, write_configmap_volume
+from webhook.certs import issue
+
+pytestmark = pytest.mark.e2e
+
+DURATIONS = [pytest.param(4.0, id="short"), pytest.param(120.0, id="long", marks=pytest.mark.slow)]
+
+POLICY = """apiVersion: placer.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: %s}
+spec:
+  rules:
+  - {name: place, action: add-node-selector, parameters: {%s: %s}}
+"""
+
+
+def _policy_set(generation: str) -> dict[str, str]:
+    """Two files with one policy each: an answer mixing two generations would show two different values."""
+    return {"pool.yaml": POLICY % ("pool", "pool", generation), "zone.yaml": POLICY % ("zone", "zone", generation)}
+
+
+def _node_selector(review: dict[str, Any]) -> Hashable:
+    for op in decode_patch(review):
+        if op["path"] == "/spec/nodeSelector":
+            return tuple(sorted(op["value"].items()))
+    return ()
+
+
+def _report(what: str, client: ClosedLoopClient) -> None:
+    print(f"\n{what}: {client.answered()} answered, {len(client.failures)} failed")
+
+
+def _served_certificate(server: RunningServer) -> bytes:
+    host, port = server.url.removeprefix("https://").split(":")
+    context = ssl._create_unverified_context()
+    with socket.create_connection((host, int(port))) as raw, context.wrap_socket(raw) as tls:
+        certificate = tls.getpeercert(binary_form=True)
+    assert certificate is not None
+    return certificate
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    staging = path.with_name(path.name + ".tmp")
+    staging.write_bytes(data)
+    os.replace(staging, path)
+
+
+@pytest.mark.parametrize("duration", DURATIONS)
+def test_certificate_rotation_under_load_fails_no_request(tmp_path: Path, duration: float) -> None:
+    """cert-manager or a Secret update replaces the pair on disk: key first, then certificate, each by rename.
+
+    Rotations repeat for `duration`, alternating between two key pairs signed by the same CA (a renewal);
+    the client opens a new connection every 20 requests, so handshakes keep happening throughout.
+    """
+    first = issue(tmp_path / "first", ["localhost", "127.0.0.1"])
+    (tmp_path / "second").mkdir()
+    for name in ("ca.crt", "ca.key"):
+        (tmp_path / "second" / name).write_bytes((tmp_path / "first" / name).read_bytes())
+    second = issue(tmp_path / "second", ["localhost", "127.0.0.1"])
+    assert second.cert.read_bytes() != first.cert.read_bytes()
+    live = tmp_path / "live"
+    live.mkdir()
+    for name in ("tls.crt", "tls.key"):
+        (live / name).write_bytes((tmp_path / "first" / name).read_bytes())
+    bundle = first.ca_cert
+    served = type(first)(bundle, live / "tls.crt", live / "tls.key")
+    rotations = 0
+    with running_server(tmp_path, served) as server, ClosedLoopClient(
+            server.url, bundle, fixture_request("pod-bare-create-dryrun"), reconnect_every=20) as client:
+        client.wait_for_answers(20)
+        until = time.monotonic() + duration
+        while rotations == 0 or time.monotonic() < until:
+            before = _served_certificate(server)
+            source = tmp_path / ("second" if rotations % 2 == 0 else "first")
+            _atomic_write(live / "tls.key", (source / "tls.key").read_bytes())
+            _atomic_write(live / "tls.crt", (source / "tls.crt").read_bytes())
+            rotated_at = time.monotonic()
+            while _served_certificate(server) == before:
+                assert time.monotonic() - rotated_at < 60, "new connections still get the old certificate"
+                time.sleep(0.1)
+            rotations += 1
+            client.wait_for_answers(20)
+    _report(f"certificate rotation ({rotations} rotations)", client)
+    assert client.failures == []
+    assert "TLS certificate reloaded" in server.log_text()
+
+
+@pytest.mark.parametrize("duration", DURATIONS)
+def test_policy_rewrites_under_load_are_served_whole_and_never_fail(tmp_path: Path, certificates: Any,
+                                                                   duration: float) -> None:
+    """A ConfigMap-mounted policy directory updated every 0.3 s (the kubelet swaps its `..data` symlink).
+
+    Every answer must show one generation in both keys; both workers re-read the files on their own, so
+    answers may move between generations in any order, but never mix two.
+    """
+    volume = tmp_path / "policies"
+    write_configmap_volume(volume, _policy_set("g0"), "0")
+    with running_server(tmp_path, certificates, policies=volume) as server, ClosedLoopClient(
+            server.url, certificates.ca_cert, fixture_request("pod-bare-create-dryrun"),
+            inspect=_node_selector) as client:
+        client.wait_for_answers(20)
+        generation = 0
+        until = time.monotonic() + duration
+        while time.monotonic() < until:
+            generation += 1
+            write_configmap_volume(volume, _policy_set(f"g{generation}"), str(generation))
+            time.sleep(0.3)
+        final = (("pool", f"g{generation}"), ("zone", f"g{generation}"))
+        deadline = time.monotonic() + 10
+        while client.signatures(since=time.monotonic() - 0.5) != {final}:
+            assert time.monotonic() < deadline, "the last generation was never served by every worker"
+            time.sleep(0.2)
+    _report(f"policy rewrites ({generation} generations)", client)
+    assert client.failures == []
+    signatures = client.signatures()
+    mixed = [s for s in signatures if len(s) != 2 or len({value for _, value in s}) != 1]
+    assert mixed == [], mixed
+    assert len(signatures) > 2, "the rewrites were not seen under load"
+
+
+@pytest.mark.parametrize("duration", DURATIONS)
+def test_a_worker_killed_under_load_is_replaced_and_the_others_keep_answering(
+        tmp_path: Path, certificates: Any, duration: float) -> None:
+    """SIGKILL a worker repeatedly: only the requests in flight on it may fail, and a new worker takes over.
+
+    The killed worker cannot answer what it was processing; that is what `failurePolicy` is for. Its idle
+    keep-alive connections are closed by the kernel and the client (like the API server's) reconnects.
+    """
+    connections = 4
+    kills: list[float] = []
+    with running_server(tmp_path, certificates) as server, ClosedLoopClient(
+            server.url, certificates.ca_cert, fixture_request("pod-bare-create-dryrun"),
+            connections=connections) as client:
+        client.wait_for_answers(20)
+        until = time.monotonic() + duration
+        while not kills or time.monotonic() < until:
+            workers = server.worker_pids()
+            victim = workers[len(kills) % len(workers)]
+            kills.append(time.monotonic())
+            os.kill(victim, signal.SIGKILL)
+            deadline = time.monotonic() + 20
+            while len(server.worker_pids()) < 2 or victim in server.worker_pids():
+                assert time.monotonic() < deadline, "the killed worker was not replaced"
+                time.sleep(0.05)
+            client.wait_for_answers(40)
+            time.sleep(1.0)
+        assert server.process.poll() is None
+    _report(f"worker SIGKILL ({len(kills)} kills)", client)
+    failures = client.failures
+    assert len(failures) <= len(kills) * connections, failures[:5]
+    # A failure is a request the killed worker had in flight: it ends when the kill closes its connection.
+    assert all(any(0 <= f.at - kill < 2.0 for kill in kills) for f in failures), failures[:5]
