@@ -139,8 +139,9 @@ class FakeApiServer:
 
     # -- server -------------------------------------------------------------------------------------------
 
-    def serve(self, cert: Path, key: Path) -> "FakeApiServer":
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+    def serve(self, cert: Path, key: Path, *, port: int = 0) -> "FakeApiServer":
+        """Listen on `port` (0: any free one); after `shutdown`, serving again on the same port is a restart."""
+        server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
         server.daemon_threads = True
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key)
@@ -170,7 +171,7 @@ class FakeApiServer:
     # -- internals (called with the condition held) ----------------------------------------------------------
 
     def _store(self, collection: str, obj: dict[str, Any]) -> dict[str, Any]:
-        api_version, kind, typed_items = _KINDS[collection]
+        api_version, kind, _typed_items = _KINDS[collection]
         metadata = obj.setdefault("metadata", {})
         name = metadata["name"]
         existing = self.objects[collection].get(name)
@@ -242,7 +243,7 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return self._patch_status(path.split("/")[-2], body, self.headers["Authorization"][7:])
             if path.startswith(LEASES):
                 return self._lease(method, path, body)
-            return self._send(404, status(404, "NotFound", f"the server could not find the requested resource"))
+            return self._send(404, status(404, "NotFound", "the server could not find the requested resource"))
 
         def _body(self) -> Any:
             length = int(self.headers.get("Content-Length") or 0)
@@ -287,8 +288,8 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 drops = api.drops
                 cursor = len(api.events)
                 if since and since < api.compacted:
-                    self._chunk({"type": "ERROR", "object": status(410, "Expired",
-                                                                   f"too old resource version: {since} ({api.compacted})")})
+                    message = f"too old resource version: {since} ({api.compacted})"
+                    self._chunk({"type": "ERROR", "object": status(410, "Expired", message)})
                     self._end()
                     return
                 backlog = [e for e in api.events
@@ -297,7 +298,8 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 self._emit(event, bookmarks)
             while True:
                 with api.condition:
-                    api.condition.wait_for(lambda: len(api.events) > cursor or api.drops != drops, timeout=5)
+                    api.condition.wait_for(lambda seen=cursor: len(api.events) > seen or api.drops != drops,
+                                           timeout=5)
                     if api.drops != drops:
                         self.close_connection = True
                         self.connection.shutdown(2)  # mid-stream: no terminating chunk
@@ -334,7 +336,7 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 updated = copy.deepcopy(existing)
                 updated["status"] = {**(existing.get("status") or {}), **body["status"]}
                 result = api._store(POLICIES, updated)
-            self._send(200, result)
+            return self._send(200, result)
 
         def _lease(self, method: str, path: str, body: Any) -> None:
             name = path[len(LEASES):].strip("/")
@@ -358,7 +360,8 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     if lease is None or body["metadata"].get("resourceVersion") != lease["metadata"]["resourceVersion"]:
                         return self._send(409, status(
                             409, "Conflict", f'Operation cannot be fulfilled on leases.coordination.k8s.io "{name}": '
-                            "the object has been modified; please apply your changes to the latest version and try again"))
+                            "the object has been modified; please apply your changes to the latest version "
+                            "and try again"))
                     api.revision += 1
                     body["metadata"]["resourceVersion"] = str(api.revision)
                     api.leases[name] = body
