@@ -1,5 +1,9 @@
 """Hostile AdmissionReviews get a precise 4xx or a normal answer: never a 5xx, never a crash.
 
+Two generators: seeded mutation of the real captures (`hostile.py`: wrong types, invalid quantities,
+truncated and bit-flipped JSON, 100,000-level nesting, 5 MB strings), and hypothesis, which puts arbitrary
+JSON values at any path of a capture and shrinks a failure to its smallest form.
+
 The in-process variant sends 10,000 mutated requests to the Flask app (the same code the workers run, and
 its catch-all handler would turn any uncaught exception into a 500, which is what is checked). The
 end-to-end variant sends a share of them to the real server over TLS and checks that no worker died.
@@ -13,10 +17,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import fixture_request
 from tests.e2e.server import RunningServer, copy_policies, running_server
-from tests.fuzz.hostile import hostile_bodies
+from tests.fuzz.hostile import encode, hostile_bodies, paths, replace, seeds
 from tests.helpers import snapshot_of
 from webhook.config import Settings
 from webhook.metrics import Metrics
@@ -94,3 +100,32 @@ def test_numbers_beyond_what_cel_can_hold(literal: bytes, expected: int) -> None
     assert response.status_code == expected, response.get_data()[:200]
     if expected == 400:
         assert "integer out of range" in response.get_json()["error"]
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=40),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    max_leaves=12,
+)
+BASES = seeds()
+PLACES = [(index, path) for index, base in enumerate(BASES) for path in paths(base)]
+
+
+@pytest.fixture(scope="module")
+def app_client() -> Any:
+    return _app()
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(place=st.sampled_from(PLACES), value=JSON_VALUES)
+def test_any_json_value_anywhere_in_a_real_request_gets_no_5xx(
+    app_client: Any, place: tuple[int, tuple[Any, ...]], value: Any
+) -> None:
+    """Hypothesis puts arbitrary JSON (shrinking to the smallest culprit) at any path of a captured request."""
+    index, path = place
+    body = encode(replace(BASES[index], path, value))
+    response = app_client.post("/mutate?timeout=5s", data=body, content_type="application/json")
+    assert response.status_code < 500, (path, value, response.get_data()[:300])
+    assert response.status_code == 200 or response.get_json()["error"]
+
