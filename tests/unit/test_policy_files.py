@@ -63,6 +63,7 @@ def test_a_configmap_swapped_while_being_read_is_served_whole(tmp_path: Path) ->
 def test_files_that_keep_changing_are_left_for_the_next_round(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     volume = tmp_path / "policies"
     write_configmap_volume(volume, policy_set("blue"), "1")
+    caplog.set_level(logging.WARNING, logger="webhook.policy")  # the CLI tests quiet it in-process
     source = FilePolicySource([volume], compiler=PolicyCompiler())
     source.refresh()
     versions = iter(range(10, 100))
@@ -90,7 +91,7 @@ def test_a_broken_file_keeps_its_last_good_content_and_is_reported_once(
     source = FilePolicySource([directory], compiler=PolicyCompiler())
     source.refresh()
     (directory / "two.yaml").write_text("spec: [unclosed")
-    with caplog.at_level(logging.ERROR):
+    with caplog.at_level(logging.ERROR, logger="webhook.policy"):
         assert source.refresh() is True
         assert source.refresh() is False  # the same broken content is not re-read and re-reported each round
     assert served(source) == {"blue-one", "blue-two"}
@@ -100,3 +101,16 @@ def test_a_broken_file_keeps_its_last_good_content_and_is_reported_once(
     (directory / "two.yaml").unlink()
     assert source.refresh() is True
     assert served(source) == {"blue-one"}
+
+
+def test_python_tags_in_a_policy_file_are_refused_not_executed(tmp_path: Path) -> None:
+    """Policy files are parsed with the safe loader (and ruff's S506 forbids any other in webhook/)."""
+    marker = tmp_path / "executed"
+    directory = tmp_path / "policies"
+    directory.mkdir()
+    (directory / "evil.yaml").write_text(f"!!python/object/apply:os.system ['touch {marker}']\n")
+    source = FilePolicySource([directory], compiler=PolicyCompiler())
+    source.refresh()
+    assert not marker.exists()
+    [error] = source.content().errors
+    assert error.source.endswith("evil.yaml") and "python/object/apply" in error.message

@@ -87,6 +87,7 @@ class KubeApi:
         A stream that breaks mid-line, or stays silent longer than `watch_idle`, raises TransportError.
         """
         response = self._send("GET", path, query=query, read_timeout=self._timeouts.watch_idle, stream=True)
+        ended_cleanly = False
         try:
             buffered = b""
             for chunk in response.stream(64 * 1024):
@@ -99,9 +100,14 @@ class KubeApi:
                         yield _decode(line)
             if buffered.strip():
                 raise TransportError("watch stream ended in the middle of an event")
+            ended_cleanly = True
         except Urllib3Error as error:
             raise TransportError(f"watch {path}: {error}") from None
         finally:
+            if not ended_cleanly:
+                # Abandoned or broken mid-stream: the connection still carries the rest of the stream and
+                # cannot serve another request; returned to the pool it would outlive close() unclosed.
+                response.close()
             response.release_conn()
 
     def close(self) -> None:
