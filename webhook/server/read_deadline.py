@@ -13,6 +13,7 @@ fails like a client disconnect: gunicorn closes the connection and the thread is
 application then spends answering is not counted; the admission deadline bounds that.
 """
 
+import errno
 import logging
 import socket
 import threading
@@ -98,7 +99,7 @@ def _shut_down(sock: socket.socket) -> bool:
         socket.socket.shutdown(sock, socket.SHUT_RDWR)
     except OSError as error:
         # Already closed by the client (ENOTCONN) counts as done; a detached socket (EBADF) does not.
-        return error.errno != 9
+        return error.errno != errno.EBADF
     return True
 
 
