@@ -111,3 +111,9 @@ def write_configmap_volume(directory: Path, files: Mapping[str, str], version: s
         link = directory / name
         if not link.is_symlink():
             link.symlink_to(Path("..data") / name)
+
+
+def node_selector_policy(name: str, key: str, value: str) -> str:
+    """A one-rule SchedulingPolicy (YAML) that adds the node selector `key: value`."""
+    return (f"apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {{name: {name}}}\nspec:\n"
+            f"  rules:\n  - {{name: place, action: add-node-selector, parameters: {{{key}: {value}}}}}\n")

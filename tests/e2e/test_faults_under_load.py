@@ -19,25 +19,18 @@ import pytest
 from tests.conftest import fixture_request
 from tests.e2e.closed_loop import ClosedLoopClient
 from tests.e2e.server import RunningServer, running_server
-from tests.helpers import decode_patch, write_configmap_volume
+from tests.helpers import decode_patch, node_selector_policy, write_configmap_volume
 from webhook.certs import issue
 
 pytestmark = pytest.mark.e2e
 
 DURATIONS = [pytest.param(4.0, id="short"), pytest.param(120.0, id="long", marks=pytest.mark.slow)]
 
-POLICY = """apiVersion: placer.dev/v1alpha1
-kind: SchedulingPolicy
-metadata: {name: %s}
-spec:
-  rules:
-  - {name: place, action: add-node-selector, parameters: {%s: %s}}
-"""
-
 
 def _policy_set(generation: str) -> dict[str, str]:
     """Two files with one policy each: an answer mixing two generations would show two different values."""
-    return {"pool.yaml": POLICY % ("pool", "pool", generation), "zone.yaml": POLICY % ("zone", "zone", generation)}
+    return {"pool.yaml": node_selector_policy("pool", "pool", generation),
+            "zone.yaml": node_selector_policy("zone", "zone", generation)}
 
 
 def _node_selector(review: dict[str, Any]) -> Hashable:

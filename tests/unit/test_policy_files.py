@@ -6,23 +6,15 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import write_configmap_volume
+from tests.helpers import node_selector_policy, write_configmap_volume
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.files import FilePolicySource
-
-POLICY = """apiVersion: placer.dev/v1alpha1
-kind: SchedulingPolicy
-metadata: {name: %s}
-spec:
-  rules:
-  - {name: pool, action: add-node-selector, parameters: {%s: %s}}
-"""
 
 
 def policy_set(generation: str) -> dict[str, str]:
     """Two files, two policies; every policy's name carries the set it belongs to."""
-    return {"one.yaml": POLICY % (f"{generation}-one", "pool", generation),
-            "two.yaml": POLICY % (f"{generation}-two", "zone", generation)}
+    return {"one.yaml": node_selector_policy(f"{generation}-one", "pool", generation),
+            "two.yaml": node_selector_policy(f"{generation}-two", "zone", generation)}
 
 
 def served(source: FilePolicySource) -> set[str]:
