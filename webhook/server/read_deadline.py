@@ -46,7 +46,6 @@ class ReadDeadlines:
         self._clock = clock
         self._reading: dict[int, _Reading] = {}
         self._lock = threading.Lock()
-        self._wake = threading.Event()
         self._stopped = threading.Event()
         self.expired = 0
         """Connections closed for being too slow, since start."""
@@ -66,7 +65,6 @@ class ReadDeadlines:
 
     def stop(self) -> None:
         self._stopped.set()
-        self._wake.set()
 
     def expire(self) -> int:
         """Shut down every connection past its deadline; how many were. The watchdog calls this."""
@@ -87,8 +85,7 @@ class ReadDeadlines:
 
     def _watch(self) -> None:
         interval = min(0.25, self.timeout / 4)
-        while not self._stopped.is_set():
-            self._wake.wait(interval)
+        while not self._stopped.wait(interval):
             self.expire()
 
 
