@@ -6,6 +6,7 @@ threads. Without the deadline they hold every thread for as long as they keep tr
 legitimate request below is never answered.
 """
 
+import contextlib
 import http.client
 import json
 import socket
@@ -13,6 +14,7 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,25 +34,48 @@ def _address(server: RunningServer) -> tuple[str, int]:
     return host, int(port)
 
 
-def _slow_client(server: RunningServer, phase: str) -> socket.socket:
+@dataclass
+class SlowClient:
+    sock: socket.socket
+    rest: bytes = b""
+    """What is left to send of a real message, one byte at a time; then filler bytes."""
+
+    def next_byte(self) -> bytes:
+        if not self.rest:
+            return b"a"
+        byte, self.rest = self.rest[:1], self.rest[1:]
+        return byte
+
+
+def _client_hello() -> bytes:
+    """A real TLS ClientHello, so the server waits for the rest of it instead of rejecting garbage."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl._create_unverified_context().wrap_bio(incoming, outgoing)
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def _slow_client(server: RunningServer, phase: str) -> SlowClient:
     """A connection stopped part-way through `phase`; the trickle keeps it that way."""
     raw = socket.create_connection(_address(server), timeout=10)
     if phase == "handshake":
-        raw.sendall(b"\x16\x03\x01")  # the start of a TLS record header
-        return raw
+        hello = _client_hello()
+        raw.sendall(hello[:3])  # the start of the record header; ~100 s of trickle remain
+        return SlowClient(raw, hello[3:])
     tls = ssl._create_unverified_context().wrap_socket(raw)
     head = b"POST /mutate HTTP/1.1\r\nHost: placer\r\n"
     if phase == "body":
         head += b"Content-Type: application/json\r\nContent-Length: 4096\r\n\r\n{"
     tls.sendall(head)
-    return tls
+    return SlowClient(tls)
 
 
 class Trickle:
-    """Send one byte every 0.2 s on each socket, and note which ones the server has closed."""
+    """Send one byte every 0.2 s on each connection, and note which ones the server has closed."""
 
-    def __init__(self, sockets: list[socket.socket]) -> None:
-        self.sockets = sockets
+    def __init__(self, clients: list[SlowClient]) -> None:
+        self.clients = clients
         self.closed: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -62,16 +87,16 @@ class Trickle:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        for sock in self.sockets:
-            sock.close()
+        for client in self.clients:
+            client.sock.close()
 
     def _run(self) -> None:
         while not self._stop.wait(0.2):
-            for index, sock in enumerate(self.sockets):
+            for index, client in enumerate(self.clients):
                 if index in self.closed:
                     continue
                 try:
-                    sock.send(b"a")
+                    client.sock.send(client.next_byte())
                 except OSError:
                     self.closed.add(index)
 
