@@ -1,4 +1,4 @@
-"""Shared test fixtures: the real API server captures in ../shared/fixtures, and certificates."""
+"""Shared test fixtures: the real API server captures in tests/fixtures, and certificates."""
 
 import copy
 import json
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = Path(os.environ.get("PLACER_FIXTURES", REPO.parent / "shared" / "fixtures"))
+FIXTURES = Path(os.environ.get("PLACER_FIXTURES", REPO / "tests" / "fixtures"))
 
 
 def fixture_request(name: str, directory: str = "requests") -> dict[str, Any]:

@@ -12,10 +12,10 @@ SPECS = action_specs()
 
 
 def apply(action: str, template: dict[str, Any], *, override: bool = False, selector: Any = None,
-          protected: dict[str, str] | None = None, **raw: Any) -> tuple[bool, list[str]]:
+          protected: frozenset[str] = frozenset(), **raw: Any) -> tuple[bool, list[str]]:
     params, problems = parse_parameters(SPECS[action], raw)
     assert problems == []
-    context = ActionContext(override, selector, protected or {})
+    context = ActionContext(override, (lambda template: selector), protected)
     changed = SPECS[action].apply(template, params, context)
     return changed, context.conflicts
 
@@ -87,6 +87,6 @@ def test_priority_class_removes_integer_priority() -> None:
 
 def test_labels_never_change_the_controllers_selector_labels_even_with_override() -> None:
     template = {"metadata": {"labels": {"app": "web"}}}
-    changed, conflicts = apply("add-labels", template, override=True, protected={"app": "web"}, app="other", team="a")
+    changed, conflicts = apply("add-labels", template, override=True, protected=frozenset({"app"}), app="other", team="a")
     assert changed and template["metadata"]["labels"] == {"app": "web", "team": "a"}
-    assert conflicts == ["label app is part of the workload's selector, kept"]
+    assert conflicts == ["label app is used by the workload's selector, kept"]

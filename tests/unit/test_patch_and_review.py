@@ -8,7 +8,7 @@ import jsonpatch
 import pytest
 
 from tests.conftest import fixture_request
-from webhook.engine.patch import diff
+from webhook.patches import diff
 from webhook.review import ReviewError, build_response, decode_json, format_warnings, parse_review
 
 

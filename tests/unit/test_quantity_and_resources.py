@@ -2,7 +2,7 @@
 
 import pytest
 
-from webhook.engine.resources import effective_resources
+from webhook.resources import effective_resources
 from webhook.quantity import InvalidQuantityError, parse_quantity
 
 

@@ -70,7 +70,7 @@ def _add_pod_term(template: JSONObject, params: Mapping[str, Any], context: Acti
     selects this pod's labels is the same term: the labels may have grown since it was written (a later
     `add-labels` rule), and a second, narrower copy would make the policies' output change on every pass.
     """
-    selector = params.get("labelSelector") or context.default_selector
+    selector = params.get("labelSelector") or context.default_selector(template)
     if selector is None:
         raise ActionSkipped("no labelSelector given and none can be derived from the workload")
     term: JSONObject = {"labelSelector": copy.deepcopy(selector), "topologyKey": params["topologyKey"]}

@@ -49,15 +49,31 @@ class ActionContext:
     """What an action may know about the workload besides its template, and where it reports conflicts."""
 
     override: bool
-    default_selector: JSONObject | None
-    """A metav1.LabelSelector for the workload's own pods, or None when none can be derived."""
-    protected_labels: Mapping[str, str]
-    """Labels a controller's selector relies on: changing them on the template would orphan the pods."""
+    own_pods: Callable[[JSONObject], JSONObject | None] | None
+    """The metav1.LabelSelector of the workload's own pods, given the template as it is now (labels an
+    earlier rule added count, so a second pass over Placer's output derives the same selector)."""
+    protected_labels: frozenset[str]
+    """Label keys a controller's selector reads: adding or changing them on the template would break it."""
     template: str = ""
     """The name of the pod template being changed (`driver`, `Worker`...; empty for single-template kinds)."""
     gang: Callable[[], GangFacts] | None = None
     """Workload-wide facts for gang scheduling, computed on first use."""
     conflicts: list[str] = field(default_factory=list)
+    default_priority_class: str | None = None
+    """On a Pod, the cluster's globalDefault PriorityClass, which the Priority admission plugin wrote into the
+    Pod before any webhook ran: `set-priority-class` treats it as unset."""
+
+    def default_selector(self, template: JSONObject) -> JSONObject | None:
+        """The own-pods selector for this template, or None when none can be derived."""
+        return self.own_pods(template) if self.own_pods is not None else None
+
+    def keeps_label(self, labels: Mapping[str, Any], key: str, value: Any) -> bool:
+        """Whether `key` is a selector label that must stay as it is; reports the conflict if it would change."""
+        if key not in self.protected_labels:
+            return False
+        if labels.get(key) != value:
+            self.conflicts.append(f"label {key} is used by the workload's selector, kept")
+        return True
 
     def set_scalar(self, container: JSONObject, key: str, value: Any, what: str) -> bool:
         """Set `container[key]` unless it holds a different value; report the conflict either way.

@@ -87,11 +87,9 @@ def _read(template: JSONObject, key: Key) -> Any:
 
 
 def _write(template: JSONObject, key: Key, value: str, context: ActionContext) -> bool:
-    if key.where == "labels" and key.name in context.protected_labels:
-        if context.protected_labels[key.name] != value:
-            context.conflicts.append(f"label {key.name} is part of the workload's selector, kept")
-        return False
     target = ensure_map(template, "metadata", key.where)
+    if key.where == "labels" and context.keeps_label(target, key.name, value):
+        return False
     return context.set_scalar(target, key.name, value, f"{key.where[:-1]} {key.name}")
 
 

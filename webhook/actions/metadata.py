@@ -19,12 +19,7 @@ def add_node_selector(template: JSONObject, params: Mapping[str, Any], context: 
 def add_labels(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:
     """Merge into the template's labels, never changing a label the controller's selector relies on."""
     labels = ensure_map(template, "metadata", "labels")
-    allowed = {}
-    for key, value in params.items():
-        if key in context.protected_labels and labels.get(key) != value:
-            context.conflicts.append(f"label {key} is part of the workload's selector, kept")
-        else:
-            allowed[key] = value
+    allowed = {key: value for key, value in params.items() if not context.keeps_label(labels, key, value)}
     return _merge(labels, allowed, context, "label")
 
 

@@ -27,12 +27,17 @@ def apply_scheduler_name(template: JSONObject, name: str, context: ActionContext
 def set_priority_class(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:
     """Set `spec.priorityClassName` when unset; drop the priority fields the class will determine.
 
-    On a bare Pod the Priority admission plugin has already written `priority: 0` and `preemptionPolicy`
-    from the default class; the API server rejects a Pod whose class and integer priority disagree
+    On a bare Pod the Priority admission plugin has already written `priority` and `preemptionPolicy`, and
+    in a cluster with a `globalDefault` PriorityClass also that class's name (which therefore counts as
+    unset); the API server rejects a Pod whose class and integer priority disagree
     (fixtures, reactions i and i3). Priority admission fills both in again from the new class.
     """
     spec = ensure_map(template, "spec")
-    if context.set_scalar(spec, "priorityClassName", params["priorityClassName"], "priorityClassName"):
+    wanted = params["priorityClassName"]
+    defaulted = context.default_priority_class
+    if defaulted is not None and spec.get("priorityClassName") == defaulted and wanted != defaulted:
+        spec.pop("priorityClassName")  # written by the Priority plugin from the cluster's globalDefault class
+    if context.set_scalar(spec, "priorityClassName", wanted, "priorityClassName"):
         spec.pop("priority", None)
         spec.pop("preemptionPolicy", None)
         return True

@@ -15,7 +15,7 @@ def add_topology_spread(template: JSONObject, params: Mapping[str, Any], context
     for existing in (template.get("spec") or {}).get("topologySpreadConstraints") or []:
         if isinstance(existing, dict) and (existing.get("topologyKey"), existing.get("whenUnsatisfiable")) == key:
             return False
-    selector = params.get("labelSelector") or context.default_selector
+    selector = params.get("labelSelector") or context.default_selector(template)
     if selector is None:
         raise ActionSkipped("no labelSelector given and none can be derived from the workload")
     overlap = set(params.get("matchLabelKeys") or []) & _selector_keys(selector)

@@ -1,6 +1,6 @@
 """The CEL variables of one admission (DESIGN §3.1), built once per request and pod template."""
 
-from webhook.engine.resources import effective_resources
+from webhook.resources import effective_resources
 from webhook.review import AdmissionRequest
 from webhook.typing import JSONObject, as_map
 from webhook.workloads import WorkloadKind

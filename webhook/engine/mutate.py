@@ -1,10 +1,16 @@
 """Apply a policy snapshot to one admission request: the rule loop of DESIGN §1.
 
-For each pod template of the workload, every rule of every selected policy is evaluated in order on one
-activation, and its action changes a working copy of the template; the patch is the difference between
-the original template and the copy. Pure: no I/O, no clock other than the deadline, no metrics.
+Every rule of every selected policy is evaluated in order for each pod template of the workload, and its
+action changes a working copy of the template. The result must be a fixed point: the API server may call
+Placer again on its own output (`reinvocationPolicy: IfNeeded`), a controller creates pods from the mutated
+template, and both must get an empty patch. So when a pass changed something, the rules run again on what
+it wrote (a label an earlier rule added can make a later condition true, or give a spread its selector)
+until a pass changes nothing. The patch is the difference between the object and that fixed point.
+
+Pure: no I/O, no clock other than the deadline, no metrics.
 """
 
+import hashlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -14,15 +20,20 @@ from webhook.actions.base import ActionContext, ActionSkipped, working_copy
 from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.actions.parameters import parse_parameters
 from webhook.engine.activation import pod_variable, workload_variable
-from webhook.gang.facts import GangFacts, gang_facts, lazy
+from webhook.gang.facts import gang_facts, lazy
+from webhook.patches import apply_sharing, diff
 from webhook.policy import cel
 from webhook.policy.model import ConditionBatch, Policy, Rule
-from webhook.policy.snapshot import PolicySnapshot
+from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, UnknownNamespace
 from webhook.review import AdmissionRequest
-from webhook.typing import JSONObject, JSONPatch
-from webhook.workloads import TemplateSlot, WorkloadKind, WorkloadTable
+from webhook.typing import JSONObject, JSONPatch, as_map
+from webhook.workloads import TemplateSlot, WorkloadKind, WorkloadTable, controller_reference
 
 INJECT_LABEL = "placer.dev/inject"
+MAX_PASSES = 4
+"""Passes over the rules before Placer gives up on reaching a fixed point (only `override: true` rules that
+undo each other can keep changing the template; a pass can only add to what the previous one wrote)."""
+DEADLINE_WARNING = "deadline reached before every rule was evaluated; admitted unchanged"
 
 Outcome = Literal["applied", "not-matched", "missing", "error", "skipped"]
 
@@ -49,11 +60,17 @@ class Mutation:
     traces: list[RuleTrace] = field(default_factory=list)
     denial: str | None = None
     passed_through: str | None = None
-    """Why no policy was evaluated (kind not handled, opted out, template unchanged...), else None."""
+    """Why no policy was evaluated (kind not handled, opted out, owned by a controller...), else None."""
+    notes: list[str] = field(default_factory=list)
+    """What was left alone and why, short of passing the whole object through (explain and logs)."""
 
 
 class _DenyRequest(Exception):
     """A rule failed under `failurePolicy: Fail`."""
+
+
+class _DeadlineReached(Exception):
+    """The API server's deadline came before every rule was evaluated."""
 
 
 def mutate(
@@ -62,116 +79,241 @@ def mutate(
     workloads: WorkloadTable,
     *,
     deadline: float | None = None,
+    namespace: NamespaceInfo | UnknownNamespace | None = None,
 ) -> Mutation:
-    """Evaluate the snapshot's policies against the request's object and return the patch to send."""
+    """Evaluate the snapshot's policies against the request's object and return the patch to send.
+
+    `namespace` is what the caller learnt about the request's namespace; by default the snapshot's entry
+    (a namespace the snapshot does not know has no labels, which is right when no cluster is connected).
+    """
     obj = request.object
     kind = workloads.lookup(request.group, request.kind)
     if kind is None:
         unhandled = f"{request.kind} is not a workload kind Placer handles; admitted unchanged"
         return Mutation(passed_through=unhandled, warnings=[unhandled])
-    reason = _pass_through_reason(request, kind, obj)
-    if reason is not None or obj is None:
-        return Mutation(passed_through=reason or "no object")
-    namespace = snapshot.namespace(request.namespace)
-    policies = [policy for policy in snapshot.policies if policy.applies_to_namespace(namespace.labels)]
-    if not policies:
-        return Mutation(passed_through="no policy selects this namespace")
+    if obj is None:
+        return Mutation(passed_through="no object")
+    reason = pass_through_reason(request, kind, obj)
+    if reason is not None:
+        return Mutation(passed_through=reason)
     mutation = Mutation()
-    base = {
-        "object": obj,
-        "oldObject": request.old_object,
-        "request": request.as_cel(),
-        "namespaceObject": namespace.as_cel(),
-        "workload": workload_variable(request, kind, obj),
-    }
-    gang = lazy(lambda: gang_facts(kind, obj, request.name or ""))
+    info = namespace if namespace is not None else snapshot.namespace(request.namespace)
     try:
-        for slot in kind.templates(obj):
-            raw = slot.read(obj)
-            if raw is not None:
-                _mutate_template(
-                    slot=slot,
-                    raw=raw,
-                    obj=obj,
-                    kind=kind,
-                    policies=policies,
-                    base=base,
-                    snapshot=snapshot,
-                    mutation=mutation,
-                    deadline=deadline,
-                    gang=gang,
-                )
+        policies = _selected_policies(snapshot, info, mutation)
     except _DenyRequest as denial:
-        return Mutation(warnings=mutation.warnings, traces=mutation.traces, denial=str(denial))
+        return Mutation(warnings=mutation.warnings, denial=str(denial))
+    if not policies:
+        if not mutation.warnings:
+            mutation.passed_through = "no policy selects this namespace"
+        return mutation
+    known = info if isinstance(info, NamespaceInfo) else NamespaceInfo(info.name)
+    run = _Run(
+        request=request,
+        kind=kind,
+        snapshot=snapshot,
+        policies=policies,
+        namespace=known,
+        mutation=mutation,
+        deadline=deadline,
+    )
+    try:
+        final = run.settle(obj)
+    except _DenyRequest as denial:
+        return Mutation(warnings=_unique(mutation.warnings), traces=run.trace_list(), denial=str(denial))
+    except _DeadlineReached:
+        return Mutation(warnings=[DEADLINE_WARNING], traces=run.trace_list(), passed_through="deadline reached")
+    mutation.patch = diff(obj, final)
     mutation.applied = list(dict.fromkeys(mutation.applied))
+    mutation.warnings = _unique(mutation.warnings)
     return mutation
 
 
-def _pass_through_reason(request: AdmissionRequest, kind: WorkloadKind, obj: JSONObject | None) -> str | None:
+def pass_through_reason(request: AdmissionRequest, kind: WorkloadKind, obj: JSONObject) -> str | None:
+    """Why Placer must leave this object as it is, or None when its policies apply."""
     if request.sub_resource:
         return f"subresource {request.sub_resource}"
     if request.operation not in kind.operations:
         return f"{request.operation} of {kind.kind} is not mutated"
-    if obj is None:
-        return "no object"
-    labels = (obj.get("metadata") or {}).get("labels") if isinstance(obj.get("metadata"), dict) else None
-    if isinstance(labels, dict) and labels.get(INJECT_LABEL) == "disabled":
+    metadata = as_map(obj.get("metadata"))
+    if as_map(metadata.get("labels")).get(INJECT_LABEL) == "disabled":
         return f"labelled {INJECT_LABEL}=disabled"
+    owned = _controller_owned(kind, obj)
+    if owned is not None:
+        return owned
     if request.operation == "UPDATE" and not kind.template_changed(obj, request.old_object):
         return "the update does not change the pod template"
+    slots = [slot for slot in kind.templates(obj) if slot.read(obj) is not None]
+    if slots and all(_opted_out(slot, obj) for slot in slots):
+        return f"pod template labelled {INJECT_LABEL}=disabled"
     return None
 
 
-def _mutate_template(
-    *,
-    slot: TemplateSlot,
-    raw: JSONObject,
-    obj: JSONObject,
-    kind: WorkloadKind,
-    policies: list[Policy],
-    base: Mapping[str, Any],
-    snapshot: PolicySnapshot,
-    mutation: Mutation,
-    deadline: float | None,
-    gang: Callable[[], GangFacts],
-) -> None:
-    original = slot.view(obj, raw)
-    template = working_copy(original)
-    pod, resources, notes = pod_variable(original)
-    mutation.warnings.extend(f"{slot.name or kind.kind}: {note}" for note in notes)
-    data = {**base, "pod": pod, "resources": resources, "variables": {}}
-    activation = cel.activation(snapshot.environment, data)
-    default_selector = kind.own_pods(obj, original)
-    protected = kind.selector_labels(obj)
-    applied: list[str] = []
-    for policy in policies:
-        scope = _PolicyScope(policy, data, activation, snapshot.environment)
-        for rule in policy.rules:
-            if deadline is not None and time.monotonic() > deadline:
-                mutation.warnings.append("deadline reached: remaining rules were not evaluated")
-                _finish(
-                    slot=slot,
-                    obj=obj,
-                    raw=raw,
-                    original=original,
-                    template=template,
-                    applied=applied,
-                    mutation=mutation,
+def _controller_owned(kind: WorkloadKind, obj: JSONObject) -> str | None:
+    """Objects whose template belongs to their controller are never changed (DESIGN §5).
+
+    A controller that made an object from its own template compares them: the Deployment controller finds
+    its ReplicaSet by template (any difference makes it create another ReplicaSet, forever), operators
+    reconcile their StatefulSets and Jobs back. Placer acts on the owner. A Pod is different: no controller
+    compares a Pod with its template, so a Pod is left alone only when its template already came through
+    Placer (the `placer.dev/applied` annotation), which also keeps pods and their template in agreement.
+    """
+    owner = controller_reference(obj)
+    if owner is None:
+        return None
+    name = f"{owner.get('kind') or 'controller'}/{owner.get('name') or '?'}"
+    if kind.kind != "Pod":
+        return f"managed by its controller {name}: its template is the controller's, Placer acts on the owner"
+    annotations = as_map(as_map(obj.get("metadata")).get("annotations"))
+    if APPLIED_ANNOTATION in annotations:
+        return f"created by {name} from a template Placer already mutated"
+    return None
+
+
+def _opted_out(slot: TemplateSlot, obj: JSONObject) -> bool:
+    raw = slot.read(obj)
+    view = slot.view(obj, raw) if raw is not None else {}
+    return as_map(as_map(view.get("metadata")).get("labels")).get(INJECT_LABEL) == "disabled"
+
+
+def _selected_policies(
+    snapshot: PolicySnapshot, namespace: NamespaceInfo | UnknownNamespace, mutation: Mutation
+) -> list[Policy]:
+    if isinstance(namespace, NamespaceInfo):
+        return [policy for policy in snapshot.policies if policy.applies_to_namespace(namespace.labels)]
+    selected = []
+    for policy in snapshot.policies:
+        if not policy.reads_namespace:
+            selected.append(policy)
+            continue
+        problem = f"namespace {namespace.name} could not be read ({namespace.reason})"
+        if policy.failure_policy == "Fail":
+            raise _DenyRequest(f"policy {policy.name}: {problem}; failurePolicy Fail")
+        mutation.warnings.append(f"{policy.name}: skipped: {problem}")
+    return selected
+
+
+class _Run:
+    """One request's evaluation: passes over the rules until the object stops changing."""
+
+    def __init__(
+        self,
+        *,
+        request: AdmissionRequest,
+        kind: WorkloadKind,
+        snapshot: PolicySnapshot,
+        policies: list[Policy],
+        namespace: NamespaceInfo,
+        mutation: Mutation,
+        deadline: float | None,
+    ) -> None:
+        self.request = request
+        self.kind = kind
+        self.snapshot = snapshot
+        self.policies = policies
+        self.mutation = mutation
+        self.deadline = deadline
+        self.request_cel = request.as_cel()
+        self.namespace_cel = namespace.as_cel()
+        obj = request.object or {}
+        self.gang = lazy(lambda: gang_facts(kind, obj, request.name or "", unique_suffix=_uid_suffix(request.uid)))
+        self.protected = kind.selector_label_keys(obj)
+        self.default_priority_class = snapshot.default_priority_class if kind.kind == "Pod" else None
+        self.applied: dict[str, list[str]] = {}
+        self.traces: dict[tuple[str, str, str], RuleTrace] = {}
+
+    def settle(self, obj: JSONObject) -> JSONObject:
+        """The object once a pass over every template changes nothing (at most MAX_PASSES passes)."""
+        current = obj
+        for _ in range(MAX_PASSES):
+            patch: JSONPatch = []
+            for slot in self.kind.templates(current):
+                raw = slot.read(current)
+                if raw is None:
+                    continue
+                if _opted_out(slot, current):
+                    self.mutation.notes.append(f"template {slot.name}: labelled {INJECT_LABEL}=disabled, left alone")
+                    continue
+                view = slot.view(current, raw)
+                template = self._one_pass(slot, current, view)
+                if template != view:
+                    annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
+                    if not isinstance(annotations, dict):
+                        annotations = template["metadata"]["annotations"] = {}
+                    annotations[APPLIED_ANNOTATION] = ",".join(self.applied.get(slot.name, []))
+                    patch.extend(slot.patch(current, raw, template))
+            if not patch:
+                break
+            current = apply_sharing(current, patch)
+        else:
+            self.mutation.warnings.append(f"policies did not settle after {MAX_PASSES} passes (override rules?)")
+        self.mutation.notes = _unique(self.mutation.notes)
+        self.mutation.traces.extend(self.trace_list())
+        for names in self.applied.values():
+            self.mutation.applied.extend(names)
+        return current
+
+    def trace_list(self) -> list[RuleTrace]:
+        """One trace per rule and template: the pass where it changed the template, else its first pass."""
+        return list(self.traces.values())
+
+    def _one_pass(self, slot: TemplateSlot, obj: JSONObject, original: JSONObject) -> JSONObject:
+        template = working_copy(original)
+        pod, resources, notes = pod_variable(original)
+        self.mutation.warnings.extend(f"{slot.name or self.kind.kind}: {note}" for note in notes)
+        data = {
+            "object": obj,
+            "oldObject": self.request.old_object,
+            "request": self.request_cel,
+            "namespaceObject": self.namespace_cel,
+            "workload": workload_variable(self.request, self.kind, obj),
+            "pod": pod,
+            "resources": resources,
+            "variables": {},
+        }
+        environment = self.snapshot.environment
+        activation = cel.activation(environment, data)
+        kind = self.kind
+        own_pods: Callable[[JSONObject], JSONObject | None] = lambda current: kind.own_pods(obj, current)  # noqa: E731
+        applied = self.applied.setdefault(slot.name, [])
+        for policy in self.policies:
+            scope = _PolicyScope(policy, data, activation, environment)
+            for rule in policy.rules:
+                if self.deadline is not None and time.monotonic() > self.deadline:
+                    raise _DeadlineReached
+                context = ActionContext(
+                    rule.override,
+                    own_pods,
+                    self.protected,
+                    slot.name,
+                    self.gang,
+                    default_priority_class=self.default_priority_class,
                 )
-                return
-            trace = _run_rule(
-                policy=policy,
-                rule=rule,
-                scope=scope,
-                template=template,
-                slot=slot,
-                mutation=mutation,
-                context=ActionContext(rule.override, default_selector, protected, slot.name, gang),
-            )
-            mutation.traces.append(trace)
-            if trace.outcome == "applied":
-                applied.append(f"{policy.name}/{rule.name}")
-    _finish(slot=slot, obj=obj, raw=raw, original=original, template=template, applied=applied, mutation=mutation)
+                trace = _run_rule(
+                    policy=policy,
+                    rule=rule,
+                    scope=scope,
+                    template=template,
+                    slot=slot,
+                    mutation=self.mutation,
+                    context=context,
+                )
+                key = (policy.name, rule.name, slot.name)
+                previous = self.traces.get(key)
+                if previous is None or (trace.changed and not previous.changed):
+                    self.traces[key] = trace
+                rule_id = f"{policy.name}/{rule.name}"
+                if trace.outcome == "applied" and rule_id not in applied:
+                    applied.append(rule_id)
+        return template
+
+
+def _uid_suffix(uid: str) -> str:
+    """A short, stable stand-in for a name the API server has not generated yet (unique per request)."""
+    return hashlib.sha256(uid.encode()).hexdigest()[:5]
+
+
+def _unique(messages: list[str]) -> list[str]:
+    return list(dict.fromkeys(messages))
 
 
 def _run_rule(
@@ -228,27 +370,6 @@ def _run_rule(
         return trace("skipped", str(skipped))
     mutation.warnings.extend(f"{rule_id}: {conflict}" for conflict in context.conflicts)
     return trace("applied", "; ".join(context.conflicts), changed)
-
-
-def _finish(
-    *,
-    slot: TemplateSlot,
-    obj: JSONObject,
-    raw: JSONObject,
-    original: JSONObject,
-    template: JSONObject,
-    applied: list[str],
-    mutation: Mutation,
-) -> None:
-    """Add provenance to a template Placer changed, and its operations to the patch."""
-    if template == original:
-        return
-    annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
-    if not isinstance(annotations, dict):
-        annotations = template["metadata"]["annotations"] = {}
-    annotations[APPLIED_ANNOTATION] = ",".join(applied)
-    mutation.patch.extend(slot.patch(obj, raw, template))
-    mutation.applied.extend(applied)
 
 
 class _PolicyScope:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.engine.resources import effective_resources
+from webhook.resources import effective_resources
 from webhook.typing import JSONObject, as_map
 from webhook.workloads import WorkloadKind, controller_owner
 
@@ -30,7 +30,8 @@ class MemberTemplate:
 class GangFacts:
     kind: str
     name: str
-    """The workload's name (`generateName` without its trailing dash when the name is not known yet)."""
+    """The workload's name; for a `generateName` object, which has none yet, the prefix and a per-request
+    suffix (every pod of the object carries what Placer wrote, so they share it)."""
     owner: str | None
     """A Pod's controller (ReplicaSet, Job, operator resource); None for other kinds."""
     size: int | None
@@ -45,7 +46,9 @@ class GangFacts:
         return next((template for template in self.templates if template.name == name), None)
 
 
-def gang_facts(kind: WorkloadKind, obj: JSONObject, fallback_name: str) -> GangFacts:
+def gang_facts(kind: WorkloadKind, obj: JSONObject, fallback_name: str, *, unique_suffix: str = "") -> GangFacts:
+    """The workload's gang facts. `unique_suffix` (from the request) is appended to a `generateName`: the
+    API server has not generated the name yet, and two objects from one `generateName` are two gangs."""
     templates = []
     for slot in kind.templates(obj):
         raw = slot.read(obj)
@@ -66,9 +69,17 @@ def gang_facts(kind: WorkloadKind, obj: JSONObject, fallback_name: str) -> GangF
             )
         )
     metadata = as_map(obj.get("metadata"))
-    name = metadata.get("name") or str(metadata.get("generateName") or "").rstrip("-.") or fallback_name
+    name = metadata.get("name") or request_name(metadata.get("generateName"), unique_suffix) or fallback_name
     owner = controller_owner(obj) if kind.kind == "Pod" else None
     return GangFacts(kind.kind, str(name), owner, kind.members(obj), tuple(templates))
+
+
+def request_name(generate_name: Any, suffix: str) -> str:
+    """`generateName` plus a per-request suffix, standing in for the name the API server will generate."""
+    prefix = str(generate_name or "").rstrip("-.")
+    if not prefix:
+        return ""
+    return f"{prefix}-{suffix}" if suffix else prefix
 
 
 def lazy(compute: Callable[[], GangFacts]) -> Callable[[], GangFacts]:

@@ -60,6 +60,9 @@ class Policy:
     """Where the policy came from (a file path, or `cluster`), for messages."""
     generation: int | None = None
     conditions: ConditionBatch | None = None
+    reads_namespace: bool = False
+    """Whether the policy selects namespaces by label or reads `namespaceObject`: it cannot be decided for a
+    namespace Placer could not read."""
     document: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property

@@ -25,6 +25,17 @@ class NamespaceInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class UnknownNamespace:
+    """A namespace Placer could not learn about in time (not in the cache, and the API server did not answer).
+
+    Policies that select or read the namespace cannot be decided for it: they follow their failurePolicy.
+    """
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class PolicySnapshot:
     policies: tuple[Policy, ...]
     """In evaluation order: priority, then name."""
@@ -33,6 +44,9 @@ class PolicySnapshot:
     environment: Any
     """The CEL environment the policies were compiled in; activations are created from it."""
     ready: bool = True
+    default_priority_class: str | None = None
+    """The cluster's `globalDefault` PriorityClass: the Priority admission plugin writes it into every Pod that
+    names none, before webhooks run, so on a Pod it means "unset" to `set-priority-class`."""
 
     @classmethod
     def build(
@@ -43,9 +57,10 @@ class PolicySnapshot:
         environment: Any,
         *,
         ready: bool = True,
+        default_priority_class: str | None = None,
     ) -> "PolicySnapshot":
         ordered = tuple(sorted(policies, key=lambda policy: policy.order_key))
-        return cls(ordered, dict(namespaces), tuple(errors), environment, ready)
+        return cls(ordered, dict(namespaces), tuple(errors), environment, ready, default_priority_class)
 
     def namespace(self, name: str) -> NamespaceInfo:
         """The known namespace, or one with no labels (a policy selecting on labels will not match)."""

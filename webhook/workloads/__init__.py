@@ -1,6 +1,6 @@
 """Which kinds Placer mutates, where their pod templates are, and how many pods they run (DESIGN §5, §6)."""
 
-from webhook.workloads.builtin import JOB_NAME_LABEL, builtin_kinds, controller_owner
+from webhook.workloads.builtin import JOB_NAME_LABEL, builtin_kinds, controller_owner, controller_reference
 from webhook.workloads.operators import operator_kinds
 from webhook.workloads.slots import TemplateSlot, WorkloadKind
 from webhook.workloads.spark import spark_application_kind
@@ -13,6 +13,7 @@ __all__ = [
     "all_kinds",
     "builtin_kinds",
     "controller_owner",
+    "controller_reference",
     "default_workload_table",
 ]
 

@@ -3,13 +3,26 @@
 The table is data: a kind names its templates, its replica count and the selector of its own pods.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable
+from typing import Any
 
 from webhook.typing import JSONObject, as_map
-from webhook.workloads.slots import WorkloadKind, field_int, fixed, int_at
+from webhook.workloads.slots import WorkloadKind, field_int, fixed, int_at, read_path
 
 POD_TEMPLATE_HASH = "pod-template-hash"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+PER_POD_LABELS = frozenset(
+    {
+        POD_TEMPLATE_HASH,
+        "controller-revision-hash",
+        "statefulset.kubernetes.io/pod-name",
+        "apps.kubernetes.io/pod-index",
+        "batch.kubernetes.io/job-completion-index",
+    }
+)
+"""Labels controllers write per pod or per revision: a selector of "this workload's pods" built from a pod's
+labels must leave them out, or a spread for pod `db-0` would select only `db-0`, and one for a ReplicaSet's
+pods only that revision's."""
 
 
 def controller_selector(obj: JSONObject, template: JSONObject) -> JSONObject | None:
@@ -29,25 +42,44 @@ def job_selector(obj: JSONObject, template: JSONObject) -> JSONObject | None:
 
 
 def template_labels_selector(obj: JSONObject, template: JSONObject) -> JSONObject | None:
-    """The pod's own labels, without the per-revision `pod-template-hash`; None when it has none."""
+    """The pod's own labels without the per-pod and per-revision ones (PER_POD_LABELS); None when none remain."""
     labels = (template.get("metadata") or {}).get("labels")
     if not isinstance(labels, dict):
         return None
-    match = {key: value for key, value in labels.items() if key != POD_TEMPLATE_HASH and isinstance(value, str)}
+    match = {key: value for key, value in labels.items() if key not in PER_POD_LABELS and isinstance(value, str)}
     return {"matchLabels": match} if match else None
 
 
-def selector_match_labels(obj: JSONObject) -> Mapping[str, str]:
-    selector = (obj.get("spec") or {}).get("selector")
-    labels = selector.get("matchLabels") if isinstance(selector, dict) else None
-    return labels if isinstance(labels, dict) else {}
+def selector_keys(selector: Any) -> frozenset[str]:
+    """Every label key a metav1.LabelSelector reads: `matchLabels` and every `matchExpressions` operator.
+
+    Adding or changing any of them on the template can make the selector stop matching its own template
+    (the API server then rejects the object with 422, which `failurePolicy: Ignore` does not cover).
+    """
+    if not isinstance(selector, dict):
+        return frozenset()
+    keys = set(as_map(selector.get("matchLabels")))
+    expressions = selector.get("matchExpressions")
+    for requirement in expressions if isinstance(expressions, list) else []:
+        if isinstance(requirement, dict) and isinstance(requirement.get("key"), str):
+            keys.add(requirement["key"])
+    return frozenset(keys)
 
 
-def owned_pod_labels(obj: JSONObject) -> Mapping[str, str]:
-    """A Pod owned by a controller must keep its labels, or the controller would orphan it."""
+def spec_selector_keys(*path: str) -> Callable[[JSONObject], frozenset[str]]:
+    """The keys of the selector at `path` (`spec.selector`; a CronJob's job template selector), if any.
+
+    A Job's selector exists at admission only with `manualSelector: true` (or on UPDATE): then its keys
+    are the user's and must stay as they are.
+    """
+    return lambda obj: selector_keys(read_path(obj, path))
+
+
+def owned_pod_labels(obj: JSONObject) -> frozenset[str]:
+    """A Pod owned by a controller must keep the labels it has, or the controller would orphan it."""
     if controller_reference(obj) is None:
-        return {}
-    return as_map(as_map(obj.get("metadata")).get("labels"))
+        return frozenset()
+    return frozenset(as_map(as_map(obj.get("metadata")).get("labels")))
 
 
 def controller_reference(obj: JSONObject) -> JSONObject | None:
@@ -70,8 +102,8 @@ def standalone_pod_size(obj: JSONObject) -> int | None:
     return None if controller_owner(obj) else 1
 
 
-def no_labels(obj: JSONObject) -> Mapping[str, str]:
-    return {}
+def no_labels(obj: JSONObject) -> frozenset[str]:
+    return frozenset()
 
 
 CREATE = frozenset({"CREATE"})
@@ -89,7 +121,7 @@ def builtin_kinds() -> list[WorkloadKind]:
             template,
             field_int("spec", "replicas"),
             controller_selector,
-            selector_match_labels,
+            spec_selector_keys("spec", "selector"),
         )
         for kind in ("Deployment", "ReplicaSet", "StatefulSet")
     ]
@@ -106,7 +138,13 @@ def builtin_kinds() -> list[WorkloadKind]:
         ),
         *controllers,
         WorkloadKind(
-            "apps", "DaemonSet", CREATE_UPDATE, template, lambda obj: None, controller_selector, selector_match_labels
+            "apps",
+            "DaemonSet",
+            CREATE_UPDATE,
+            template,
+            lambda obj: None,
+            controller_selector,
+            spec_selector_keys("spec", "selector"),
         ),
         # A Job's template is immutable: only CREATE.
         WorkloadKind(
@@ -116,7 +154,7 @@ def builtin_kinds() -> list[WorkloadKind]:
             template,
             field_int("spec", "parallelism"),
             job_selector,
-            no_labels,
+            spec_selector_keys("spec", "selector"),
             gang_size=job_pods,
         ),
         WorkloadKind(
@@ -126,7 +164,7 @@ def builtin_kinds() -> list[WorkloadKind]:
             fixed("spec", "jobTemplate", "spec", "template"),
             field_int("spec", "jobTemplate", "spec", "parallelism"),
             template_labels_selector,
-            no_labels,
+            spec_selector_keys("spec", "jobTemplate", "spec", "selector"),
             gang_size=lambda obj: job_pods(read_job_spec(obj)),
         ),
     ]

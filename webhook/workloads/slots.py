@@ -6,11 +6,11 @@ not, so their slot carries a `projection` that shows them to the engine as a pod
 changed fields back onto the operator's own fields.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from webhook.engine.patch import diff, escape
+from webhook.patches import diff, escape
 from webhook.typing import JSONObject, JSONPatch
 
 PathPart = str | int
@@ -89,8 +89,8 @@ class WorkloadKind:
     """`workload.replicas` of the CEL environment (§5); None leaves it absent."""
     own_pods: Callable[[JSONObject, JSONObject], JSONObject | None]
     """metav1.LabelSelector for the workload's own pods, given the object and one template."""
-    selector_labels: Callable[[JSONObject], Mapping[str, str]]
-    """Labels the controller's selector depends on: a template must keep them as they are."""
+    selector_label_keys: Callable[[JSONObject], frozenset[str]]
+    """Label keys the controller's selector reads: Placer never adds, changes or removes them on a template."""
     gang_size: Count | None = None
     """How many pods form the workload's gang (§6), when it differs from `replicas`."""
     versions: tuple[str, ...] = ("v1",)

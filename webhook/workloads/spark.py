@@ -24,7 +24,7 @@ one executor unless dynamic allocation is on).
 import re
 from typing import Any
 
-from webhook.engine.patch import diff
+from webhook.patches import diff
 from webhook.typing import JSONObject, JSONPatch, as_map
 from webhook.workloads.builtin import CREATE_UPDATE, no_labels
 from webhook.workloads.operators import own_pods_by_label
