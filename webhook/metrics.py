@@ -54,6 +54,12 @@ class Metrics:
             registry=registry,
             multiprocess_mode="livemax",
         )
+        self.namespace_lookups = Counter(
+            "placer_namespace_lookups",
+            "Namespaces read from the API server because the watched state did not have them yet, by result.",
+            ["result"],
+            registry=registry,
+        )
         self._rule_counters: dict[tuple[str, str, str], Any] = {}
         """Labelled children of rule_evaluations: `labels()` costs microseconds and runs ~50 times a request."""
 
@@ -70,6 +76,9 @@ class Metrics:
                     counters.clear()  # policies were renamed many times: let the old children go
                 counter = counters[key] = self.rule_evaluations.labels(*key)
             counter.inc()
+
+    def observe_namespace_lookup(self, result: str) -> None:
+        self.namespace_lookups.labels(result).inc()
 
     def observe_policies(self, ready: int, errors: int) -> None:
         self.policies.labels("ready").set(ready)

@@ -17,7 +17,14 @@ import yaml
 
 from webhook.engine.mutate import Mutation, mutate
 from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.documents import ManifestError, expand_lists, is_policy, namespace_from, read_documents
+from webhook.policy.documents import (
+    ManifestError,
+    expand_lists,
+    global_default_class_from,
+    is_policy,
+    namespace_from,
+    read_documents,
+)
 from webhook.policy.files import FilePolicySource
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.review import AdmissionRequest, decode_json
@@ -78,6 +85,7 @@ def apply_manifests(
     report = ApplyReport(snapshot, problems=[str(error) for error in snapshot.errors])
     manifests: list[tuple[str, JSONObject]] = []
     namespaces = dict(snapshot.namespaces)
+    default_class = snapshot.default_priority_class
     for path in manifest_paths:
         try:
             documents = list(expand_lists(read_documents(Path(path).read_text(encoding="utf-8"))))
@@ -86,11 +94,14 @@ def apply_manifests(
             continue
         for document in documents:
             namespace = namespace_from(document.content)
+            default_class = global_default_class_from(document.content) or default_class
             if namespace is not None:
                 namespaces[namespace.name] = namespace
+            elif global_default_class_from(document.content) is not None:
+                continue
             elif isinstance(document.content, dict) and not is_policy(document.content):
                 manifests.append((f"{path}:{document.line}", _as_json(document.content)))
-    snapshot = dataclasses.replace(snapshot, namespaces=namespaces)
+    snapshot = dataclasses.replace(snapshot, namespaces=namespaces, default_priority_class=default_class)
     report.snapshot = snapshot
     workloads = default_workload_table()
     for index, (origin, obj) in enumerate(manifests):

@@ -1,12 +1,13 @@
 """An AdmissionReview in, an AdmissionReview out: the short spine between the server and the engine."""
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from webhook.config import OptIn
 from webhook.engine.mutate import INJECT_LABEL, Mutation, mutate
-from webhook.policy.snapshot import PolicySnapshot
+from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, UnknownNamespace
 from webhook.review import AdmissionRequest, build_response
 from webhook.typing import JSONObject, JSONPatch
 from webhook.workloads import WorkloadTable
@@ -14,6 +15,8 @@ from webhook.workloads import WorkloadTable
 log = logging.getLogger(__name__)
 
 Result = Literal["patched", "unchanged", "denied", "skipped", "error"]
+NamespaceResolver = Callable[[PolicySnapshot, str, float | None], NamespaceInfo | UnknownNamespace]
+"""Finds the request's namespace (snapshot, cache, API server) within the deadline; see kube.namespace_lookup."""
 
 
 @dataclass(slots=True)
@@ -33,12 +36,14 @@ def admit(
     *,
     opt_in: OptIn = "api-server",
     deadline: float | None = None,
+    resolve_namespace: NamespaceResolver | None = None,
 ) -> Admission:
     """Decide one admission. Fails open: only a policy with `failurePolicy: Fail` can deny."""
-    if opt_in == "label-or-annotation" and not _opted_in(snapshot, request.namespace):
+    namespace = _namespace(request, snapshot, workloads, deadline, resolve_namespace)
+    if opt_in == "label-or-annotation" and not _opted_in(namespace or snapshot.namespace(request.namespace)):
         return Admission(request, _respond(request), "skipped", Mutation(passed_through="namespace not opted in"))
     try:
-        mutation = mutate(request, snapshot, workloads, deadline=deadline)
+        mutation = mutate(request, snapshot, workloads, deadline=deadline, namespace=namespace)
     except Exception:  # fail open: a bug or a pathological object must never block the user's workload
         log.exception("admission %s failed; admitting %s/%s unchanged", request.uid, request.namespace, request.name)
         warning = "internal error evaluating policies; admitted unchanged"
@@ -74,7 +79,26 @@ def _respond(
     )
 
 
-def _opted_in(snapshot: PolicySnapshot, namespace: str) -> bool:
-    """`--opt-in=label-or-annotation`: the namespace carries the opt-in label or annotation."""
-    info = snapshot.namespace(namespace)
-    return info.labels.get(INJECT_LABEL) == "enabled" or info.annotations.get(INJECT_LABEL) == "enabled"
+def _namespace(
+    request: AdmissionRequest,
+    snapshot: PolicySnapshot,
+    workloads: WorkloadTable,
+    deadline: float | None,
+    resolve: NamespaceResolver | None,
+) -> NamespaceInfo | UnknownNamespace | None:
+    """The request's namespace, looked up only when policies could be evaluated for it."""
+    if resolve is None or not request.namespace or not snapshot.policies:
+        return None
+    if workloads.lookup(request.group, request.kind) is None:
+        return None
+    return resolve(snapshot, request.namespace, deadline)
+
+
+def _opted_in(namespace: NamespaceInfo | UnknownNamespace) -> bool:
+    """`--opt-in=label-or-annotation`: the namespace carries the opt-in label or annotation.
+
+    A namespace that could not be read is not known to have opted in: its objects pass through unchanged.
+    """
+    if not isinstance(namespace, NamespaceInfo):
+        return False
+    return namespace.labels.get(INJECT_LABEL) == "enabled" or namespace.annotations.get(INJECT_LABEL) == "enabled"

@@ -2,6 +2,8 @@
 
 Effective = max(sum over app containers and restartable (sidecar) init containers, the largest need of any
 one init container while it runs alongside the sidecars started before it), plus pod overhead for requests.
+Pod-level resources (`spec.resources`, beta and on by default since Kubernetes 1.34) replace that aggregate
+for every resource they name, as the scheduler counts them; overhead is still added.
 """
 
 from collections.abc import Iterable
@@ -28,6 +30,7 @@ def effective_resources(spec: JSONObject) -> tuple[dict[str, Totals], list[str]]
             else:
                 peak = _max(peak, _sum([sidecars, needs]))
         total = _max(_sum([app, sidecars]), peak)
+        total.update(_needs(spec, kind, notes, where="pod resources"))
         if kind == "requests":
             overhead = spec.get("overhead")
             if isinstance(overhead, dict):
@@ -44,12 +47,12 @@ def _container_needs(containers: Any, kind: str, notes: list[str]) -> list[Total
     return [_needs(container, kind, notes) for container in _containers(containers)]
 
 
-def _needs(container: JSONObject, kind: str, notes: list[str]) -> Totals:
-    """A container's requests (defaulted from its limits, as the API server does for pods) or limits."""
+def _needs(container: JSONObject, kind: str, notes: list[str], *, where: str = "") -> Totals:
+    """A container's (or the pod's) requests, defaulted from its limits as the API server does, or limits."""
     resources = container.get("resources")
     if not isinstance(resources, dict):
         return {}
-    where = f"container {str(container.get('name', '?'))[:30]}"
+    where = where or f"container {str(container.get('name', '?'))[:30]}"
     limits = _parse_map(resources.get("limits"), where, notes)
     if kind == "limits":
         return limits

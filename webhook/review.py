@@ -121,6 +121,7 @@ def build_response(
     audit_annotations: dict[str, str] | None = None,
     denial: str | None = None,
     code: int = 403,
+    details: JSONObject | None = None,
 ) -> JSONObject:
     """An AdmissionReview response in the version it was asked in. `patch` only when non-empty."""
     response: JSONObject = {"uid": request_uid, "allowed": allowed}
@@ -130,11 +131,13 @@ def build_response(
     if denial is not None:
         response["status"] = {
             "code": code,
-            "reason": "Forbidden" if code == 403 else "InternalError",
+            "reason": _STATUS_REASONS.get(code, "InternalError"),
             "message": denial,
             "status": "Failure",
             "metadata": {},
         }
+        if details is not None:
+            response["status"]["details"] = details
     if warnings:
         response["warnings"] = format_warnings(warnings)
     if audit_annotations:

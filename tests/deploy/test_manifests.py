@@ -20,7 +20,9 @@ from webhook.cli import _parser
 from webhook.kube.api import KubeApi
 from webhook.kube.controller import LEASE_NAME, ClusterController
 from webhook.kube.leader import LeaseElector
+from webhook.kube.namespace_lookup import NamespaceLookup
 from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.snapshot import PolicySnapshot
 from webhook.selectors import LabelSelector
 from webhook.workloads import all_kinds
 
@@ -230,6 +232,8 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
     thread.start()
     wait_for(lambda: apiserver.status_patches, what="a status write")
     wait_for(lambda: [m for m, p, _ in apiserver.requests if p.endswith(LEASE_NAME) and m == "PUT"], what="renewal")
+    apiserver.put_namespace("created-just-now")  # a worker reads a namespace its state does not have yet
+    NamespaceLookup(api).resolve(PolicySnapshot.build([], {}, [], None), "created-just-now", None)
     stop.set()
     apiserver.drop_watches()
     thread.join(10)

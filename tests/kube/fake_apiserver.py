@@ -26,9 +26,11 @@ TOKEN = "placer-test-token"
 POLICIES = "/apis/placer.dev/v1alpha1/schedulingpolicies"
 NAMESPACES = "/api/v1/namespaces"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/placer-system/leases"
+PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 _KINDS = {
     POLICIES: ("placer.dev/v1alpha1", "SchedulingPolicy", True),
     NAMESPACES: ("v1", "Namespace", False),
+    PRIORITY_CLASSES: ("scheduling.k8s.io/v1", "PriorityClass", False),
 }
 
 
@@ -60,13 +62,16 @@ class Failure:
 class FakeApiServer:
     """State and controls; `serve(certs)` starts it, `url` is where it listens."""
 
-    objects: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: {POLICIES: {}, NAMESPACES: {}})
+    objects: dict[str, dict[str, dict[str, Any]]] = field(
+        default_factory=lambda: {POLICIES: {}, NAMESPACES: {}, PRIORITY_CLASSES: {}})
     leases: dict[str, dict[str, Any]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
     status_patches: list[tuple[str, dict[str, Any], str]] = field(default_factory=list)
     """(policy name, patch body, the bearer token that sent it)."""
     failures: list[Failure] = field(default_factory=list)
+    delays: dict[str, float] = field(default_factory=dict)
+    """Seconds to wait before answering a request whose path starts with the key (a slow API server)."""
     revision: int = 100
     compacted: int = 0
     drops: int = 0
@@ -91,6 +96,11 @@ class FakeApiServer:
             metadata["annotations"] = annotations
         return self.put(NAMESPACES, {"metadata": metadata, "spec": {"finalizers": ["kubernetes"]},
                                      "status": {"phase": "Active"}})
+
+    def put_priority_class(self, name: str, value: int, *, global_default: bool = False) -> dict[str, Any]:
+        return self.put(PRIORITY_CLASSES, {"metadata": {"name": name}, "value": value,
+                                           "globalDefault": global_default,
+                                           "preemptionPolicy": "PreemptLowerPriority"})
 
     def delete(self, collection: str, name: str) -> None:
         with self.condition:
@@ -118,7 +128,7 @@ class FakeApiServer:
         """Compact and tell every open watch its version is gone (what etcd compaction does to a slow watcher)."""
         self.compact()
         with self.condition:
-            for collection in (POLICIES, NAMESPACES):
+            for collection in (POLICIES, NAMESPACES, PRIORITY_CLASSES):
                 self._event(collection, "ERROR", status(410, "Expired", "too old resource version: 1 (2)"))
 
     def drop_watches(self) -> None:
@@ -235,6 +245,9 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 failure = api._take_failure(method, path)
             if not (self.headers.get("Authorization") or "").startswith(f"Bearer {TOKEN}"):
                 return self._send(401, status(401, "Unauthorized", "Unauthorized"))
+            delay = next((seconds for prefix, seconds in api.delays.items() if path.startswith(prefix)), 0.0)
+            if delay:
+                time.sleep(delay)
             if failure is not None:
                 return self._send(failure.code, status(failure.code, failure.reason, "injected by the test"))
             if method == "GET" and path in _KINDS:
@@ -243,6 +256,9 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return self._patch_status(path.split("/")[-2], body, self.headers["Authorization"][7:])
             if path.startswith(LEASES):
                 return self._lease(method, path, body)
+            collection, _, name = path.rpartition("/")
+            if method == "GET" and collection in _KINDS:
+                return self._get(collection, name)
             return self._send(404, status(404, "NotFound", "the server could not find the requested resource"))
 
         def _body(self) -> Any:
@@ -256,6 +272,15 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        def _get(self, collection: str, name: str) -> None:
+            api_version, kind, _ = _KINDS[collection]
+            with api.condition:
+                obj = copy.deepcopy(api.objects[collection].get(name))
+            if obj is None:
+                resource = collection.rsplit("/", 1)[-1]
+                return self._send(404, status(404, "NotFound", f'{resource} "{name}" not found'))
+            self._send(200, obj)
 
         def _list(self, path: str, query: dict[str, str]) -> None:
             api_version, kind, typed_items = _KINDS[path]

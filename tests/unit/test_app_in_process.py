@@ -39,10 +39,17 @@ def test_validate_denies_a_broken_policy_with_every_error_and_admits_a_good_one(
                                              "parameters": {"k": "v"}}, {"name": "b", "action": "nope"}]}}
     app = client(snapshot_of(POLICY))
     response = app.post("/validate", json=body).get_json()["response"]
-    assert response["allowed"] is False and response["status"]["code"] == 422
-    message = response["status"]["message"]
-    assert "2 error(s)" in message and "rule a, condition: <input>:1:1: undeclared reference to 'replica'" in message
-    assert "rule b, action: unknown action 'nope'" in message
+    status = response["status"]
+    assert response["allowed"] is False and (status["code"], status["reason"]) == (422, "Invalid")
+    message = status["message"]
+    assert message.startswith('SchedulingPolicy.placer.dev "x" is invalid: 2 error(s): ')
+    causes = status["details"]["causes"]
+    assert [(c["field"], c["message"].split(" (known")[0]) for c in causes] == [
+        ("spec.rules[0].condition", "rule a: <input>:1:1: undeclared reference to 'replica'"),
+        ("spec.rules[1].action", "rule b: unknown action 'nope'"),
+    ]
+    assert all(c["reason"] == "FieldValueInvalid" for c in causes)
+    assert status["details"]["kind"] == "SchedulingPolicy" and status["details"]["group"] == "placer.dev"
     request["object"]["spec"]["rules"] = [{"name": "a", "action": "add-labels", "parameters": {"k": "v"}}]
     assert app.post("/validate", json=body).get_json()["response"] == {"uid": request["uid"], "allowed": True}
 

@@ -69,8 +69,9 @@ class KubeApi:
                 pool_options["cert_reqs"] = ssl.CERT_NONE
         self._pool = urllib3.PoolManager(**pool_options)
 
-    def get(self, path: str, query: Mapping[str, str] | None = None) -> dict[str, Any]:
-        return self._request("GET", path, query)
+    def get(self, path: str, query: Mapping[str, str] | None = None, *, timeout: float | None = None) -> dict[str, Any]:
+        """GET one object or list; `timeout` (seconds, connect and read) overrides the client's for this call."""
+        return self._request("GET", path, query, timeout=timeout)
 
     def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return self._request("POST", path, None, body)
@@ -121,9 +122,16 @@ class KubeApi:
         body: Mapping[str, Any] | None = None,
         *,
         content_type: str = JSON,
+        timeout: float | None = None,
     ) -> dict[str, Any]:
         response = self._send(
-            method, path, query=query, body=body, content_type=content_type, read_timeout=self._timeouts.read
+            method,
+            path,
+            query=query,
+            body=body,
+            content_type=content_type,
+            read_timeout=timeout if timeout is not None else self._timeouts.read,
+            connect_timeout=timeout,
         )
         try:
             return _decode(response.data)
@@ -140,7 +148,9 @@ class KubeApi:
         body: Mapping[str, Any] | None = None,
         content_type: str = JSON,
         stream: bool = False,
+        connect_timeout: float | None = None,
     ) -> Any:
+        connect = self._timeouts.connect
         url = self._connection.server + path + (f"?{urlencode(query)}" if query else "")
         headers = {"Accept": JSON, "User-Agent": f"placer/{__version__}"}
         token = self._connection.authorization()
@@ -157,7 +167,7 @@ class KubeApi:
                 body=payload,
                 headers=headers,
                 preload_content=not stream,
-                timeout=urllib3.Timeout(connect=self._timeouts.connect, read=read_timeout),
+                timeout=urllib3.Timeout(connect=min(connect_timeout or connect, connect), read=read_timeout),
             )
         except Urllib3Error as error:
             raise TransportError(f"{method} {path}: {error}") from None

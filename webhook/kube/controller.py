@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 POLICIES = Resource("/apis/placer.dev/v1alpha1/schedulingpolicies", "SchedulingPolicy")
 NAMESPACES = Resource("/api/v1/namespaces", "Namespace")
+PRIORITY_CLASSES = Resource("/apis/scheduling.k8s.io/v1/priorityclasses", "PriorityClass")
 LEASE_NAME = "placer-status-writer"
 _DROPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 _STATUS_REWRITE_AFTER = 30.0
@@ -71,16 +72,18 @@ class ClusterController:
         self._wake = threading.Event()
         self._policies: Store | None = None
         self._namespaces: Store | None = None
+        self._priority_classes: Store | None = None
         self._compiled: dict[str, _Compiled] = {}
         self._last_good: dict[str, tuple[str, _Compiled]] = {}
         self._published: tuple[Any, ...] | None = None
-        self._inputs: tuple[Store, Store] | None = None
+        self._inputs: tuple[Store, Store, Store | None] | None = None
         self._generation = 0
         self._next_election = 0.0
         self._status_written: dict[str, tuple[tuple[Any, ...], float]] = {}
         self.reflectors = (
             Reflector(api, POLICIES, self._set_policies),
             Reflector(api, NAMESPACES, self._set_namespaces),
+            Reflector(api, PRIORITY_CLASSES, self._set_priority_classes),
         )
 
     # -- inputs (reflector threads) -------------------------------------------------------------------------
@@ -95,12 +98,17 @@ class ClusterController:
             self._namespaces = store
         self._wake.set()
 
+    def _set_priority_classes(self, store: Store) -> None:
+        with self._lock:
+            self._priority_classes = store
+        self._wake.set()
+
     # -- the loop ---------------------------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
         threads = [
             threading.Thread(target=r.run, args=(stop,), name=f"placer-watch-{r_name}", daemon=True)
-            for r, r_name in zip(self.reflectors, ("policies", "namespaces"), strict=True)
+            for r, r_name in zip(self.reflectors, ("policies", "namespaces", "priorityclasses"), strict=True)
         ]
         for thread in threads:
             thread.start()
@@ -117,13 +125,15 @@ class ClusterController:
     def step(self) -> None:
         """Publish the state if the inputs changed, take part in the election, and report status if leading."""
         with self._lock:
-            policies, namespaces = self._policies, self._namespaces
+            inputs = (self._policies, self._namespaces, self._priority_classes)
+        policies, namespaces, priority_classes = inputs
         if policies is None or namespaces is None:
             return  # not synced: publish nothing, so workers keep the previous state (or stay not ready)
+        # PriorityClasses are optional: until they are listed (or when RBAC does not allow it), no default.
         # Reflectors hand over a new dict on every change, so identity says whether anything changed.
-        if self._inputs is None or self._inputs[0] is not policies or self._inputs[1] is not namespaces:
-            self._publish(policies, namespaces)
-            self._inputs = (policies, namespaces)
+        if self._inputs is None or any(a is not b for a, b in zip(self._inputs, inputs, strict=True)):
+            self._publish(policies, namespaces, priority_classes)
+            self._inputs = (policies, namespaces, priority_classes)
         if self._elector is None:
             return
         now = self._monotonic()
@@ -135,7 +145,7 @@ class ClusterController:
         if self._elector.is_leader:
             self._report(policies)
 
-    def _publish(self, policies: Store, namespaces: Store) -> None:
+    def _publish(self, policies: Store, namespaces: Store, priority_classes: Store | None) -> None:
         serving: list[Mapping[str, Any]] = []
         errors: list[PolicyError] = []
         for name in sorted(policies):
@@ -151,11 +161,13 @@ class ClusterController:
             name: namespace_info(name, obj.get("metadata") or {}, drop_annotations=_DROPPED_ANNOTATIONS)
             for name, obj in namespaces.items()
         }
-        content = (serving, errors, infos)
+        default_class = global_default_priority_class(priority_classes or {})
+        content = (serving, errors, infos, default_class)
         if content == self._published:
             return  # e.g. only a status or an unrelated annotation changed: workers need not recompile
         self._generation += 1
-        write_state(self._state_path, ClusterState(self._generation, True, serving, errors, infos))
+        state = ClusterState(self._generation, True, serving, errors, infos, default_priority_class=default_class)
+        write_state(self._state_path, state)
         self._published = content
         log.info(
             "published cluster state %d: %d policies serving, %d errors, %d namespaces",
@@ -221,6 +233,12 @@ class ClusterController:
                 return
             self._status_written[name] = (fingerprint, now)
             log.info("status of SchedulingPolicy %s: Ready=%s", name, desired["conditions"][0]["status"])
+
+
+def global_default_priority_class(classes: Store) -> str | None:
+    """The PriorityClass with `globalDefault: true` (the API server allows one; the lowest name if several)."""
+    defaults = sorted(name for name, obj in classes.items() if obj.get("globalDefault") is True)
+    return defaults[0] if defaults else None
 
 
 def _served_document(obj: Mapping[str, Any]) -> dict[str, Any]:

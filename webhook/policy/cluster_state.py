@@ -39,6 +39,8 @@ class ClusterState:
     """SchedulingPolicy objects that serve (each the last version that compiled)."""
     errors: Sequence[PolicyError] = ()
     namespaces: Mapping[str, NamespaceInfo] = field(default_factory=dict)
+    default_priority_class: str | None = None
+    """The cluster's globalDefault PriorityClass, if any."""
 
 
 def write_state(path: Path, state: ClusterState) -> None:
@@ -56,6 +58,7 @@ def write_state(path: Path, state: ClusterState) -> None:
             name: {"labels": dict(ns.labels), "annotations": dict(ns.annotations)}
             for name, ns in state.namespaces.items()
         },
+        "defaultPriorityClass": state.default_priority_class,
     }
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
@@ -77,8 +80,14 @@ def read_state(path: Path) -> ClusterState:
         for name, entry in (payload.get("namespaces") or {}).items()
     }
     errors = [PolicyError(**entry) for entry in payload.get("errors") or []]
+    default_class = payload.get("defaultPriorityClass")
     return ClusterState(
-        int(payload["generation"]), bool(payload["synced"]), list(payload.get("policies") or []), errors, namespaces
+        int(payload["generation"]),
+        bool(payload["synced"]),
+        list(payload.get("policies") or []),
+        errors,
+        namespaces,
+        default_priority_class=default_class if isinstance(default_class, str) else None,
     )
 
 
@@ -118,4 +127,10 @@ class ClusterStateSource:
                 policies[result.policy.name] = result.policy
             else:  # only if this worker's Placer differs from the controller's, e.g. mid-upgrade
                 errors.extend(result.errors)
-        return SourceContent(policies, state.namespaces, tuple(errors), ready=state.synced)
+        return SourceContent(
+            policies,
+            state.namespaces,
+            tuple(errors),
+            ready=state.synced,
+            default_priority_class=state.default_priority_class,
+        )

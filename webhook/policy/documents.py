@@ -72,6 +72,16 @@ def namespace_from(content: Any) -> NamespaceInfo | None:
     return namespace_info(metadata["name"], metadata)
 
 
+def global_default_class_from(content: Any) -> str | None:
+    """The name of a `scheduling.k8s.io/v1` PriorityClass manifest with `globalDefault: true`, else None."""
+    if not isinstance(content, dict) or content.get("kind") != "PriorityClass":
+        return None
+    if content.get("apiVersion") != "scheduling.k8s.io/v1" or content.get("globalDefault") is not True:
+        return None
+    name = (content.get("metadata") or {}).get("name") if isinstance(content.get("metadata"), dict) else None
+    return name if isinstance(name, str) and name else None
+
+
 def namespace_info(name: str, metadata: Any, *, drop_annotations: Iterable[str] = ()) -> NamespaceInfo:
     """Name, labels and annotations (all strings) from a Namespace's metadata, for `namespaceObject`."""
     annotations = _strings(metadata.get("annotations"))

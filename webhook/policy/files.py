@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.documents import ManifestError, expand_lists, is_policy, namespace_from, read_documents
+from webhook.policy.documents import (
+    ManifestError,
+    expand_lists,
+    global_default_class_from,
+    is_policy,
+    namespace_from,
+    read_documents,
+)
 from webhook.policy.errors import PolicyError
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
@@ -29,6 +36,7 @@ class _FileState:
     policies: dict[str, Policy] = field(default_factory=dict)
     namespaces: dict[str, NamespaceInfo] = field(default_factory=dict)
     errors: list[PolicyError] = field(default_factory=list)
+    default_priority_class: str | None = None
     kept_last_good: bool = False
     """The file could not be read or parsed: `policies` and `namespaces` are its last good content."""
     stale: list[str] = field(default_factory=list)
@@ -94,9 +102,22 @@ class FilePolicySource:
         errors: list[PolicyError] = [
             PolicyError(str(p), "no such file or directory") for p in self._required if not p.exists()
         ]
-        files = [SourceContent(state.policies, state.namespaces, tuple(state.errors)) for state in self._files.values()]
+        files = [
+            SourceContent(
+                state.policies,
+                state.namespaces,
+                tuple(state.errors),
+                default_priority_class=state.default_priority_class,
+            )
+            for state in self._files.values()
+        ]
         merged = combine([SourceContent(errors=tuple(errors)), *files], self._compiler.environment)
-        return SourceContent({p.name: p for p in merged.policies}, merged.namespaces, merged.errors)
+        return SourceContent(
+            {p.name: p for p in merged.policies},
+            merged.namespaces,
+            merged.errors,
+            default_priority_class=merged.default_priority_class,
+        )
 
     def snapshot(self) -> PolicySnapshot:
         """This source alone as a snapshot (the offline CLI)."""
@@ -109,13 +130,20 @@ class FilePolicySource:
             documents = list(expand_lists(read_documents(path.read_text(encoding="utf-8"))))
         except (OSError, UnicodeDecodeError, ManifestError) as error:
             # Keep the last good content: a half-written file must not drop policies that were serving.
-            return _FileState(fingerprint, previous.policies, previous.namespaces,
-                              [PolicyError(source, f"cannot read: {error}")], kept_last_good=True)
+            return _FileState(
+                fingerprint,
+                previous.policies,
+                previous.namespaces,
+                [PolicyError(source, f"cannot read: {error}")],
+                default_priority_class=previous.default_priority_class,
+                kept_last_good=True,
+            )
         state = _FileState(fingerprint)
         for document in documents:
             namespace = namespace_from(document.content)
             if namespace is not None:
                 state.namespaces[namespace.name] = namespace
+            state.default_priority_class = global_default_class_from(document.content) or state.default_priority_class
             if not is_policy(document.content):
                 continue
             result = self._compiler.compile(document.content, source)

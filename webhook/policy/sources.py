@@ -27,6 +27,8 @@ class SourceContent:
     errors: tuple[PolicyError, ...] = ()
     ready: bool = True
     """False until the source has loaded once (the cluster source: until its first sync)."""
+    default_priority_class: str | None = None
+    """The globalDefault PriorityClass the source knows of (the cluster's, or a manifest's)."""
 
 
 class PolicySource(Protocol):
@@ -43,8 +45,10 @@ def combine(contents: Iterable[SourceContent], environment: Any) -> PolicySnapsh
     namespaces: dict[str, NamespaceInfo] = {}
     errors: list[PolicyError] = []
     ready = True
+    default_class: str | None = None
     for content in contents:
         ready = ready and content.ready
+        default_class = default_class or content.default_priority_class
         errors.extend(content.errors)
         for name, namespace in content.namespaces.items():
             namespaces.setdefault(name, namespace)
@@ -55,7 +59,9 @@ def combine(contents: Iterable[SourceContent], environment: Any) -> PolicySnapsh
                 )
             else:
                 policies[name] = policy
-    return PolicySnapshot.build(policies.values(), namespaces, errors, environment, ready=ready)
+    return PolicySnapshot.build(
+        policies.values(), namespaces, errors, environment, ready=ready, default_priority_class=default_class
+    )
 
 
 class PolicyReloader:

@@ -14,6 +14,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from webhook.config import Settings
+from webhook.kube.namespace_lookup import NamespaceLookup
 from webhook.logs import ADMISSION_LOGGER
 from webhook.metrics import Metrics
 from webhook.pipeline import Admission, admit
@@ -38,6 +39,7 @@ def create_app(
     metrics: Metrics,
     workloads: WorkloadTable | None = None,
     compiler: PolicyCompiler | None = None,
+    namespaces: NamespaceLookup | None = None,
 ) -> Flask:
     """Build the application around a snapshot holder that a policy source keeps current."""
     app = Flask("placer")
@@ -52,7 +54,14 @@ def create_app(
         if isinstance(review, Response):
             return review
         deadline = _deadline(started, request.args.get("timeout"))
-        admission = admit(review, holder.current, table, opt_in=settings.opt_in, deadline=deadline)
+        admission = admit(
+            review,
+            holder.current,
+            table,
+            opt_in=settings.opt_in,
+            deadline=deadline,
+            resolve_namespace=namespaces.resolve if namespaces is not None else None,
+        )
         body = _json_response(admission.response)
         _record(metrics, admission, time.monotonic() - started)
         return body

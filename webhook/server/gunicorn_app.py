@@ -16,6 +16,9 @@ from gunicorn.arbiter import Arbiter
 from gunicorn.glogging import Logger as GunicornLogger
 
 from webhook.config import Settings
+from webhook.kube.api import KubeApi
+from webhook.kube.connection import ConnectionSetupError, connect
+from webhook.kube.namespace_lookup import NamespaceLookup
 from webhook.logs import JsonFormatter
 from webhook.metrics import Metrics, mark_worker_dead
 from webhook.policy.cluster_state import ClusterStateSource
@@ -53,7 +56,20 @@ def build_worker_app(settings: Settings) -> Any:
     publish(holder.current)
     reloader.start()
     log.info("worker %d ready with %d policies", os.getpid(), len(holder.current.policies))
-    return create_app(holder=holder, settings=settings, metrics=metrics, compiler=compiler)
+    namespaces = _namespace_lookup(settings, metrics)
+    return create_app(holder=holder, settings=settings, metrics=metrics, compiler=compiler, namespaces=namespaces)
+
+
+def _namespace_lookup(settings: Settings, metrics: Metrics) -> NamespaceLookup | None:
+    """With `--kube`, each worker reads namespaces its state does not know yet (kube.namespace_lookup)."""
+    if settings.cluster_state is None:
+        return None
+    try:
+        api = KubeApi(connect(settings.kubeconfig))
+    except ConnectionSetupError as error:
+        log.error("namespaces missing from the watched state cannot be read: %s", error)
+        return NamespaceLookup(None, observe=metrics.observe_namespace_lookup, unavailable="no cluster connection")
+    return NamespaceLookup(api, observe=metrics.observe_namespace_lookup)
 
 
 class PlacerArbiter(Arbiter):  # type: ignore[misc]
