@@ -21,6 +21,7 @@ from webhook.pipeline import Admission, admit
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.snapshot import SnapshotHolder
 from webhook.review import ReviewError, decode_json, parse_review
+from webhook.server.decode_budget import DecodeBudget, DecodeRefused
 from webhook.validation import validate_policy_review
 from webhook.workloads import WorkloadTable, default_workload_table
 
@@ -47,31 +48,48 @@ def create_app(
     table = workloads or default_workload_table()
     policy_compiler = compiler or PolicyCompiler()
 
+    budget = DecodeBudget()
+
     @app.post("/mutate")
     def mutate() -> Response:
         started = time.monotonic()
-        review = _read_review(settings.max_body_bytes)
-        if isinstance(review, Response):
-            return review
+        body = _read_body(settings.max_body_bytes)
+        if isinstance(body, Response):
+            return body
         deadline = _deadline(started, request.args.get("timeout"))
-        admission = admit(
-            review,
-            holder.current,
-            table,
-            opt_in=settings.opt_in,
-            deadline=deadline,
-            resolve_namespace=namespaces.resolve if namespaces is not None else None,
-        )
-        body = _json_response(admission.response)
+        try:
+            with budget.reserve(body, deadline):
+                review = _parse(body)
+                if isinstance(review, Response):
+                    return review
+                admission = admit(
+                    review,
+                    holder.current,
+                    table,
+                    opt_in=settings.opt_in,
+                    deadline=deadline,
+                    resolve_namespace=namespaces.resolve if namespaces is not None else None,
+                )
+                response = _json_response(admission.response)
+        except DecodeRefused as refused:
+            return _error(refused.status, str(refused))
         _record(metrics, admission, time.monotonic() - started)
-        return body
+        return response
 
     @app.post("/validate")
     def validate() -> Response:
-        review = _read_review(settings.max_body_bytes)
-        if isinstance(review, Response):
-            return review
-        return _json_response(validate_policy_review(review, policy_compiler))
+        started = time.monotonic()
+        body = _read_body(settings.max_body_bytes)
+        if isinstance(body, Response):
+            return body
+        try:
+            with budget.reserve(body, _deadline(started, request.args.get("timeout"))):
+                review = _parse(body)
+                if isinstance(review, Response):
+                    return review
+                return _json_response(validate_policy_review(review, policy_compiler))
+        except DecodeRefused as refused:
+            return _error(refused.status, str(refused))
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -108,16 +126,21 @@ def create_app(
     return app
 
 
-def _read_review(limit: int) -> Any:
-    """The parsed request, or the error response for a body that is not a usable AdmissionReview."""
+def _read_body(limit: int) -> bytes | Response:
+    """The request body, or the error response for a body Placer will not read."""
     content_type = (request.mimetype or "").lower()
     if content_type != "application/json":
         return _error(415, f"Content-Type must be application/json, not {request.content_type or 'absent'!r}")
     if request.content_length is not None and request.content_length > limit:
         _discard_body(request.content_length)
         return _error(413, f"body of {request.content_length} bytes exceeds the {limit} byte limit")
+    return request.get_data(cache=False)
+
+
+def _parse(body: bytes) -> Any:
+    """The parsed request, or the error response for a body that is not a usable AdmissionReview."""
     try:
-        return parse_review(decode_json(request.get_data(cache=False)))
+        return parse_review(decode_json(body))
     except ReviewError as error:
         return _error(400, str(error))
 
