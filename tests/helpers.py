@@ -68,9 +68,11 @@ def compile_policies(texts: Iterable[str]) -> tuple[list[Any], PolicyCompiler]:
     return policies, compiler
 
 
-def snapshot_of(*policy_texts: str, namespaces: Iterable[NamespaceInfo] = ()) -> PolicySnapshot:
+def snapshot_of(*policy_texts: str, namespaces: Iterable[NamespaceInfo] = (),
+                default_priority_class: str | None = None) -> PolicySnapshot:
     policies, compiler = compile_policies(policy_texts)
-    return PolicySnapshot.build(policies, {ns.name: ns for ns in namespaces}, [], compiler.environment)
+    return PolicySnapshot.build(policies, {ns.name: ns for ns in namespaces}, [], compiler.environment,
+                                default_priority_class=default_priority_class)
 
 
 def run(snapshot: PolicySnapshot, body: Mapping[str, Any]) -> Mutation:
