@@ -271,7 +271,10 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            try:
+                self.wfile.write(data)
+            except (OSError, ssl.SSLError):
+                pass  # the client gave up waiting (a test of a slow API server)
 
         def _get(self, collection: str, name: str) -> None:
             api_version, kind, _ = _KINDS[collection]

@@ -148,3 +148,45 @@ def _controller_pid(server: RunningServer, not_pid: int | None = None) -> int | 
         if b"webhook.kube.controller" in command and group == server.process.pid and int(entry.name) != not_pid:
             return int(entry.name)
     return None
+
+
+def test_a_workload_created_right_after_its_namespace_gets_the_namespaces_policies(
+        apiserver: FakeApiServer, kubeconfig: Path, certificates: Any, tmp_path: Path) -> None:
+    """`kubectl apply -f ns.yaml -f app.yaml`: the Pod arrives before the watch has delivered its namespace.
+
+    Measures the window in which the watched state alone does not know a new namespace (the read is refused
+    for `blind-*` namespaces, so only the watch can tell the workers), and shows that admissions inside that
+    window now get the namespace's policies.
+    """
+    apiserver.put_namespace("team-a", {"team": "web"})
+    apiserver.put_policy(pool_policy("ml-pool", selector={"team": "ml"}))
+    apiserver.fail("GET", "/api/v1/namespaces/blind-", 403, "Forbidden", times=10_000)
+    empty = tmp_path / "no-policies"
+    empty.mkdir()
+    with running_server(tmp_path, certificates, policies=empty,
+                        extra=["--kube", "--kubeconfig", str(kubeconfig)]) as server:
+        windows = []
+        for attempt in range(3):
+            for prefix in ("fresh", "blind"):
+                name = f"{prefix}-{attempt}"
+                created = time.monotonic()
+                apiserver.put_namespace(name, {"team": "ml"})
+                if prefix == "fresh":
+                    assert _node_selector_in(server, name) == {"pool": "ml-pool"}  # at once
+                else:
+                    wait_for(lambda name=name: all(  # type: ignore[misc]
+                        _node_selector_in(server, name) == {"pool": "ml-pool"} for _ in range(6)), timeout=10)
+                    windows.append(time.monotonic() - created)
+        reads = [p for m, p, _ in apiserver.requests if m == "GET" and p.startswith("/api/v1/namespaces/fresh-")]
+        assert len(reads) >= 3
+    print(f"\nwithout the read, a new namespace reached every worker after {min(windows) * 1000:.0f}-"
+          f"{max(windows) * 1000:.0f} ms; with it, the first admission had its labels ({len(reads)} reads)")
+
+
+def _node_selector_in(server: RunningServer, namespace: str) -> dict[str, str]:
+    body = fixture_request("pod-bare-create-dryrun")
+    body["request"]["namespace"] = body["request"]["object"]["metadata"]["namespace"] = namespace
+    for op in decode_patch(server.post("/mutate", json=body).json()):
+        if op["path"] == "/spec/nodeSelector":
+            return dict(op["value"])
+    return {}
