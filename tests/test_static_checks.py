@@ -14,3 +14,27 @@ def test_ruff_is_clean() -> None:
 def test_mypy_strict_is_clean() -> None:
     result = subprocess.run([sys.executable, "-m", "mypy"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+LAYERS = [
+    {"typing", "names", "quantity", "selectors", "resources", "patches", "config", "logs", "metrics", "certs",
+     "review", "__init__"},
+    {"workloads"}, {"gang"}, {"actions"}, {"policy"}, {"engine"}, {"pipeline", "offline", "validation"},
+    {"kube"}, {"server"}, {"cli", "__main__"},
+]
+"""Imports flow one way: a module imports only from its own layer or the layers before it."""
+
+
+def test_imports_flow_one_way() -> None:
+    import ast
+
+    rank = {name: index for index, layer in enumerate(LAYERS) for name in layer}
+    wrong = []
+    for path in sorted((REPO / "webhook").rglob("*.py")):
+        here = rank[path.relative_to(REPO / "webhook").parts[0].removesuffix(".py")]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("webhook."):
+                target = node.module.split(".")[1]
+                if rank[target] > here:
+                    wrong.append(f"{path.relative_to(REPO)} imports {node.module}")
+    assert wrong == []

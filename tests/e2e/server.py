@@ -50,13 +50,14 @@ class RunningServer:
 @contextlib.contextmanager
 def running_server(workdir: Path, certs: object, *, extra: Sequence[str] = (), policies: Path | None = None,
                    env: dict[str, str] | None = None, ca: Path | None = None,
-                   client_cert: tuple[str, str] | None = None, wait: bool = True) -> Iterator[RunningServer]:
+                   client_cert: tuple[str, str] | None = None, wait: bool = True,
+                   bind_host: str = "127.0.0.1", port: int | None = None) -> Iterator[RunningServer]:
     """`placer serve` with the given certificates (an IssuedCertificates) and policies directory."""
-    port = free_port()
+    port = port or free_port()
     log = workdir / "server.log"
     args = [
         sys.executable, "-m", "webhook", "serve",
-        "--bind", f"127.0.0.1:{port}",
+        "--bind", f"{bind_host}:{port}",
         "--tls-cert", str(certs.cert),  # type: ignore[attr-defined]
         "--tls-key", str(certs.key),  # type: ignore[attr-defined]
         "--workers", "2",

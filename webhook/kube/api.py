@@ -82,6 +82,9 @@ class KubeApi:
     def merge_patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return self._request("PATCH", path, None, body, content_type=MERGE_PATCH)
 
+    def delete(self, path: str) -> dict[str, Any]:
+        return self._request("DELETE", path, None)
+
     def watch(self, path: str, query: Mapping[str, str]) -> Iterator[dict[str, Any]]:
         """The events of a watch stream, one JSON object per line, until the server ends the stream.
 
