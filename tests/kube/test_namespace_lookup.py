@@ -101,8 +101,8 @@ def test_the_controller_publishes_the_global_default_priority_class(
     apiserver.put_priority_class("cluster-default", 100, global_default=True)
     running: Running = start(api, apiserver, tmp_path, status=False)
     try:
-        wait_for(lambda: running.read() is not None, what="a published state")
-        assert running.read().default_priority_class == "cluster-default"  # type: ignore[union-attr]
+        state: Any = wait_for(running.read, what="a published state")
+        assert state.default_priority_class == "cluster-default"  # published with the first state
         source = ClusterStateSource(running.state, compiler=PolicyCompiler())
         source.refresh()
         assert source.content().default_priority_class == "cluster-default"

@@ -41,6 +41,7 @@ LEASE_NAME = "placer-status-writer"
 _DROPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 _STATUS_REWRITE_AFTER = 30.0
 _STATUS_RETRY_AFTER = 10.0
+_OPTIONAL_SYNC_WAIT = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,7 @@ class ClusterController:
         self._inputs: tuple[Store, Store, Store | None] | None = None
         self._generation = 0
         self._next_election = 0.0
+        self._started = monotonic()
         self._status_written: dict[str, tuple[tuple[Any, ...], float]] = {}
         self.reflectors = (
             Reflector(api, POLICIES, self._set_policies),
@@ -129,7 +131,9 @@ class ClusterController:
         policies, namespaces, priority_classes = inputs
         if policies is None or namespaces is None:
             return  # not synced: publish nothing, so workers keep the previous state (or stay not ready)
-        # PriorityClasses are optional: until they are listed (or when RBAC does not allow it), no default.
+        if priority_classes is None and self._monotonic() - self._started < _OPTIONAL_SYNC_WAIT:
+            return  # give the optional PriorityClass list a moment, so the first state already has the default
+        # PriorityClasses are optional: when they cannot be listed (RBAC of an older release), no default.
         # Reflectors hand over a new dict on every change, so identity says whether anything changed.
         if self._inputs is None or any(a is not b for a, b in zip(self._inputs, inputs, strict=True)):
             self._publish(policies, namespaces, priority_classes)
