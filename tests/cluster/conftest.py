@@ -12,12 +12,12 @@ Skipped (with that reason) when the variable is unset. Two ways to reach Placer:
 Everything a test creates lives in namespaces and SchedulingPolicies named `placer-e2e-*`, deleted at the end.
 """
 
+import base64
 import contextlib
 import copy
 import ipaddress
 import os
 import socket
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -29,6 +29,9 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
+from tests.e2e.server import running_server
+from tests.kube.fake_apiserver import wait_for
+from webhook.certs import issue
 from webhook.kube.api import ApiError, KubeApi, Timeouts
 from webhook.kube.connection import connect
 
@@ -49,15 +52,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def wait_until(predicate: Callable[[], Any], *, timeout: float, what: str, interval: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+def wait_until(predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
+    """Poll a living cluster once a second."""
+    return wait_for(predicate, timeout, what, interval=1.0)
 
 
 @dataclass
@@ -132,9 +129,6 @@ def _established(api: KubeApi) -> bool:
 @contextlib.contextmanager
 def _local_placer(state: Cluster, kubeconfig: Path, server: str, workdir: Path) -> Iterator[None]:
     """`placer serve --kube` here, and webhook configurations (named placer-e2e) that call it by URL."""
-    from tests.e2e.server import running_server
-    from webhook.certs import issue
-
     host = os.environ.get("PLACER_E2E_WEBHOOK_HOST") or _address_towards(server)
     port = int(os.environ.get("PLACER_E2E_WEBHOOK_PORT", "9443"))
     certs = issue(workdir / "certs", [host, "localhost", "127.0.0.1"], common_name=host)
@@ -175,6 +169,4 @@ def _documents(path: Path) -> list[dict[str, Any]]:
 
 
 def _b64(data: bytes) -> str:
-    import base64
-
     return base64.b64encode(data).decode()

@@ -399,7 +399,8 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
+def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition",
+             interval: float = 0.05) -> Any:
     """Poll `predicate` until it returns something truthy; fail the test after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -408,4 +409,4 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "c
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+        time.sleep(interval)

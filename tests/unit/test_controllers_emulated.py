@@ -159,7 +159,7 @@ def test_owner_children_and_second_pass_agree(kind: str, action: str) -> None:
     original = fixture_request(KINDS[kind])["request"]["object"]
     patched, first = admit(snapshot, original)
     assert first.patch, f"{action} changed nothing on the {kind}"
-    again, second = admit(snapshot, patched)
+    _, second = admit(snapshot, patched)
     assert second.patch == [], f"second pass on Placer's own output: {second.patch}"
     if "selector" in patched.get("spec", {}) and kind != "Job":
         assert selects(patched["spec"]["selector"], patched["spec"]["template"]["metadata"]["labels"])

@@ -22,7 +22,8 @@ TEAM_A = NamespaceInfo("team-a", {"environment": "production", "team": "ml"})
 
 
 def policy(rules: str, name: str = "p") -> str:
-    return f"apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {{name: {name}}}\nspec:\n  rules:\n{rules}"
+    return (f"apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {{name: {name}}}\nspec:\n"
+            f"  rules:\n{rules}")
 
 
 def rule(name: str, action: str, parameters: str, condition: str = "true") -> str:
@@ -108,7 +109,7 @@ def test_a_condition_on_a_label_an_earlier_rule_adds_gives_template_and_pods_one
              + rule("pool", "add-node-selector", "{pool: gpu}", "pod.metadata.labels.?tier.orValue('') == 'gpu'"))
     snapshot = snapshot_of(policy(rules), namespaces=[TEAM_A])
     deployment = fixture_request("deployment-create-dryrun")["request"]["object"]
-    stored, mutation = admitted(snapshot, deployment)
+    stored, _ = admitted(snapshot, deployment)
     assert stored["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "gpu"}
     assert stored["spec"]["template"]["metadata"]["annotations"]["placer.dev/applied"] == "p/tier,p/pool"
     assert admitted(snapshot, stored)[1].patch == []

@@ -115,12 +115,54 @@ def evaluate(program: Program, activation: Any) -> Result:
         value = program.expression.eval(activation)
     except RuntimeError as error:
         return Result(error=_clean_runtime_message(str(error)))
+    try:
+        return _classify(value, program.returns)
+    except _Unusable as unusable:
+        return Result(error=f"the value cannot be used: {unusable}")
+    except Exception as error:  # any other shape the runtime cannot hand over must not take the worker down
+        return Result(error=f"the value cannot be used: {type(error).__name__}")
+
+
+class _Unusable(Exception):
+    """A value the runtime cannot convert to a Python value (an optional, a type)."""
+
+
+_PLAIN_STATIC = re.compile(r"^(bool|int|uint|double|string|bytes|null_type)$|^list<(bool|int|uint|double|string)>$")
+"""Checked result types whose values can never hold an optional or a type: converted in one call."""
+_OPTIONAL_HINT = "an optional (from ?. or optional.of); read it with .orValue(default) or test it with .hasValue()"
+
+
+def _classify(value: Any, static: str) -> Result:
+    """Classify an evaluation result, converting it without ever handing the runtime a shape it crashes on.
+
+    cel-expr-python 0.1.3 raises on an optional at the top and crashes the process (SIGSEGV) converting a
+    list or map that holds one, so results that may contain one are walked element by element (walking is
+    safe: each element says its type before it is converted).
+    """
     if value.type() == cel.Type.ERROR:
-        message = str(value.value())
+        try:
+            message = str(value.value())
+        except (TypeError, RuntimeError, SystemError):
+            raise _Unusable(_OPTIONAL_HINT) from None
         if message.startswith("NOT_FOUND:"):
             return Result(missing=_clean_runtime_message(message))
         return Result(error=_clean_runtime_message(message))
-    return Result(value=value.plain_value())
+    if _PLAIN_STATIC.match(static):
+        return Result(value=value.plain_value())
+    return Result(value=_plain(value))
+
+
+def _plain(value: Any) -> Any:
+    name = value.type().name()
+    if name.startswith("LIST"):
+        return [_plain(item) for item in value.value()]
+    if name.startswith("MAP"):
+        return {key: _plain(item) for key, item in value.value().items()}
+    if name == "ERROR":
+        raise _Unusable(_OPTIONAL_HINT + " (inside a list or map)")
+    if name == "TYPE":
+        raise _Unusable("a type value (type(x)); compare it inside the expression instead")
+    return value.plain_value()
 
 
 def activation(environment: Any, data: Mapping[str, Any]) -> Any:
