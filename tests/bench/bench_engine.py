@@ -127,7 +127,7 @@ def phase_timers() -> Iterator[dict[str, float]]:
 
     with ExitStack() as stack:
         for name, phase in (("pod_variable", "activation"), ("workload_variable", "activation"),
-                            ("diff", "diff"), ("apply_sharing", "diff")):
+                            ("_patch", "diff"), ("apply_sharing", "diff")):
             stack.enter_context(mock.patch.object(engine, name, timed(phase, getattr(engine, name))))
         stack.enter_context(mock.patch.object(engine.cel, "activation", timed("activation", engine.cel.activation)))
         stack.enter_context(mock.patch.object(engine.cel, "evaluate", timed("cel", engine.cel.evaluate)))

@@ -21,9 +21,10 @@ from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.actions.parameters import parse_parameters
 from webhook.engine.activation import pod_variable, workload_variable
 from webhook.gang.facts import gang_facts, lazy
-from webhook.patches import apply_sharing, diff
+from webhook.patches import apply_sharing, unescape
 from webhook.policy import cel
 from webhook.policy.model import ConditionBatch, Policy, Rule
+from webhook.policy.reads import Changes
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, UnknownNamespace
 from webhook.review import AdmissionRequest
 from webhook.typing import JSONObject, JSONPatch, as_map
@@ -117,12 +118,12 @@ def mutate(
         deadline=deadline,
     )
     try:
-        final = run.settle(obj)
+        patch = run.settle(obj)
     except _DenyRequest as denial:
         return Mutation(warnings=_unique(mutation.warnings), traces=run.trace_list(), denial=str(denial))
     except _DeadlineReached:
         return Mutation(warnings=[DEADLINE_WARNING], traces=run.trace_list(), passed_through="deadline reached")
-    mutation.patch = diff(obj, final)
+    mutation.patch = patch
     mutation.applied = list(dict.fromkeys(mutation.applied))
     mutation.warnings = _unique(mutation.warnings)
     return mutation
@@ -146,6 +147,16 @@ def pass_through_reason(request: AdmissionRequest, kind: WorkloadKind, obj: JSON
     if slots and all(_opted_out(slot, obj) for slot in slots):
         return f"pod template labelled {INJECT_LABEL}=disabled"
     return None
+
+
+def _patch(kind: WorkloadKind, original: JSONObject, final: JSONObject) -> JSONPatch:
+    """Operations turning each template of the original into the final one (templates are all that change)."""
+    patch: JSONPatch = []
+    for slot in kind.templates(original):
+        raw, settled = slot.read(original), slot.read(final)
+        if raw is not None and settled is not None and raw is not settled:
+            patch.extend(slot.patch(original, raw, slot.view(final, settled)))
+    return patch
 
 
 def _controller_owned(kind: WorkloadKind, obj: JSONObject) -> str | None:
@@ -218,15 +229,32 @@ class _Run:
         self.gang = lazy(lambda: gang_facts(kind, obj, request.name or "", unique_suffix=_uid_suffix(request.uid)))
         self.protected = kind.selector_label_keys(obj)
         self.default_priority_class = snapshot.default_priority_class if kind.kind == "Pod" else None
-        self.applied: dict[str, list[str]] = {}
+        self.applied: dict[str, dict[str, None]] = {}
+        """Per template, the rules that applied in any pass, in order (a dict used as an ordered set)."""
         self.traces: dict[tuple[str, str, str], RuleTrace] = {}
+        self.outcomes: dict[tuple[str, str, str], Outcome] = {}
+        """Each rule's outcome per template in the current pass."""
+        self.selector_changed: set[str] = set()
+        self.selector_rules = any(_derives_selector(rule, "skipped") for policy in policies for rule in policy.rules)
+        self.sensitive = [
+            (policy, rule)
+            for policy in policies
+            for rule in policy.rules
+            if rule.reads.template or rule.reads.object or _derives_selector(rule, "skipped")
+        ]
+        """The rules whose outcome can depend on what a pass writes: only they can make another pass useful."""
+        """Templates whose own-pods selector the current pass changed (it changed labels it comes from)."""
 
-    def settle(self, obj: JSONObject) -> JSONObject:
-        """The object once a pass over every template changes nothing (at most MAX_PASSES passes)."""
+    def settle(self, obj: JSONObject) -> JSONPatch:
+        """The patch to the object once a pass over every template changes nothing (at most MAX_PASSES)."""
         current = obj
+        passes: list[JSONPatch] = []
         for _ in range(MAX_PASSES):
             patch: JSONPatch = []
-            for slot in self.kind.templates(current):
+            self.outcomes = {}
+            self.selector_changed = set()
+            slots = self.kind.templates(current)
+            for slot in slots:
                 raw = slot.read(current)
                 if raw is None:
                     continue
@@ -236,21 +264,51 @@ class _Run:
                 view = slot.view(current, raw)
                 template = self._one_pass(slot, current, view)
                 if template != view:
+                    if self.selector_rules and self.kind.own_pods(current, view) != self.kind.own_pods(
+                        current, template
+                    ):
+                        self.selector_changed.add(slot.name)
                     annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
                     if not isinstance(annotations, dict):
                         annotations = template["metadata"]["annotations"] = {}
-                    annotations[APPLIED_ANNOTATION] = ",".join(self.applied.get(slot.name, []))
+                    annotations[APPLIED_ANNOTATION] = ",".join(self.applied.get(slot.name, {}))
                     patch.extend(slot.patch(current, raw, template))
             if not patch:
                 break
+            passes.append(patch)
+            if not self._another_pass_may_change(slots, Changes([pointer_tokens(op["path"]) for op in patch])):
+                break
             current = apply_sharing(current, patch)
+            patch = []
         else:
             self.mutation.warnings.append(f"policies did not settle after {MAX_PASSES} passes (override rules?)")
         self.mutation.notes = _unique(self.mutation.notes)
         self.mutation.traces.extend(self.trace_list())
         for names in self.applied.values():
             self.mutation.applied.extend(names)
-        return current
+        if len(passes) <= 1:  # the usual case: the first pass was already a fixed point
+            return passes[0] if passes else []
+        return _patch(self.kind, obj, apply_sharing(current, patch) if patch else current)
+
+    def _another_pass_may_change(self, slots: list[TemplateSlot], changed: Changes) -> bool:
+        """Whether some rule could act differently on what this pass wrote (else the pass was a fixed point).
+
+        A rule that applied does the same again (actions are idempotent) unless its parameters are computed
+        or its action derives the own-pods selector from labels that changed; a rule that did not apply may
+        now, if anything it reads changed.
+        """
+        for slot in slots:
+            for policy, rule in self.sensitive:
+                outcome = self.outcomes.get((policy.name, rule.name, slot.name))
+                if outcome is None or (outcome == "applied" and _repeats_itself(rule)):
+                    continue  # did not run on this template, or will do exactly the same again
+                if slot.projection is not None and (rule.reads.template or rule.reads.object):
+                    return True  # the template is a view: its paths are not the object's
+                if _derives_selector(rule, outcome) and slot.name in self.selector_changed:
+                    return True
+                if (outcome != "applied" or rule.parameter_expressions) and rule.reads.touched_by(changed, slot.path):
+                    return True
+        return False
 
     def trace_list(self) -> list[RuleTrace]:
         """One trace per rule and template: the pass where it changed the template, else its first pass."""
@@ -274,20 +332,13 @@ class _Run:
         activation = cel.activation(environment, data)
         kind = self.kind
         own_pods: Callable[[JSONObject], JSONObject | None] = lambda current: kind.own_pods(obj, current)  # noqa: E731
-        applied = self.applied.setdefault(slot.name, [])
+        applied = self.applied.setdefault(slot.name, {})
+        context = _ContextParts(own_pods, self.protected, slot.name, self.gang, self.default_priority_class)
         for policy in self.policies:
             scope = _PolicyScope(policy, data, activation, environment)
             for rule in policy.rules:
                 if self.deadline is not None and time.monotonic() > self.deadline:
                     raise _DeadlineReached
-                context = ActionContext(
-                    rule.override,
-                    own_pods,
-                    self.protected,
-                    slot.name,
-                    self.gang,
-                    default_priority_class=self.default_priority_class,
-                )
                 trace = _run_rule(
                     policy=policy,
                     rule=rule,
@@ -298,13 +349,36 @@ class _Run:
                     context=context,
                 )
                 key = (policy.name, rule.name, slot.name)
+                self.outcomes[key] = trace.outcome
                 previous = self.traces.get(key)
                 if previous is None or (trace.changed and not previous.changed):
                     self.traces[key] = trace
-                rule_id = f"{policy.name}/{rule.name}"
-                if trace.outcome == "applied" and rule_id not in applied:
-                    applied.append(rule_id)
+                if trace.outcome == "applied":
+                    applied[f"{policy.name}/{rule.name}"] = None
         return template
+
+
+SELECTOR_ACTIONS = frozenset({"add-topology-spread", "add-pod-affinity", "add-pod-anti-affinity"})
+
+
+def _repeats_itself(rule: Rule) -> bool:
+    """An applied rule whose parameters are fixed and whose action needs no derived selector: idempotent."""
+    return not rule.parameter_expressions and rule.action.name not in SELECTOR_ACTIONS
+
+
+def _derives_selector(rule: Rule, outcome: Outcome) -> bool:
+    """The rule's action falls back to the own-pods selector and may act differently on a new one.
+
+    A spread that was added is keyed by topologyKey and never added twice; a pod (anti-)affinity term is
+    keyed by its selector too, and one that was skipped for want of a selector may find one now.
+    """
+    if rule.action.name not in SELECTOR_ACTIONS or "labelSelector" in rule.raw_parameters:
+        return False
+    return outcome != "applied" or rule.action.name != "add-topology-spread"
+
+
+def pointer_tokens(pointer: str) -> tuple[str, ...]:
+    return tuple(unescape(token) for token in pointer.split("/")[1:])
 
 
 def _uid_suffix(uid: str) -> str:
@@ -324,7 +398,7 @@ def _run_rule(
     template: JSONObject,
     slot: TemplateSlot,
     mutation: Mutation,
-    context: ActionContext,
+    context: "_ContextParts",
 ) -> RuleTrace:
     rule_id = f"{policy.name}/{rule.name}"
 
@@ -363,13 +437,35 @@ def _run_rule(
         parameters, problems = parse_parameters(rule.action, computed)
         if problems:
             return fail("; ".join(f"parameters.{name}: {message}" for name, message in problems))
+    action_context = context.for_rule(rule)
     try:
-        changed = rule.action.apply(template, parameters, context)
+        changed = rule.action.apply(template, parameters, action_context)
     except ActionSkipped as skipped:
         mutation.warnings.append(f"{rule_id}: skipped: {skipped}")
         return trace("skipped", str(skipped))
-    mutation.warnings.extend(f"{rule_id}: {conflict}" for conflict in context.conflicts)
-    return trace("applied", "; ".join(context.conflicts), changed)
+    mutation.warnings.extend(f"{rule_id}: {conflict}" for conflict in action_context.conflicts)
+    return trace("applied", "; ".join(action_context.conflicts), changed)
+
+
+@dataclass(frozen=True, slots=True)
+class _ContextParts:
+    """What every rule's ActionContext shares on one template; the context is made only for rules that act."""
+
+    own_pods: Callable[[JSONObject], JSONObject | None]
+    protected: frozenset[str]
+    template: str
+    gang: Callable[[], Any]
+    default_priority_class: str | None
+
+    def for_rule(self, rule: Rule) -> ActionContext:
+        return ActionContext(
+            rule.override,
+            self.own_pods,
+            self.protected,
+            self.template,
+            self.gang,
+            default_priority_class=self.default_priority_class,
+        )
 
 
 class _PolicyScope:

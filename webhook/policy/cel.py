@@ -45,6 +45,8 @@ class Program:
     returns: str
     """The checked result type, e.g. `bool`, `int`, `dyn` (dyn is only known at evaluation)."""
     reads_variables: frozenset[str]
+    plain_result: bool = False
+    """The checked type can hold no optional or type value: the result converts in one call."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +84,13 @@ def compile_expression(environment: Any, source: str) -> Program:
         expression = environment.compile(source)
     except RuntimeError as error:
         raise CelCompileError(_compile_error_message(str(error))) from None
+    returns = expression.return_type().name().lower()
     return Program(
         source=source,
         expression=expression,
-        returns=expression.return_type().name().lower(),
+        returns=returns,
         reads_variables=frozenset(referenced_variables(source)),
+        plain_result=bool(_PLAIN_STATIC.match(returns)),
     )
 
 
@@ -116,7 +120,7 @@ def evaluate(program: Program, activation: Any) -> Result:
     except RuntimeError as error:
         return Result(error=_clean_runtime_message(str(error)))
     try:
-        return _classify(value, program.returns)
+        return _classify(value, program.plain_result)
     except _Unusable as unusable:
         return Result(error=f"the value cannot be used: {unusable}")
     except Exception as error:  # any other shape the runtime cannot hand over must not take the worker down
@@ -132,7 +136,7 @@ _PLAIN_STATIC = re.compile(r"^(bool|int|uint|double|string|bytes|null_type)$|^li
 _OPTIONAL_HINT = "an optional (from ?. or optional.of); read it with .orValue(default) or test it with .hasValue()"
 
 
-def _classify(value: Any, static: str) -> Result:
+def _classify(value: Any, plain: bool) -> Result:
     """Classify an evaluation result, converting it without ever handing the runtime a shape it crashes on.
 
     cel-expr-python 0.1.3 raises on an optional at the top and crashes the process (SIGSEGV) converting a
@@ -147,7 +151,7 @@ def _classify(value: Any, static: str) -> Result:
         if message.startswith("NOT_FOUND:"):
             return Result(missing=_clean_runtime_message(message))
         return Result(error=_clean_runtime_message(message))
-    if _PLAIN_STATIC.match(static):
+    if plain:
         return Result(value=value.plain_value())
     return Result(value=_plain(value))
 

@@ -21,6 +21,7 @@ from webhook.names import (
 from webhook.policy import cel
 from webhook.policy.errors import PolicyError
 from webhook.policy.model import ConditionBatch, Policy, Rule, Variable
+from webhook.policy.reads import Reads, reads_of
 from webhook.selectors import OPERATORS, LabelSelector, SelectorRequirement
 
 API_VERSION = "placer.dev/v1alpha1"
@@ -203,6 +204,8 @@ class PolicyCompiler:
             parameter_expressions=expressions,
             override=override,
             reads_variables=reads,
+            reads=_union(reads_of(program.source) for program in
+                         (*programs, *(variables[name].program for name in reads if name in variables))),
         )
 
     def _parameter_expressions(
@@ -339,3 +342,10 @@ def _reads_namespace(selector: LabelSelector | None, variables: Iterable[Variabl
         if rule.condition is not None:
             programs.append(rule.condition)
     return any(_NAMESPACE_OBJECT.search(program.source) for program in programs)
+
+
+def _union(items: Iterable[Reads]) -> Reads:
+    total = Reads()
+    for item in items:
+        total = total | item
+    return total

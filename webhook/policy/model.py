@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from webhook.actions.base import ActionSpec
 from webhook.policy.cel import Program
+from webhook.policy.reads import Reads
 from webhook.selectors import LabelSelector
 
 FailurePolicy = Literal["Ignore", "Fail"]
@@ -30,6 +31,8 @@ class Rule:
     override: bool
     reads_variables: frozenset[str]
     """Every policy variable the condition and parameter expressions need, dependencies included."""
+    reads: Reads
+    """What the rule's expressions (with those variables) read of the template and the object."""
 
 
 @dataclass(frozen=True, slots=True)
