@@ -19,8 +19,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from tests.conftest import fixture_request
-from tests.helpers import review_for, run, snapshot_of
+from tests.conftest import REPO, fixture_request
+from tests.helpers import read_yaml, review_for, run, snapshot_of
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.selectors import LabelSelector
 
@@ -209,3 +209,30 @@ def test_pods_of_a_controller_whose_template_placer_did_not_change_are_evaluated
     snapshot = snapshot_of(policy("add-node-selector", "{pool: ml}"), namespaces=[TEAM_A])
     _, mutation = admit(snapshot, pod)
     assert {"op": "add", "path": "/spec/nodeSelector", "value": {"pool": "ml"}} in mutation.patch
+
+
+OPERATOR_OBJECTS = ["jobset", "mpijob", "pytorchjob", "raycluster", "rayjob", "sparkapplication", "tfjob"]
+
+
+@pytest.mark.parametrize("action", sorted(ACTIONS))
+@pytest.mark.parametrize("name", OPERATOR_OBJECTS)
+def test_operator_resources_settle_and_their_children_pass_through(name: str, action: str) -> None:
+    """Operators create Jobs and Pods from the resource's templates: those children are left as they are."""
+    snapshot = snapshot_of(policy(action, ACTIONS[action]), namespaces=[TEAM_A])
+    original = read_yaml(REPO / "tests/gang/objects" / f"{name}.yaml")
+    patched, first = admit(snapshot, original)
+    _, second = admit(snapshot, patched)
+    assert second.patch == [], f"second pass on Placer's own output: {second.patch}"
+    owner = [owner_reference(patched, original["kind"])]
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "child", "namespace": "team-a", "ownerReferences": owner},
+           "spec": {"template": {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [
+               {"name": "c", "image": "x"}]}}}}
+    _, mutation = admit(snapshot, job)
+    assert mutation.patch == [] and mutation.passed_through.startswith(f"managed by its controller {original['kind']}/")
+    if first.patch:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "child-0", "namespace": "team-a", "ownerReferences": owner,
+            "annotations": {"placer.dev/applied": "p/r"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+        _, mutation = admit(snapshot, pod)
+        assert mutation.patch == []

@@ -35,8 +35,11 @@ def add_gang_labels(template: JSONObject, params: Mapping[str, Any], context: Ac
     this = facts.template(context.template)
     if this is not None and not this.gang_member:
         return False  # e.g. a RayJob's submitter: it starts after the gang and is not counted in it
-    group = group_name(flavour, params.get("groupName"), facts)
-    size = group_size(flavour, params.get("minAvailable"), group, facts)
+    derived_key = (flavour.name, params.get("groupName"), params.get("minAvailable"))
+    if derived_key not in facts.derived:
+        group = group_name(flavour, params.get("groupName"), facts)
+        facts.derived[derived_key] = (group, group_size(flavour, params.get("minAvailable"), group, facts))
+    group, size = facts.derived[derived_key]
     writes: list[tuple[Key, str]] = [(flavour.group, group.value)]
     if flavour.queue is not None and params.get("queue"):
         writes.append((flavour.queue, params["queue"]))

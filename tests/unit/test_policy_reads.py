@@ -1,0 +1,45 @@
+"""What an expression reads, which decides whether the engine needs a second pass (policy/reads.py).
+
+Reading less than an expression reads would make Placer answer a second call differently from the first;
+these cases pin the conservative direction.
+"""
+
+import pytest
+
+from webhook.policy.reads import Changes, Reads, reads_of
+
+
+@pytest.mark.parametrize(("source", "template", "obj"), [
+    ("pod.spec.containers.exists(c, c.image.startsWith('x'))", {("spec", "containers")}, set()),
+    ("pod.metadata.?labels.?tier.orValue('') == 'db'", {("metadata", "labels", "tier")}, set()),
+    ("pod.metadata.labels['app.kubernetes.io/name'] == 'x'", {("metadata", "labels", "app.kubernetes.io/name")},
+     set()),
+    ("has(pod.spec.nodeSelector)", {("spec", "nodeSelector")}, set()),
+    ("size(pod) > 0", {()}, set()),
+    ("pod.spec.containers[0].name == 'a'", {("spec", "containers")}, set()),
+    ("object.spec.template.spec.tolerations.size() > 0", set(), {("spec", "template", "spec", "tolerations")}),
+    ("workload.replicas > 3 && workload.kind == 'Pod'", set(), set()),
+    ("workload.labels.team == 'ml'", set(), {("metadata", "labels", "team")}),
+    ("workload.labels['team'] == 'ml'", set(), {("metadata", "labels", "team")}),
+    ("namespaceObject.metadata.labels.pod == 'x' && resources.limits.cpu > 1.0", set(), set()),
+])
+def test_paths_read(source: str, template: set[tuple[str, ...]], obj: set[tuple[str, ...]]) -> None:
+    assert reads_of(source) == Reads(frozenset(template), frozenset(obj))
+
+
+def test_a_change_inside_or_above_a_read_path_touches_it() -> None:
+    reads = reads_of("pod.metadata.labels.tier == 'db'")
+    at = ("spec", "template")
+    assert reads.touched_by(Changes([("spec", "template", "metadata", "labels", "tier")]), at)
+    assert reads.touched_by(Changes([("spec", "template", "metadata", "labels")]), at)  # the map added whole
+    assert reads.touched_by(Changes([("spec", "template", "metadata")]), at)
+    assert not reads.touched_by(Changes([("spec", "template", "metadata", "labels", "team")]), at)
+    assert not reads.touched_by(Changes([("spec", "template", "spec", "nodeSelector")]), at)
+    assert reads_of("size(pod) > 0").touched_by(Changes([("spec", "template", "spec", "x")]), at)
+
+
+def test_list_indexes_in_template_paths_match_json_pointer_tokens() -> None:
+    reads = reads_of("pod.spec.nodeSelector.pool == 'a'")
+    slot = ("spec", "replicatedJobs", 3, "template", "spec", "template")
+    change = ("spec", "replicatedJobs", "3", "template", "spec", "template", "spec", "nodeSelector")
+    assert reads.touched_by(Changes([change]), slot)
