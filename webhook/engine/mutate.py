@@ -235,6 +235,7 @@ class _Run:
         self.outcomes: dict[tuple[str, str, str], Outcome] = {}
         """Each rule's outcome per template in the current pass."""
         self.selector_changed: set[str] = set()
+        """Templates whose own-pods selector the current pass changed (it changed labels it comes from)."""
         self.selector_rules = any(_derives_selector(rule, "skipped") for policy in policies for rule in policy.rules)
         self.sensitive = [
             (policy, rule)
@@ -243,7 +244,6 @@ class _Run:
             if rule.reads.template or rule.reads.object or _derives_selector(rule, "skipped")
         ]
         """The rules whose outcome can depend on what a pass writes: only they can make another pass useful."""
-        """Templates whose own-pods selector the current pass changed (it changed labels it comes from)."""
 
     def settle(self, obj: JSONObject) -> JSONPatch:
         """The patch to the object once a pass over every template changes nothing (at most MAX_PASSES)."""
