@@ -140,6 +140,7 @@ def _explain(snapshot: PolicySnapshot, result: ManifestResult) -> str:
     mutation = result.mutation
     if mutation.passed_through:
         lines.append(f"  not evaluated: {mutation.passed_through}")
+    lines.extend(f"  note: {note}" for note in mutation.notes)
     by_policy: dict[str, list[str]] = {}
     for trace in mutation.traces:
         where = f" [{trace.template}]" if trace.template else ""

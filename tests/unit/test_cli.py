@@ -65,6 +65,19 @@ def test_apply_outputs_yaml_patch_and_explain(capsys: pytest.CaptureFixture[str]
     assert "policy dedicated-team-pool: namespaceSelector does not select team-a" in explain
 
 
+def test_explain_says_why_a_controllers_replicaset_is_left_alone(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    replicaset = yaml.safe_load((FIXTURES / "manifests" / "replicaset.yaml").read_text())
+    replicaset["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                                                  "uid": "1", "controller": True}]
+    manifest = tmp_path / "rs.yaml"
+    manifest.write_text(yaml.safe_dump(replicaset))
+    assert main(["apply", "--policies", str(REPO / "policies"), "-f", str(manifest), "-o", "explain"]) == 0
+    explain = capsys.readouterr().out
+    assert "not evaluated: managed by its controller Deployment/web: its template is the controller's" in explain
+    assert "patch: 0 operation(s)" in explain
+
+
 def test_apply_namespace_labels_and_warnings_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     policy = tmp_path / "p.yaml"
     policy.write_text(BROKEN.replace("broken", "ok").replace('condition: "replica >= 3", ', "")
