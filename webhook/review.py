@@ -6,7 +6,7 @@ Placer cannot or will not admit is an ordinary response (`allowed`, `status`, `w
 
 import base64
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webhook.typing import JSONObject, JSONPatch
@@ -45,17 +45,27 @@ class AdmissionRequest:
     dry_run: bool
     object: JSONObject | None
     old_object: JSONObject | None
+    fields: JSONObject = field(default_factory=dict)
+    """Every other field of the request as the API server sent it (requestKind, options, userInfo.extra...)."""
 
     def as_cel(self) -> JSONObject:
-        """The `request` CEL variable (DESIGN §3.1)."""
+        """The `request` CEL variable: the admission.k8s.io/v1 AdmissionRequest without object and oldObject,
+        as in Kubernetes' admission policies. Fields the API server leaves out read as their empty value."""
+        kind = {"group": self.group, "version": self.version, "kind": self.kind}
         return {
+            "requestKind": kind,
+            "requestResource": self.resource,
+            "requestSubResource": self.sub_resource,
+            "options": {},
+            **self.fields,
+            "uid": self.uid,
             "operation": self.operation,
             "name": self.name,
             "namespace": self.namespace,
-            "kind": {"group": self.group, "version": self.version, "kind": self.kind},
+            "kind": kind,
             "resource": self.resource,
             "subResource": self.sub_resource,
-            "userInfo": self.user_info,
+            "userInfo": {"username": "", "uid": "", "groups": [], "extra": {}, **self.user_info},
             "dryRun": self.dry_run,
         }
 
@@ -108,6 +118,7 @@ def parse_review(body: Any) -> AdmissionRequest:
         dry_run=_bool(request, "dryRun"),
         object=_optional_map(request, "object"),
         old_object=_optional_map(request, "oldObject"),
+        fields={key: value for key, value in request.items() if key not in ("object", "oldObject")},
     )
 
 

@@ -53,6 +53,7 @@ def test_a_namespace_missing_from_the_state_is_read_once_and_cached(apiserver: F
     snapshot = snapshot_of(SELECTING.replace("FAILURE", "Ignore"))
     info = lookup.resolve(snapshot, "brand-new", time.monotonic() + 5)
     assert isinstance(info, NamespaceInfo) and info.labels["team"] == "ml"
+    assert info.as_cel()["status"] == {"phase": "Active"} and info.as_cel()["metadata"]["uid"]
     assert lookup.resolve(snapshot, "brand-new", time.monotonic() + 5) == info
     assert lookups(apiserver) == ["/api/v1/namespaces/brand-new"] and seen == ["read"]
     known = snapshot_of(SELECTING.replace("FAILURE", "Ignore"), namespaces=[NamespaceInfo("team-a")])

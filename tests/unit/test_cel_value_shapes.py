@@ -81,3 +81,34 @@ def test_fuzzed_expressions_never_crash_the_process() -> None:
     result = subprocess.run([sys.executable, "-c", FUZZ, "300"], cwd=REPO, capture_output=True, text=True,
                             timeout=600)
     assert result.returncode == 0 and "survived" in result.stdout, (result.returncode, result.stderr[-3000:])
+
+
+def lazy_policy(variables: str, condition: str) -> str:
+    return ("apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: lazy}\nspec:\n"
+            f"  variables:\n{variables}  rules:\n"
+            f"  - {{name: r, condition: {condition!r}, action: add-labels, parameters: {{matched: 'yes'}}}}\n")
+
+
+def outcome(text: str) -> tuple[str, str]:
+    mutation = run(snapshot_of(text, namespaces=[NamespaceInfo("team-a")]), fixture_request("pod-bare-create-dryrun"))
+    trace = mutation.traces[0]
+    return trace.outcome, trace.detail
+
+
+def test_variables_are_lazy_and_errors_in_branches_that_do_not_decide_are_absorbed() -> None:
+    """As in Kubernetes: `variables.a || variables.b...` is true when `a` is true, even if `b` fails."""
+    variables = ("  - {name: a, expression: 'true'}\n"
+                 "  - {name: b, expression: 'object.spec.containers.map(c, c.nosuch)'}\n")
+    assert outcome(lazy_policy(variables, "variables.a || variables.b.all(x, x == '1')"))[0] == "applied"
+    failing = variables.replace("'true'", "'false'")
+    assert outcome(lazy_policy(failing, "variables.a || variables.b.all(x, x == '1')"))[0] == "missing"
+
+
+def test_variables_can_hold_what_cannot_leave_cel() -> None:
+    """An optional, a timestamp or a type as a variable is used as Kubernetes uses it."""
+    variables = ("  - {name: labels, expression: 'object.metadata.?labels'}\n"
+                 "  - {name: when, expression: \"timestamp('2026-01-01T00:00:00Z')\"}\n"
+                 "  - {name: kind, expression: 'type(object)'}\n")
+    condition = ("variables.labels.hasValue() && variables.when < timestamp('2027-01-01T00:00:00Z')"
+                 " && variables.kind == map")
+    assert outcome(lazy_policy(variables, condition)) == ("applied", "")

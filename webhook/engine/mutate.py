@@ -412,10 +412,15 @@ def _run_rule(
         return trace("error", detail)
 
     activation, problem = scope.activation_for(rule)
+    condition, expressions = rule.condition, rule.parameter_expressions
     if problem is not None:
-        return trace("missing", problem.missing) if problem.missing else fail(problem.error or "")
-    if rule.condition is not None:
-        result = scope.batched_condition(rule) or cel.evaluate(rule.condition, activation)
+        if rule.inlined is None:
+            return trace("missing", problem.missing) if problem.missing else fail(problem.error or "")
+        # A variable failed or cannot leave CEL: evaluate with the variables written in, as Kubernetes'
+        # lazy variables would (an error in a branch that does not decide is absorbed).
+        activation, condition, expressions = scope.base, rule.inlined.condition, rule.inlined.parameter_expressions
+    if condition is not None:
+        result = scope.batched_condition(rule) or cel.evaluate(condition, activation)
         if result.missing is not None:
             return trace("missing", result.missing)
         if result.error is not None:
@@ -425,9 +430,9 @@ def _run_rule(
         if not result.value:
             return trace("not-matched", "condition is false")
     parameters = rule.parameters
-    if rule.parameter_expressions:
+    if expressions:
         computed: dict[str, Any] = dict(rule.raw_parameters)
-        for name, program in rule.parameter_expressions.items():
+        for name, program in expressions.items():
             result = cel.evaluate(program, activation)
             if result.missing is not None:
                 return trace("missing", f"parameterExpressions.{name}: {result.missing}")
@@ -480,6 +485,11 @@ class _PolicyScope:
         self._failures: dict[str, cel.Result] = {}
         self._activation = activation
         self._batch: dict[str, cel.Result] | None = None
+
+    @property
+    def base(self) -> Any:
+        """The activation without policy variables."""
+        return self._base_activation
 
     def batched_condition(self, rule: Rule) -> cel.Result | None:
         """The rule's condition from the policy's one-call batch, or None to evaluate it alone.

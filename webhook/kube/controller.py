@@ -38,7 +38,6 @@ POLICIES = Resource("/apis/placer.dev/v1alpha1/schedulingpolicies", "SchedulingP
 NAMESPACES = Resource("/api/v1/namespaces", "Namespace")
 PRIORITY_CLASSES = Resource("/apis/scheduling.k8s.io/v1/priorityclasses", "PriorityClass")
 LEASE_NAME = "placer-status-writer"
-_DROPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 _STATUS_REWRITE_AFTER = 30.0
 _STATUS_RETRY_AFTER = 10.0
 _OPTIONAL_SYNC_WAIT = 5.0
@@ -162,7 +161,7 @@ class ClusterController:
             del self._compiled[gone]
             self._last_good.pop(gone, None)
         infos = {
-            name: namespace_info(name, obj.get("metadata") or {}, drop_annotations=_DROPPED_ANNOTATIONS)
+            name: namespace_info(name, obj)
             for name, obj in namespaces.items()
         }
         default_class = global_default_priority_class(priority_classes or {})

@@ -81,8 +81,7 @@ class NamespaceLookup:
             self._observe("unreachable")
             log.warning("namespace %s is not in the watched state and the API server did not answer: %s", name, error)
             return UnknownNamespace(name, "the API server did not answer in time")
-        metadata = obj.get("metadata")
-        info = namespace_info(name, metadata if isinstance(metadata, dict) else {})
+        info = namespace_info(name, obj)
         self._observe("read")
         with self._lock:
             self._cache[name] = (now + self._ttl, info)

@@ -15,6 +15,8 @@ from typing import Any
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
+from webhook.policy import kubernetes_cel
+
 VARIABLE_NAMES = (
     "object",
     "oldObject",
@@ -60,19 +62,27 @@ class Result:
     """Set for every other failure: type mismatch, overflow, division by zero, iteration budget."""
 
 
-def new_environment() -> Any:
-    """Create the CEL environment with Placer's variables and the strings, optional and bindings extensions.
+BUILTIN_EXTENSIONS = ("sets", "lists", "two-var-comprehensions")
+"""cel-go's extensions that cel-expr-python has compiled in, switched on through its environment config."""
 
-    Variables are declared as maps of `dyn` so that expressions type-check against Kubernetes objects of any
-    shape, and numeric comparisons across int and double (`resources.limits['cpu'] > 2`) are resolved at
-    evaluation, as in Kubernetes.
+
+def new_environment() -> Any:
+    """Create the CEL environment: Placer's variables; the strings, optional and bindings extensions; and the
+    runtime's built-in `sets`, `lists` and two-variable comprehensions (`all(i, v, ...)`, `transformList`).
+
+    `object` and `oldObject` are `dyn`, as in Kubernetes (`object != null` and `type(object) == map` compile);
+    the other variables are maps of `dyn`, so that expressions type-check against objects of any shape and
+    numeric comparisons across int and double (`resources.limits['cpu'] > 2`) are resolved at evaluation.
     """
     dyn = cel.Type.DYN
     map_of_dyn = cel.Type.Map(cel.Type.STRING, dyn)
     declarations = dict.fromkeys(VARIABLE_NAMES, map_of_dyn)
+    declarations["object"] = dyn
     declarations["oldObject"] = dyn  # null on CREATE
     declarations["resources"] = cel.Type.Map(cel.Type.STRING, map_of_dyn)
+    extensions = "".join(f"  - name: {name}\n" for name in BUILTIN_EXTENSIONS)
     return cel.NewEnv(
+        config=cel.NewEnvConfigFromYaml(f"name: placer\nextensions:\n{extensions}"),
         variables=declarations,
         extensions=[ext_strings.ExtStrings(), ext_optional.ExtOptional(), ext_bindings.ExtBindings()],
     )
@@ -83,7 +93,12 @@ def compile_expression(environment: Any, source: str) -> Program:
     try:
         expression = environment.compile(source)
     except RuntimeError as error:
-        raise CelCompileError(_compile_error_message(str(error))) from None
+        message = _compile_error_message(str(error))
+        advice = kubernetes_cel.compile_advice(message)
+        raise CelCompileError(f"{message} ({advice})" if advice else message) from None
+    refusal = kubernetes_cel.load_time_refusal(source)
+    if refusal is not None:
+        raise CelCompileError(f"<input>: {refusal}")
     returns = expression.return_type().name().lower()
     return Program(
         source=source,
@@ -97,6 +112,19 @@ def compile_expression(environment: Any, source: str) -> Program:
 def referenced_variables(source: str) -> list[str]:
     """The policy variable names an expression reads as `variables.x` or `variables['x']`, in order."""
     return [dotted or indexed for dotted, indexed in _VARIABLE_REFERENCE.findall(source)]
+
+
+def inline_variables(source: str, expressions: Mapping[str, str]) -> str:
+    """`source` with every `variables.x` replaced by `(x's expression)`, recursively (variables only read
+    variables declared before them, so this ends). One CEL evaluation then decides like Kubernetes' lazy
+    variables: `variables.a || variables.b` is true when `a` is, whatever `b` does."""
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name not in expressions:
+            return match.group(0)
+        return "(" + inline_variables(expressions[name], expressions) + ")"
+
+    return _VARIABLE_REFERENCE.sub(replace, source)
 
 
 def variable_reference_position(source: str, name: str) -> str:
@@ -166,6 +194,8 @@ def _plain(value: Any) -> Any:
         raise _Unusable(_OPTIONAL_HINT + " (inside a list or map)")
     if name == "TYPE":
         raise _Unusable("a type value (type(x)); compare it inside the expression instead")
+    if name in ("TIMESTAMP", "DURATION"):
+        raise _Unusable(f"a {name.lower()}; convert it with string() or compare it inside the expression")
     return value.plain_value()
 
 

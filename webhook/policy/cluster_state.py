@@ -55,7 +55,7 @@ def write_state(path: Path, state: ClusterState) -> None:
             for e in state.errors
         ],
         "namespaces": {
-            name: {"labels": dict(ns.labels), "annotations": dict(ns.annotations)}
+            name: {"labels": dict(ns.labels), "annotations": dict(ns.annotations), **ns.rest}
             for name, ns in state.namespaces.items()
         },
         "defaultPriorityClass": state.default_priority_class,
@@ -76,7 +76,12 @@ def read_state(path: Path) -> ClusterState:
     if not isinstance(payload, dict) or payload.get("format") != STATE_FORMAT:
         raise ValueError(f"{path}: not a Placer cluster state file (format {STATE_FORMAT})")
     namespaces = {
-        str(name): NamespaceInfo(str(name), dict(entry.get("labels") or {}), dict(entry.get("annotations") or {}))
+        str(name): NamespaceInfo(
+            str(name),
+            dict(entry.get("labels") or {}),
+            dict(entry.get("annotations") or {}),
+            {key: entry[key] for key in ("metadata", "spec", "status") if isinstance(entry.get(key), dict)},
+        )
         for name, entry in (payload.get("namespaces") or {}).items()
     }
     errors = [PolicyError(**entry) for entry in payload.get("errors") or []]

@@ -20,7 +20,7 @@ from webhook.names import (
 )
 from webhook.policy import cel
 from webhook.policy.errors import PolicyError
-from webhook.policy.model import ConditionBatch, Policy, Rule, Variable
+from webhook.policy.model import ConditionBatch, Inlined, Policy, Rule, Variable
 from webhook.policy.reads import Reads, reads_of
 from webhook.selectors import OPERATORS, LabelSelector, SelectorRequirement
 
@@ -206,7 +206,28 @@ class PolicyCompiler:
             reads_variables=reads,
             reads=_union(reads_of(program.source) for program in
                          (*programs, *(variables[name].program for name in reads if name in variables))),
+            inlined=self._inlined(condition, expressions, variables) if reads else None,
         )
+
+    def _inlined(
+        self, condition: cel.Program | None, expressions: Mapping[str, cel.Program], variables: Mapping[str, Variable]
+    ) -> Inlined | None:
+        """The rule's programs with its variables written in (see Rule.inlined); None if one does not compile
+        that way (e.g. `has(variables.x)`), which leaves the rule to its variables' outcome as it is."""
+        sources = {name: variable.program.source for name, variable in variables.items()}
+        try:
+            inlined_condition = (
+                cel.compile_expression(self.environment, cel.inline_variables(condition.source, sources))
+                if condition is not None
+                else None
+            )
+            inlined_expressions = {
+                name: cel.compile_expression(self.environment, cel.inline_variables(program.source, sources))
+                for name, program in expressions.items()
+            }
+        except cel.CelCompileError:
+            return None
+        return Inlined(inlined_condition, inlined_expressions)
 
     def _parameter_expressions(
         self, raw: Any, action: ActionSpec | None, errors: "_ErrorSink"

@@ -69,7 +69,7 @@ def namespace_from(content: Any) -> NamespaceInfo | None:
     metadata = content.get("metadata")
     if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
         return None
-    return namespace_info(metadata["name"], metadata)
+    return namespace_info(metadata["name"], content)
 
 
 def global_default_class_from(content: Any) -> str | None:
@@ -82,12 +82,22 @@ def global_default_class_from(content: Any) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def namespace_info(name: str, metadata: Any, *, drop_annotations: Iterable[str] = ()) -> NamespaceInfo:
-    """Name, labels and annotations (all strings) from a Namespace's metadata, for `namespaceObject`."""
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def namespace_info(name: str, namespace: Any, *, drop_annotations: Iterable[str] = (LAST_APPLIED,)) -> NamespaceInfo:
+    """What `namespaceObject` shows of a Namespace object (a manifest, a watched or read object), without
+    kubectl's last-applied annotation (a copy of the whole manifest)."""
+    metadata = namespace.get("metadata") if isinstance(namespace, dict) else None
+    metadata = metadata if isinstance(metadata, dict) else {}
     annotations = _strings(metadata.get("annotations"))
     for key in drop_annotations:
         annotations.pop(key, None)
-    return NamespaceInfo(name, _strings(metadata.get("labels")), annotations)
+    rest: dict[str, Any] = {key: namespace[key] for key in ("spec", "status") if isinstance(namespace.get(key), dict)}
+    identity = {key: metadata[key] for key in ("uid", "creationTimestamp") if isinstance(metadata.get(key), str)}
+    if identity:
+        rest["metadata"] = identity
+    return NamespaceInfo(name, _strings(metadata.get("labels")), annotations, rest)
 
 
 def _strings(value: Any) -> dict[str, str]:

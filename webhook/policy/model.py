@@ -33,6 +33,15 @@ class Rule:
     """Every policy variable the condition and parameter expressions need, dependencies included."""
     reads: Reads
     """What the rule's expressions (with those variables) read of the template and the object."""
+    inlined: "Inlined | None" = None
+    """The condition and parameter expressions with the variables written into them, for when a variable
+    fails or holds a value that cannot leave CEL (an optional, a type); None without variables."""
+
+
+@dataclass(frozen=True, slots=True)
+class Inlined:
+    condition: Program | None
+    parameter_expressions: Mapping[str, Program]
 
 
 @dataclass(frozen=True, slots=True)

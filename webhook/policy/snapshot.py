@@ -14,14 +14,22 @@ from webhook.policy.model import Policy
 
 @dataclass(frozen=True, slots=True)
 class NamespaceInfo:
-    """What `namespaceObject` exposes: name, labels, annotations (always maps)."""
+    """The Namespace as `namespaceObject` shows it, as in Kubernetes: metadata (name, uid, creationTimestamp,
+    labels and annotations, always maps), spec and status. Managed fields and the last-applied annotation
+    are left out: no policy needs them and every replica keeps one of these per namespace."""
 
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    rest: Mapping[str, Any] = field(default_factory=dict)
+    """`uid` and `creationTimestamp` (under `metadata`), `spec` and `status`, where known."""
 
     def as_cel(self) -> dict[str, Any]:
-        return {"metadata": {"name": self.name, "labels": dict(self.labels), "annotations": dict(self.annotations)}}
+        metadata = {**self.rest.get("metadata", {}), "name": self.name, "labels": dict(self.labels),
+                    "annotations": dict(self.annotations)}
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+        namespace.update((key, value) for key, value in self.rest.items() if key != "metadata")
+        return namespace
 
 
 @dataclass(frozen=True, slots=True)
