@@ -15,7 +15,7 @@ from tests.conftest import fixture_request
 from tests.helpers import snapshot_of
 from tests.kube.fake_apiserver import NAMESPACES, FakeApiServer, wait_for
 from tests.kube.test_controller import Running, start
-from webhook.kube.api import KubeApi
+from webhook.kube.api import KubeApi, TransportError
 from webhook.kube.namespace_lookup import NamespaceLookup
 from webhook.pipeline import admit
 from webhook.policy.cluster_state import ClusterStateSource
@@ -125,3 +125,12 @@ def test_priority_classes_are_optional_for_the_controller(apiserver: FakeApiServ
     finally:
         running.stop.set()
         apiserver.drop_watches()
+
+
+def test_a_closed_client_opens_no_new_connection(apiserver: FakeApiServer, api: KubeApi) -> None:
+    """A thread finishing its last call after close() (a controller releasing its Lease) must not leave a
+    connection behind that nobody closes."""
+    api.close()
+    with pytest.raises(TransportError, match="the client is closed"):
+        api.get(NAMESPACES)
+    assert apiserver.requests == []

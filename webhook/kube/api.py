@@ -68,6 +68,7 @@ class KubeApi:
             if not connection.verify:
                 pool_options["cert_reqs"] = ssl.CERT_NONE
         self._pool = urllib3.PoolManager(**pool_options)
+        self._closed = False
 
     def get(self, path: str, query: Mapping[str, str] | None = None, *, timeout: float | None = None) -> dict[str, Any]:
         """GET one object or list; `timeout` (seconds, connect and read) overrides the client's for this call."""
@@ -115,6 +116,9 @@ class KubeApi:
             response.release_conn()
 
     def close(self) -> None:
+        """Close every connection; later requests fail with TransportError instead of opening new ones (a
+        thread still finishing its last call must not leave a connection behind that nobody closes)."""
+        self._closed = True
         self._pool.clear()
 
     def _request(
@@ -153,6 +157,8 @@ class KubeApi:
         stream: bool = False,
         connect_timeout: float | None = None,
     ) -> Any:
+        if self._closed:
+            raise TransportError(f"{method} {path}: the client is closed")
         connect = self._timeouts.connect
         url = self._connection.server + path + (f"?{urlencode(query)}" if query else "")
         headers = {"Accept": JSON, "User-Agent": f"placer/{__version__}"}
