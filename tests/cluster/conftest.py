@@ -111,7 +111,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     state.apply(CRDS, crd)
     wait_until(lambda: _established(api), timeout=60, what="the SchedulingPolicy CRD")
     with contextlib.ExitStack() as stack:
-        if not os.environ.get("PLACER_E2E_IN_CLUSTER"):
+        if os.environ.get("PLACER_E2E_IN_CLUSTER"):
+            _preflight(state, "the placer Service in placer-system")
+        else:
             stack.enter_context(_local_placer(state, kubeconfig, connection.server, tmp_path_factory.mktemp("placer")))
         try:
             yield state
@@ -145,11 +147,34 @@ def _local_placer(state: Cluster, kubeconfig: Path, server: str, workdir: Path) 
                 webhook["clientConfig"] = {"url": f"https://{host}:{port}{route}", "caBundle": ca_bundle}
             state.apply(path, config)
         try:
+            _preflight(state, f"https://{host}:{port}")
             yield
         finally:
             for path in (MUTATING, VALIDATING):
                 with contextlib.suppress(ApiError):
                     state.api.delete(f"{path}/{E2E_NAME}")
+
+
+def _preflight(state: Cluster, url: str) -> None:
+    """Fail at once, saying why, when the API server does not reach the webhook (failurePolicy Ignore would
+    otherwise admit everything unchanged and every test would fail on its own assertion)."""
+    namespace = state.namespace()
+    state.policy("preflight", {"rules": [{"name": "mark", "action": "add-annotations",
+                                          "parameters": {"placer-e2e/preflight": "yes"}}]})
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "preflight"},
+           "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+
+    def reached() -> bool:
+        created = state.api.create(f"/api/v1/namespaces/{namespace}/pods", pod, {"dryRun": "All"})
+        return (created["metadata"].get("annotations") or {}).get("placer-e2e/preflight") == "yes"
+
+    try:
+        wait_for(reached, 30, f"the API server to call the webhook at {url}", interval=2.0)
+    except AssertionError as error:
+        raise AssertionError(f"{error}: set PLACER_E2E_WEBHOOK_HOST (and _PORT) to where the API server reaches "
+                             "this machine, or deploy Placer and set PLACER_E2E_IN_CLUSTER=1") from None
+    finally:
+        state.delete_policy("preflight")
 
 
 def _address_towards(server: str) -> str:

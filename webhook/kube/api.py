@@ -74,8 +74,8 @@ class KubeApi:
         """GET one object or list; `timeout` (seconds, connect and read) overrides the client's for this call."""
         return self._request("GET", path, query, timeout=timeout)
 
-    def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        return self._request("POST", path, None, body)
+    def create(self, path: str, body: Mapping[str, Any], query: Mapping[str, str] | None = None) -> dict[str, Any]:
+        return self._request("POST", path, query, body)
 
     def replace(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return self._request("PUT", path, None, body)
