@@ -110,16 +110,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     crd = _documents(REPO / "deploy/base/crd.yaml")[0]
     state.apply(CRDS, crd)
     wait_until(lambda: _established(api), timeout=60, what="the SchedulingPolicy CRD")
-    with contextlib.ExitStack() as stack:
-        if os.environ.get("PLACER_E2E_IN_CLUSTER"):
-            _preflight(state, "the placer Service in placer-system")
-        else:
-            stack.enter_context(_local_placer(state, kubeconfig, connection.server, tmp_path_factory.mktemp("placer")))
-        try:
+    try:
+        with contextlib.ExitStack() as stack:
+            if os.environ.get("PLACER_E2E_IN_CLUSTER"):
+                _preflight(state, "the placer Service in placer-system")
+            else:
+                workdir = tmp_path_factory.mktemp("placer")
+                stack.enter_context(_local_placer(state, kubeconfig, connection.server, workdir))
             yield state
-        finally:
-            state.cleanup()
-            api.close()
+    finally:
+        state.cleanup()
+        api.close()
 
 
 def _established(api: KubeApi) -> bool:
