@@ -190,12 +190,19 @@ def _record(metrics: Metrics, admission: Admission, seconds: float) -> None:
                 "dryRun": review.dry_run,
                 "result": admission.result,
                 "applied": mutation.applied,
-                "warnings": mutation.warnings,
+                "warnings": _capped(mutation.warnings),
                 "reason": mutation.passed_through or mutation.denial,
                 "durationMs": round(seconds * 1000, 3),
             }
         },
     )
+
+
+def _capped(warnings: list[str], limit: int = 50) -> list[str]:
+    """Keep a log line readable for an object with a thousand templates: the first warnings and a count."""
+    if len(warnings) <= limit:
+        return warnings
+    return [*warnings[:limit], f"{len(warnings) - limit} more"]
 
 
 def _generate_name(obj: Any) -> str:
