@@ -125,6 +125,16 @@ def test_rules_that_undo_each_other_stop_after_a_bounded_number_of_passes() -> N
     assert any("did not settle" in w for w in mutation.warnings)
 
 
+def test_a_pod_of_a_controller_is_one_replica_of_its_controllers_workload() -> None:
+    """Pods of a 5-replica Deployment whose template no rule changed are evaluated as Pods: `workload` names
+    their controller and has no replica count, so a rule for small workloads does not match them."""
+    pod = fixture_request("pod-rs-owned-generatename-create-dryrun")["request"]["object"]
+    rules = (rule("small", "add-node-selector", "{pool: small}", "workload.replicas < 3")
+             + rule("owned", "add-labels", "{owned: 'yes'}", "workload.kind == 'ReplicaSet'"))
+    _, mutation = admitted(snapshot_of(policy(rules), namespaces=[TEAM_A]), pod)
+    assert [(t.rule, t.outcome) for t in mutation.traces] == [("small", "missing"), ("owned", "applied")]
+
+
 # -- item 6: per-pod labels never enter a default own-pod selector ------------------------------------------
 
 def test_default_selectors_leave_out_per_pod_labels() -> None:

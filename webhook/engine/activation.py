@@ -3,11 +3,17 @@
 from webhook.resources import effective_resources
 from webhook.review import AdmissionRequest
 from webhook.typing import JSONObject, as_map
-from webhook.workloads import WorkloadKind
+from webhook.workloads import WorkloadKind, controller_reference
 
 
 def workload_variable(request: AdmissionRequest, kind: WorkloadKind, obj: JSONObject) -> JSONObject:
-    """`workload`: identity, labels and replica count; `name` falls back to `generateName`."""
+    """`workload`: identity, labels and replica count; `name` falls back to `generateName`.
+
+    A Pod that a controller made is one replica of its controller's workload: `workload` names the controller
+    (kind, apiVersion, name, from the owner reference) and has no `replicas`, which the Pod cannot know. So
+    `workload.replicas < 3` does not match the pods of a 5-replica Deployment whose template no rule changed
+    (their template would have said the same), where counting the Pod as a workload of one would.
+    """
     metadata = as_map(obj.get("metadata"))
     name = metadata.get("name") or metadata.get("generateName") or request.name or ""
     workload: JSONObject = {
@@ -18,6 +24,11 @@ def workload_variable(request: AdmissionRequest, kind: WorkloadKind, obj: JSONOb
         "labels": as_map(metadata.get("labels")),
         "annotations": as_map(metadata.get("annotations")),
     }
+    owner = controller_reference(obj) if kind.kind == "Pod" else None
+    if owner is not None:
+        for key in ("kind", "apiVersion", "name"):
+            workload[key] = str(owner.get(key) or "")
+        return workload
     replicas = kind.replicas(obj)
     if replicas is not None:
         workload["replicas"] = replicas
