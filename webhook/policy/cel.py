@@ -34,6 +34,10 @@ _STATUS_PREFIX = re.compile(r"^[A-Z_]+: ")
 _VARIABLE_REFERENCE = re.compile(r"\bvariables\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|\[\s*['\"]([^'\"]+)['\"]\s*\])")
 
 
+ITERATION_BUDGET = 10_000
+"""Comprehension steps cel-expr-python 0.1.3 allows one evaluation, over all its loops (compiled in)."""
+
+
 class CelCompileError(ValueError):
     """An expression did not parse or type-check; the message carries `<input>:line:column`."""
 
@@ -146,7 +150,10 @@ def evaluate(program: Program, activation: Any) -> Result:
     try:
         value = program.expression.eval(activation)
     except RuntimeError as error:
-        return Result(error=_clean_runtime_message(str(error)))
+        message = _clean_runtime_message(str(error))
+        if message.startswith("Iteration budget exceeded"):
+            message += f" (an evaluation may take fewer than {ITERATION_BUDGET:,} comprehension steps; see docs/cel.md)"
+        return Result(error=message)
     try:
         return _classify(value, program.plain_result)
     except _Unusable as unusable:
