@@ -160,6 +160,7 @@ SPECS = (
                 _WEIGHT,
                 Param("labelSelector", "selector"),
             ),
+            own_pods="keyed-by-selector",
         )
         for name, apply in (("add-pod-affinity", add_pod_affinity), ("add-pod-anti-affinity", add_pod_anti_affinity))
     ),

@@ -109,6 +109,11 @@ class ActionSpec:
     params: tuple[Param, ...] = ()
     free_form: FreeForm | None = None
     cross_check: CrossCheck | None = None
+    own_pods: Literal["never", "keyed-elsewhere", "keyed-by-selector"] = "never"
+    """Whether the action falls back to the own-pods selector when no `labelSelector` is given, and if so
+    whether what it adds is keyed by that selector: a pod (anti-)affinity term with another selector is
+    added again, a spread (keyed by topologyKey) is not. The engine needs this to know when another pass
+    over labels an earlier rule added can change what the action writes."""
 
     def param(self, name: str) -> Param | None:
         return next((param for param in self.params if param.name == name), None)

@@ -63,5 +63,6 @@ SPECS = (
             Param("nodeTaintsPolicy", "enum", choices=POLICIES),
         ),
         cross_check=_check,
+        own_pods="keyed-elsewhere",
     ),
 )

@@ -135,16 +135,15 @@ def pass_through_reason(request: AdmissionRequest, kind: WorkloadKind, obj: JSON
         return f"subresource {request.sub_resource}"
     if request.operation not in kind.operations:
         return f"{request.operation} of {kind.kind} is not mutated"
-    metadata = as_map(obj.get("metadata"))
-    if as_map(metadata.get("labels")).get(INJECT_LABEL) == "disabled":
+    if _labelled_disabled(obj):
         return f"labelled {INJECT_LABEL}=disabled"
     owned = _controller_owned(kind, obj)
     if owned is not None:
         return owned
     if request.operation == "UPDATE" and not kind.template_changed(obj, request.old_object):
         return "the update does not change the pod template"
-    slots = [slot for slot in kind.templates(obj) if slot.read(obj) is not None]
-    if slots and all(_opted_out(slot, obj) for slot in slots):
+    views = [slot.view(obj, raw) for slot in kind.templates(obj) if (raw := slot.read(obj)) is not None]
+    if views and all(_labelled_disabled(view) for view in views):
         return f"pod template labelled {INJECT_LABEL}=disabled"
     return None
 
@@ -180,10 +179,9 @@ def _controller_owned(kind: WorkloadKind, obj: JSONObject) -> str | None:
     return None
 
 
-def _opted_out(slot: TemplateSlot, obj: JSONObject) -> bool:
-    raw = slot.read(obj)
-    view = slot.view(obj, raw) if raw is not None else {}
-    return as_map(as_map(view.get("metadata")).get("labels")).get(INJECT_LABEL) == "disabled"
+def _labelled_disabled(template: JSONObject) -> bool:
+    """A pod template (or Pod) opted out with `placer.dev/inject: disabled`."""
+    return as_map(as_map(template.get("metadata")).get("labels")).get(INJECT_LABEL) == "disabled"
 
 
 def _selected_policies(
@@ -236,12 +234,12 @@ class _Run:
         """Each rule's outcome per template in the current pass."""
         self.selector_changed: set[str] = set()
         """Templates whose own-pods selector the current pass changed (it changed labels it comes from)."""
-        self.selector_rules = any(_derives_selector(rule, "skipped") for policy in policies for rule in policy.rules)
+        self.selector_rules = any(_falls_back_to_own_pods(rule) for policy in policies for rule in policy.rules)
         self.sensitive = [
             (policy, rule)
             for policy in policies
             for rule in policy.rules
-            if rule.reads.template or rule.reads.object or _derives_selector(rule, "skipped")
+            if rule.reads.template or rule.reads.object or _falls_back_to_own_pods(rule)
         ]
         """The rules whose outcome can depend on what a pass writes: only they can make another pass useful."""
 
@@ -258,10 +256,10 @@ class _Run:
                 raw = slot.read(current)
                 if raw is None:
                     continue
-                if _opted_out(slot, current):
+                view = slot.view(current, raw)
+                if _labelled_disabled(view):
                     self.mutation.notes.append(f"template {slot.name}: labelled {INJECT_LABEL}=disabled, left alone")
                     continue
-                view = slot.view(current, raw)
                 template = self._one_pass(slot, current, view)
                 if template != view:
                     if self.selector_rules and self.kind.own_pods(current, view) != self.kind.own_pods(
@@ -358,23 +356,19 @@ class _Run:
         return template
 
 
-SELECTOR_ACTIONS = frozenset({"add-topology-spread", "add-pod-affinity", "add-pod-anti-affinity"})
-
-
 def _repeats_itself(rule: Rule) -> bool:
     """An applied rule whose parameters are fixed and whose action needs no derived selector: idempotent."""
-    return not rule.parameter_expressions and rule.action.name not in SELECTOR_ACTIONS
+    return not rule.parameter_expressions and not _falls_back_to_own_pods(rule)
+
+
+def _falls_back_to_own_pods(rule: Rule) -> bool:
+    return rule.action.own_pods != "never" and "labelSelector" not in rule.raw_parameters
 
 
 def _derives_selector(rule: Rule, outcome: Outcome) -> bool:
-    """The rule's action falls back to the own-pods selector and may act differently on a new one.
-
-    A spread that was added is keyed by topologyKey and never added twice; a pod (anti-)affinity term is
-    keyed by its selector too, and one that was skipped for want of a selector may find one now.
-    """
-    if rule.action.name not in SELECTOR_ACTIONS or "labelSelector" in rule.raw_parameters:
-        return False
-    return outcome != "applied" or rule.action.name != "add-topology-spread"
+    """The rule's action falls back to the own-pods selector and may act differently on a new one: one that
+    was skipped for want of a selector may find one now, and a term keyed by its selector is added again."""
+    return _falls_back_to_own_pods(rule) and (outcome != "applied" or rule.action.own_pods == "keyed-by-selector")
 
 
 def pointer_tokens(pointer: str) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from flask import Flask, Response, request
@@ -20,7 +21,7 @@ from webhook.metrics import Metrics
 from webhook.pipeline import Admission, admit
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.snapshot import SnapshotHolder
-from webhook.review import ReviewError, decode_json, parse_review
+from webhook.review import AdmissionRequest, ReviewError, decode_json, parse_review
 from webhook.server.decode_budget import DecodeBudget, DecodeRefused
 from webhook.validation import validate_policy_review
 from webhook.workloads import WorkloadTable, default_workload_table
@@ -52,44 +53,28 @@ def create_app(
 
     @app.post("/mutate")
     def mutate() -> Response:
-        started = time.monotonic()
-        body = _read_body(settings.max_body_bytes)
-        if isinstance(body, Response):
-            return body
-        deadline = _deadline(started, request.args.get("timeout"))
-        try:
-            with budget.reserve(body, deadline):
-                review = _parse(body)
-                if isinstance(review, Response):
-                    return review
-                admission = admit(
-                    review,
-                    holder.current,
-                    table,
-                    opt_in=settings.opt_in,
-                    deadline=deadline,
-                    resolve_namespace=namespaces.resolve if namespaces is not None else None,
-                )
-                response = _json_response(admission.response)
-        except DecodeRefused as refused:
-            return _error(refused.status, str(refused))
-        _record(metrics, admission, time.monotonic() - started)
-        return response
+        def answer(review: AdmissionRequest, started: float, deadline: float | None) -> Response:
+            admission = admit(
+                review,
+                holder.current,
+                table,
+                opt_in=settings.opt_in,
+                deadline=deadline,
+                resolve_namespace=namespaces.resolve if namespaces is not None else None,
+            )
+            response = _json_response(admission.response)
+            _record(metrics, admission, time.monotonic() - started)
+            return response
+
+        return _serve_review(settings.max_body_bytes, budget, answer)
 
     @app.post("/validate")
     def validate() -> Response:
-        started = time.monotonic()
-        body = _read_body(settings.max_body_bytes)
-        if isinstance(body, Response):
-            return body
-        try:
-            with budget.reserve(body, _deadline(started, request.args.get("timeout"))):
-                review = _parse(body)
-                if isinstance(review, Response):
-                    return review
-                return _json_response(validate_policy_review(review, policy_compiler))
-        except DecodeRefused as refused:
-            return _error(refused.status, str(refused))
+        return _serve_review(
+            settings.max_body_bytes,
+            budget,
+            lambda review, started, deadline: _json_response(validate_policy_review(review, policy_compiler)),
+        )
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -124,6 +109,27 @@ def create_app(
         return _error(500, "internal error")
 
     return app
+
+
+def _serve_review(
+    limit: int, budget: DecodeBudget, answer: Callable[[AdmissionRequest, float, float | None], Response]
+) -> Response:
+    """Read the body, reserve its memory, parse the AdmissionReview and answer it; every refusal is a 4xx/5xx.
+
+    The reservation is held until the answer is encoded: the decoded review and CEL's copies of it live
+    that long.
+    """
+    started = time.monotonic()
+    body = _read_body(limit)
+    if isinstance(body, Response):
+        return body
+    deadline = _deadline(started, request.args.get("timeout"))
+    try:
+        with budget.reserve(body, deadline):
+            review = _parse(body)
+            return review if isinstance(review, Response) else answer(review, started, deadline)
+    except DecodeRefused as refused:
+        return _error(refused.status, str(refused))
 
 
 def _read_body(limit: int) -> bytes | Response:
