@@ -56,3 +56,16 @@ def label_value_error(value: str) -> str | None:
     if not _LABEL_VALUE.match(value):
         return "must be empty or alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
     return None
+
+
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def dns1035_label_error(value: str) -> str | None:
+    """Why `value` is not a DNS-1035 label (Service names), or None."""
+    if len(value) > 63:
+        return "must be no more than 63 characters"
+    if not _DNS1035_LABEL.match(value):
+        return "must consist of lower case alphanumeric characters or '-', start with a letter and end with an " \
+               "alphanumeric character"
+    return None

@@ -7,6 +7,7 @@ function (cel-expr-python leaks memory on every call of a Python-implemented fun
 
 import math
 import re
+from fractions import Fraction
 
 _QUANTITY = re.compile(
     r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?)$"
@@ -61,3 +62,43 @@ def parse_quantity(value: object) -> float:
     if not math.isfinite(number):
         raise InvalidQuantityError(f"quantity out of range: {str(value)[:40]!r}")
     return number
+
+
+_MAX_EXPONENT = 1000
+"""Quantities beyond 10^±1000 are refused: Kubernetes holds them, but no resource is that large, and the
+exact arithmetic of a hostile `1e999999999` would cost a worker its CPU and memory."""
+_NANO = Fraction(1, 10**9)
+
+
+def exact_quantity(text: str) -> Fraction:
+    """The exact value of a Kubernetes quantity string, as `resource.ParseQuantity` reads it: below a
+    nano-unit it is rounded away from zero. Raises InvalidQuantityError (for CEL's `quantity()`)."""
+    match = _QUANTITY.match(text)
+    if match is None:
+        raise InvalidQuantityError(f"not a quantity: {text[:40]!r}")
+    mantissa, exponent, suffix = match.groups()
+    try:
+        value = Fraction(mantissa)
+    except ValueError as error:  # more digits than Python converts
+        raise InvalidQuantityError(f"quantity out of range: {text[:40]!r}") from error
+    if exponent:
+        power = int(exponent[1:])
+        if abs(power) > _MAX_EXPONENT:
+            raise InvalidQuantityError(f"quantity out of range: {text[:40]!r}")
+        value *= Fraction(10) ** power
+    elif suffix:
+        value *= _EXACT_SUFFIX_FACTORS[suffix]
+    if value.denominator != 1 and (value / _NANO).denominator != 1:
+        nanos = value / _NANO
+        rounded = math.ceil(nanos) if nanos > 0 else math.floor(nanos)
+        value = rounded * _NANO
+    return value
+
+
+_EXACT_SUFFIX_FACTORS: dict[str, Fraction] = {
+    "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 10**3),
+    "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
+    "P": Fraction(10**15), "E": Fraction(10**18),
+    "Ki": Fraction(2**10), "Mi": Fraction(2**20), "Gi": Fraction(2**30), "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50), "Ei": Fraction(2**60),
+}

@@ -43,12 +43,13 @@ def test_lint_fails_with_every_error_located(tmp_path: Path, capsys: pytest.Capt
 
 def test_lint_says_which_kubernetes_library_an_expression_needs(tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "vap.yaml").write_text(BROKEN.replace('"replica >= 3"', '"quantity(object.spec.x).isInteger()"')
+    (tmp_path / "vap.yaml").write_text(BROKEN.replace('"replica >= 3"', '"quantity(object.spec.x).div(2).isInteger()"')
                                        .replace("  - {name: bad-action, action: add-magic}\n", ""))
     assert main(["lint", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "rule multi-zone-ha, condition: <input>:1:9: undeclared reference to 'quantity'" in out
-    assert "quantity() is from Kubernetes' quantity CEL library, which Placer does not support yet" in out
+    assert "rule multi-zone-ha, condition: <input>:1:28: undeclared reference to 'div'" in out
+    assert "div() is from Kubernetes' quantity division CEL library, which Placer does not support yet: " \
+           "compare with `mul()` instead" in out
 
 
 def test_lint_of_a_missing_path_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

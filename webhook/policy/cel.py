@@ -3,8 +3,10 @@
 Everything that touches cel-expr-python lives here, so the rest of Placer deals in plain Python values and
 three outcomes: a value, a missing key (a condition reads it as false), or an error.
 
-No Python-implemented CEL functions are registered: cel-expr-python 0.1.3 leaks memory on every call of one.
 Derived values (effective resources, workload replicas) are computed in Python and passed in as variables.
+The only Python-implemented CEL functions are Kubernetes' libraries (`cel_libraries`): cel-expr-python 0.1.3
+leaks what such a function is given, so every call is counted (`LeakAccount`) and the worker is recycled
+before the leak matters; literal calls are resolved when the policy loads and cost nothing.
 """
 
 import re
@@ -15,7 +17,10 @@ from typing import Any
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
-from webhook.policy import kubernetes_cel
+from webhook.policy import cel_libraries, kubernetes_cel
+from webhook.policy.cel_libraries.leaks import LeakAccount
+from webhook.policy.cel_libraries.literals import LiteralError, rewrite
+from webhook.policy.cel_libraries.messages import Messages
 
 VARIABLE_NAMES = (
     "object",
@@ -70,9 +75,10 @@ BUILTIN_EXTENSIONS = ("sets", "lists", "two-var-comprehensions")
 """cel-go's extensions that cel-expr-python has compiled in, switched on through its environment config."""
 
 
-def new_environment() -> Any:
-    """Create the CEL environment: Placer's variables; the strings, optional and bindings extensions; and the
-    runtime's built-in `sets`, `lists` and two-variable comprehensions (`all(i, v, ...)`, `transformList`).
+def new_environment(leaks: LeakAccount | None = None) -> Any:
+    """Create the CEL environment: Placer's variables; the strings, optional and bindings extensions; the
+    runtime's built-in `sets`, `lists` and two-variable comprehensions (`all(i, v, ...)`, `transformList`);
+    and Kubernetes' libraries, their calls counted by `leaks` (a fresh account, without a budget, if None).
 
     `object` and `oldObject` are `dyn`, as in Kubernetes (`object != null` and `type(object) == map` compile);
     the other variables are maps of `dyn`, so that expressions type-check against objects of any shape and
@@ -85,21 +91,33 @@ def new_environment() -> Any:
     declarations["oldObject"] = dyn  # null on CREATE
     declarations["resources"] = cel.Type.Map(cel.Type.STRING, map_of_dyn)
     extensions = "".join(f"  - name: {name}\n" for name in BUILTIN_EXTENSIONS)
+    messages = Messages()
+    kubernetes = cel_libraries.declarations(messages, leaks if leaks is not None else LeakAccount())
     return cel.NewEnv(
+        descriptor_pool=messages.pool,
         config=cel.NewEnvConfigFromYaml(f"name: placer\nextensions:\n{extensions}"),
         variables=declarations,
-        extensions=[ext_strings.ExtStrings(), ext_optional.ExtOptional(), ext_bindings.ExtBindings()],
+        extensions=[ext_strings.ExtStrings(), ext_optional.ExtOptional(), ext_bindings.ExtBindings(),
+                    kubernetes.extension],
+        functions=kubernetes.functions,
+        function_impls=kubernetes.implementations,
     )
 
 
 def compile_expression(environment: Any, source: str) -> Program:
-    """Parse and type-check `source` once, at load time. Raises CelCompileError with every position."""
+    """Parse and type-check `source` once, at load time. Raises CelCompileError with every position.
+
+    Literal calls of Kubernetes' library functions are resolved first (`cel_libraries.literals`); the
+    positions of an error are those of the source as written.
+    """
     try:
-        expression = environment.compile(source)
+        resolved = rewrite(source)
+    except LiteralError as error:
+        raise CelCompileError(str(error)) from None
+    try:
+        expression = environment.compile(resolved)
     except RuntimeError as error:
-        message = _compile_error_message(str(error))
-        advice = kubernetes_cel.compile_advice(message)
-        raise CelCompileError(f"{message} ({advice})" if advice else message) from None
+        raise _compile_error(environment, source, error) from None
     refusal = kubernetes_cel.load_time_refusal(source)
     if refusal is not None:
         raise CelCompileError(f"<input>: {refusal}")
@@ -111,6 +129,23 @@ def compile_expression(environment: Any, source: str) -> Program:
         reads_variables=frozenset(referenced_variables(source)),
         plain_result=bool(_PLAIN_STATIC.match(returns)),
     )
+
+
+def _compile_error(environment: Any, source: str, error: RuntimeError) -> CelCompileError:
+    if source_error := _source_compile_error(environment, source):
+        error = source_error
+    message = _compile_error_message(str(error))
+    advice = kubernetes_cel.compile_advice(message)
+    return CelCompileError(f"{message} ({advice})" if advice else message)
+
+
+def _source_compile_error(environment: Any, source: str) -> RuntimeError | None:
+    """The error of the source as written (its positions are the user's), if it has one."""
+    try:
+        environment.compile(source)
+    except RuntimeError as error:
+        return error
+    return None
 
 
 def referenced_variables(source: str) -> list[str]:
