@@ -11,7 +11,7 @@ from typing import Any
 
 from webhook import __version__
 from webhook.certs import ensure_dev_certificates, issue, service_names
-from webhook.config import DEFAULT_CERTS, DEFAULT_POLICIES, READ_TIMEOUT_SECONDS, Settings
+from webhook.config import CEL_LEAK_BUDGET_MIB, DEFAULT_CERTS, DEFAULT_POLICIES, READ_TIMEOUT_SECONDS, Settings
 from webhook.kube.connection import in_cluster
 from webhook.logs import configure_logging
 from webhook.offline import apply_manifests, load_policies, parse_labels, render
@@ -54,6 +54,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--read-timeout", type=float, default=READ_TIMEOUT_SECONDS, metavar="SECONDS",
         help="close a connection whose request (TLS handshake, head, body) takes longer to arrive",
+    )
+    serve.add_argument(
+        "--cel-leak-budget-mib", type=float, default=CEL_LEAK_BUDGET_MIB, metavar="MIB",
+        help="replace a worker, gracefully, once Kubernetes CEL library calls have leaked this much in it",
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument("--opt-in", default="api-server", choices=["api-server", "label-or-annotation"])
@@ -122,6 +126,7 @@ def _serve(args: argparse.Namespace) -> int:
         workers=args.workers,
         threads=args.threads,
         read_timeout=args.read_timeout,
+        cel_leak_budget_mib=args.cel_leak_budget_mib,
         log_level=args.log_level,
         opt_in=args.opt_in,
         kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,

@@ -13,6 +13,7 @@ DEFAULT_POLICIES = "./policies"
 DEFAULT_CERTS = Path("./certs")
 MAX_BODY_BYTES = 8 * 1024 * 1024
 READ_TIMEOUT_SECONDS = 10.0
+CEL_LEAK_BUDGET_MIB = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,9 @@ class Settings:
     max_body_bytes: int = MAX_BODY_BYTES
     read_timeout: float = READ_TIMEOUT_SECONDS
     """Seconds a client has to send a whole request (TLS handshake, head, body) before it is cut off."""
+    cel_leak_budget_mib: float = CEL_LEAK_BUDGET_MIB
+    """What Kubernetes' CEL library calls may leak in one worker before it is replaced (cel_libraries.leaks);
+    each worker draws its own budget, up to a quarter lower, so that workers are not replaced together."""
 
     @property
     def host_port(self) -> tuple[str, int]:

@@ -19,6 +19,7 @@ from webhook.names import (
     qualified_name_error,
 )
 from webhook.policy import cel
+from webhook.policy.cel_libraries.leaks import LeakAccount
 from webhook.policy.errors import PolicyError
 from webhook.policy.model import ConditionBatch, Inlined, Policy, Rule, Variable
 from webhook.policy.reads import Reads, reads_of
@@ -45,8 +46,10 @@ class CompileResult:
 class PolicyCompiler:
     """Holds the one CEL environment and action table every policy of a snapshot is compiled against."""
 
-    def __init__(self) -> None:
-        self.environment = cel.new_environment()
+    def __init__(self, leaks: LeakAccount | None = None) -> None:
+        self.leaks = leaks if leaks is not None else LeakAccount()
+        """What this environment's Kubernetes library calls have leaked (the worker reads it to be replaced)."""
+        self.environment = cel.new_environment(self.leaks)
         self.actions = action_specs()
 
     def compile(self, document: Mapping[str, Any], source: str) -> CompileResult:

@@ -21,6 +21,7 @@ from webhook.kube.connection import ConnectionSetupError, connect
 from webhook.kube.namespace_lookup import NamespaceLookup
 from webhook.logs import JsonFormatter
 from webhook.metrics import Metrics, mark_worker_dead
+from webhook.policy.cel_libraries.leaks import LeakAccount
 from webhook.policy.cluster_state import ClusterStateSource
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.files import FilePolicySource
@@ -29,6 +30,7 @@ from webhook.policy.sources import PolicyReloader, PolicySource
 from webhook.server.app import create_app
 from webhook.server.controller_process import ControllerProcess
 from webhook.server.tls import ReloadingContext
+from webhook.server.worker import LEAKS_EXTENSION
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,7 @@ def build_worker_app(settings: Settings) -> Any:
     With `--kube`, the cluster's policies (from the state file the controller writes) come first: a file
     policy with the same name as a cluster one is reported and ignored.
     """
-    compiler = PolicyCompiler()
+    compiler = PolicyCompiler(LeakAccount(int(settings.cel_leak_budget_mib * 2**20)))
     required = settings.policies if settings.policies_explicit else ()
     sources: list[PolicySource] = []
     if settings.cluster_state is not None:
@@ -57,7 +59,9 @@ def build_worker_app(settings: Settings) -> Any:
     reloader.start()
     log.info("worker %d ready with %d policies", os.getpid(), len(holder.current.policies))
     namespaces = _namespace_lookup(settings, metrics)
-    return create_app(holder=holder, settings=settings, metrics=metrics, compiler=compiler, namespaces=namespaces)
+    app = create_app(holder=holder, settings=settings, metrics=metrics, compiler=compiler, namespaces=namespaces)
+    app.extensions[LEAKS_EXTENSION] = compiler.leaks
+    return app
 
 
 def _namespace_lookup(settings: Settings, metrics: Metrics) -> NamespaceLookup | None:

@@ -1,16 +1,27 @@
-"""gunicorn's threaded worker, with a deadline on slow clients (see `read_deadline`).
+"""gunicorn's threaded worker, with a deadline on slow clients (see `read_deadline`), that asks to be
+replaced once Kubernetes' CEL library calls have leaked their budget in it (`cel_libraries.leaks`).
 
 The deadline is armed when a thread takes a connection (before the TLS handshake) and disarmed when the
 application has read the request body in full; the WSGI callable is wrapped so the body stream reports
 that moment. A connection that goes back to the poller (idle keep-alive) has no deadline: waiting there
 costs no thread, and gunicorn's keep-alive timeout closes it.
+
+Replacement is gunicorn's own graceful restart (as for `max_requests`): the worker stops accepting, answers
+the requests it holds, closes its connections (the API server reconnects to another worker) and exits; the
+arbiter starts a fresh one.
 """
 
+import logging
 from typing import Any
 
 from gunicorn.workers.gthread import ThreadWorker
 
 from webhook.server.read_deadline import BodyReadSignal, ReadDeadlines
+
+LEAKS_EXTENSION = "placer.cel_leaks"
+"""Where the Flask app keeps its compiler's `LeakAccount`."""
+
+log = logging.getLogger(__name__)
 
 
 class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
@@ -24,6 +35,7 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
     def load_wsgi(self) -> None:
         super().load_wsgi()
         application: Any = self.wsgi  # type: ignore[has-type]
+        self.cel_leaks = getattr(application, "extensions", {}).get(LEAKS_EXTENSION)
         deadlines = self.read_deadlines
 
         def signal_body_read(environ: dict[str, Any], start_response: Any) -> Any:
@@ -38,6 +50,17 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
             return super().handle(conn)
         finally:
             self.read_deadlines.disarm()
+            self._recycle_when_leaked()
+
+    def _recycle_when_leaked(self) -> None:
+        leaks = getattr(self, "cel_leaks", None)
+        if self.alive and leaks is not None and leaks.exhausted():  # type: ignore[has-type]
+            log.warning(
+                "worker %d is replaced: Kubernetes CEL library calls leaked %.1f MiB in %d calls "
+                "(its budget: %.1f MiB; --cel-leak-budget-mib)",
+                self.pid, leaks.leaked / 2**20, leaks.calls, leaks.budget / 2**20,
+            )
+            self.alive = False
 
 
 def _content_length(environ: dict[str, Any]) -> int | None:
