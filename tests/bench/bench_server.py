@@ -5,7 +5,12 @@
 Loads `/mutate` (50 rules, the ~8 KB Deployment of bench_engine) and, as the stack's floor, `GET /healthz`
 on the same server, at each connection count, with tests.bench.loadgen; then prints throughput,
 p50/p99/p999 latency and the RSS of every worker. `--soak N` instead sends N admissions and samples
-worker RSS along the way (growth after warm-up would be a leak).
+worker RSS along the way (growth after warm-up would be a leak); with `--library-calls` a policy calling
+Kubernetes' CEL library functions on the object (quantity, regex, lists, URL, IP, semver, format: the calls
+cel-expr-python leaks) is added, and the soak shows workers replaced at `--cel-leak-budget-mib` with RSS
+bounded:
+
+    python -m tests.bench.bench_server --soak 1000000 --library-calls --cel-leak-budget-mib 64
 """
 
 import argparse
@@ -29,6 +34,27 @@ metadata:
 """
 
 
+LIBRARY_POLICY = """apiVersion: placer.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: kubernetes-libraries}
+spec:
+  rules:
+  - name: library-calls
+    condition: >-
+      object.spec.template.spec.containers.exists(c, has(c.resources) && has(c.resources.requests)
+      && 'memory' in c.resources.requests && quantity(c.resources.requests.memory).isGreaterThan(quantity('1Mi')))
+      && object.metadata.name.find('[a-z]+') != ''
+      && object.spec.template.spec.containers.map(c, c.name).indexOf(object.spec.template.spec.containers[0].name) == 0
+      && isURL('https://' + object.metadata.name + '.example/path?q=1')
+      && url('https://' + object.metadata.name + '.example/').getHostname().endsWith('.example')
+      && ip('10.0.0.' + string(size(object.spec.template.spec.containers) % 200)).family() == 4
+      && semver('1.' + string(size(object.spec.template.spec.containers)) + '.0').major() == 1
+      && !format.dns1123Label().validate(object.metadata.name).hasValue()
+    action: add-labels
+    parameters: {libraries: used}
+"""
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -46,11 +72,13 @@ def worker_rss(server: RunningServer) -> list[float]:
     return values
 
 
-def prepare(workdir: Path, rules: int) -> tuple[Path, Path, Any]:
+def prepare(workdir: Path, rules: int, library_calls: bool = False) -> tuple[Path, Path, Any]:
     policy_dir = workdir / "policies"
     policy_dir.mkdir()
     for index, text in enumerate(policies(rules)):
         (policy_dir / f"bench-{index}.yaml").write_text(text)
+    if library_calls:
+        (policy_dir / "kubernetes-libraries.yaml").write_text(LIBRARY_POLICY)
     (policy_dir / "namespaces.yaml").write_text(NAMESPACES)
     body = workdir / "review.json"
     body.write_text(json.dumps(deployment(8_000)))
@@ -77,18 +105,24 @@ def run(duration: float, connections: list[int], workers: int, threads: int, rul
                     "rules": rules, "body_bytes": len(payload)}
 
 
-def soak(requests: int, connections: int, workers: int, threads: int, rules: int, every: float) -> dict[str, Any]:
+def soak(requests: int, connections: int, workers: int, threads: int, rules: int, every: float, *,
+         library_calls: bool = False, leak_budget_mib: float | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="placer-soak-") as tmp:
         workdir = Path(tmp)
-        policy_dir, body, certs = prepare(workdir, rules)
+        policy_dir, body, certs = prepare(workdir, rules, library_calls)
         extra = ["--workers", str(workers), "--threads", str(threads), "--log-level", "warning"]
+        if leak_budget_mib is not None:
+            extra += ["--cel-leak-budget-mib", str(leak_budget_mib)]
         with running_server(workdir, certs, policies=policy_dir, extra=extra) as server:
             samples: list[tuple[float, list[float]]] = []
             done = threading.Event()
             started = time.monotonic()
 
+            seen: set[int] = set()
+
             def sample() -> None:
                 while not done.wait(every):
+                    seen.update(server.worker_pids())
                     samples.append((round(time.monotonic() - started, 1), worker_rss(server)))
 
             sampler = threading.Thread(target=sample, daemon=True)
@@ -98,7 +132,8 @@ def soak(requests: int, connections: int, workers: int, threads: int, rules: int
             done.set()
             sampler.join()
             samples.append((round(time.monotonic() - started, 1), worker_rss(server)))
-            return {"summary": summary, "samples": samples}
+            seen.update(server.worker_pids())
+            return {"summary": summary, "samples": samples, "workers_seen": len(seen)}
 
 
 def print_run(result: dict[str, Any]) -> None:
@@ -127,10 +162,15 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=1, help="load generator processes")
     parser.add_argument("--soak", type=int, default=0, help="send this many admissions and sample RSS")
     parser.add_argument("--sample-every", type=float, default=10.0)
+    parser.add_argument("--library-calls", action="store_true",
+                        help="add a policy calling Kubernetes CEL library functions (soak)")
+    parser.add_argument("--cel-leak-budget-mib", type=float, default=None)
     args = parser.parse_args()
     if args.soak:
-        result = soak(args.soak, 8, args.workers, args.threads, args.rules, args.sample_every)
+        result = soak(args.soak, 8, args.workers, args.threads, args.rules, args.sample_every,
+                      library_calls=args.library_calls, leak_budget_mib=args.cel_leak_budget_mib)
         print(json.dumps(result["summary"]))
+        print(f"workers started over the run: {result['workers_seen']} ({args.workers} at a time)")
         for at, values in result["samples"]:
             print(f"t={at:>7.1f}s  worker RSS MB: {values}")
         return

@@ -3,7 +3,8 @@ do not run are refused when the policy loads, naming the library and what to wri
 
 import pytest
 
-from webhook.policy import cel
+from tests.conftest import REPO
+from webhook.policy import cel, kubernetes_cel
 
 ENV = cel.new_environment()
 SELF = {
@@ -170,3 +171,13 @@ def test_what_placer_lacks_is_refused_at_load_naming_the_library(expression: str
     with pytest.raises(cel.CelCompileError) as refused:
         cel.compile_expression(ENV, expression)
     assert f"from Kubernetes' {library} CEL library, which Placer does not support yet" in str(refused.value)
+
+
+def test_the_readme_conformance_table_is_the_one_the_code_declares() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert kubernetes_cel.conformance_table() in readme
+    for library in kubernetes_cel.LIBRARIES:
+        if library.supported:  # every supported library has reference examples here
+            tested = [name for name in library.functions if any(name.split("(")[0].split(".")[-1] in expression
+                                                                for expression, _ in EXAMPLES)]
+            assert tested, f"{library.name}: no reference example"

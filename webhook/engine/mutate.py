@@ -327,7 +327,7 @@ class _Run:
             "variables": {},
         }
         environment = self.snapshot.environment
-        activation = cel.activation(environment, data)
+        activation = cel.activation(environment, data, self.deadline)
         kind = self.kind
         own_pods: Callable[[JSONObject], JSONObject | None] = lambda current: kind.own_pods(obj, current)  # noqa: E731
         applied = self.applied.setdefault(slot.name, {})
@@ -517,7 +517,8 @@ class _PolicyScope:
                 self._failures[variable.name] = failure
                 return None, failure
             self._values[variable.name] = result.value
-            self._activation = cel.activation(self._environment, {**self._data, "variables": dict(self._values)})
+            self._activation = cel.activation(self._environment, {**self._data, "variables": dict(self._values)},
+                                             self._base_activation.deadline)
         for name in rule.reads_variables:
             if name in self._failures:
                 return None, self._failures[name]

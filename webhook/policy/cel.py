@@ -11,16 +11,19 @@ before the leak matters; literal calls are resolved when the policy loads and co
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
-from webhook.policy import cel_libraries, kubernetes_cel
+from webhook.policy import cel_libraries, cost, kubernetes_cel, stepwise
 from webhook.policy.cel_libraries.leaks import LeakAccount
 from webhook.policy.cel_libraries.literals import LiteralError, rewrite
 from webhook.policy.cel_libraries.messages import Messages
+from webhook.policy.checked_ast import AstError, CheckedAst
+from webhook.policy.runtime_errors import BUDGET_EXCEEDED, clean_runtime_message
+from webhook.policy.runtime_null import leaf_value
 
 VARIABLE_NAMES = (
     "object",
@@ -35,12 +38,7 @@ VARIABLE_NAMES = (
 """Every variable a policy expression may reference (DESIGN §3.1)."""
 
 _ERROR_LINE = re.compile(r"(?:ERROR: )?(<input>:\d+:\d+: .*)")
-_STATUS_PREFIX = re.compile(r"^[A-Z_]+: ")
 _VARIABLE_REFERENCE = re.compile(r"\bvariables\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|\[\s*['\"]([^'\"]+)['\"]\s*\])")
-
-
-ITERATION_BUDGET = 10_000
-"""Comprehension steps cel-expr-python 0.1.3 allows one evaluation, over all its loops (compiled in)."""
 
 
 class CelCompileError(ValueError):
@@ -58,6 +56,8 @@ class Program:
     reads_variables: frozenset[str]
     plain_result: bool = False
     """The checked type can hold no optional or type value: the result converts in one call."""
+    parts: stepwise.Parts = field(default_factory=stepwise.Parts, compare=False, repr=False)
+    """Sub-expressions compiled for step-wise evaluation (`stepwise`), kept for the next large object."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +118,7 @@ def compile_expression(environment: Any, source: str) -> Program:
         expression = environment.compile(resolved)
     except RuntimeError as error:
         raise _compile_error(environment, source, error) from None
-    refusal = kubernetes_cel.load_time_refusal(source)
+    refusal = kubernetes_cel.load_time_refusal(source) or _cost_refusal(expression)
     if refusal is not None:
         raise CelCompileError(f"<input>: {refusal}")
     returns = expression.return_type().name().lower()
@@ -129,6 +129,18 @@ def compile_expression(environment: Any, source: str) -> Program:
         reads_variables=frozenset(referenced_variables(source)),
         plain_result=bool(_PLAIN_STATIC.match(returns)),
     )
+
+
+def _cost_refusal(expression: Any) -> str | None:
+    """An expression whose loops over literal ranges alone exceed the cost limit (`cost`)."""
+    try:
+        steps = cost.literal_steps(CheckedAst.parse(expression.serialize()).root())
+    except AstError:
+        return None  # not estimated: bounded when it runs
+    if steps <= cost.ESTIMATE_LIMIT:
+        return None
+    return (f"its loops over literal lists take {steps:,} comprehension steps on any object; an expression may "
+            f"take {cost.ESTIMATE_LIMIT:,} (see docs/cel.md)")
 
 
 def _compile_error(environment: Any, source: str, error: RuntimeError) -> CelCompileError:
@@ -176,25 +188,33 @@ def variable_reference_position(source: str, name: str) -> str:
     return "<input>"
 
 
-def evaluate(program: Program, activation: Any) -> Result:
+def evaluate(program: Program, bound: "Activation") -> Result:
     """Evaluate on an activation and classify the outcome per DESIGN §3.3.
 
     cel-expr-python reports most failures as a value of type ERROR, some (the iteration budget) as a
     RuntimeError: both become `Result.error`, so an error can never be read as a value, let alone as true.
+    An evaluation that exceeds the runtime's iteration budget is evaluated again step by step (`stepwise`).
     """
     try:
-        value = program.expression.eval(activation)
+        value = program.expression.eval(bound.runtime)
     except RuntimeError as error:
-        message = _clean_runtime_message(str(error))
-        if message.startswith("Iteration budget exceeded"):
-            message += f" (an evaluation may take fewer than {ITERATION_BUDGET:,} comprehension steps; see docs/cel.md)"
-        return Result(error=message)
+        if BUDGET_EXCEEDED in str(error):
+            return _stepwise(program, bound)
+        return Result(error=clean_runtime_message(str(error)))
     try:
         return _classify(value, program.plain_result)
     except _Unusable as unusable:
         return Result(error=f"the value cannot be used: {unusable}")
     except Exception as error:  # any other shape the runtime cannot hand over must not take the worker down
         return Result(error=f"the value cannot be used: {type(error).__name__}")
+
+
+def _stepwise(program: Program, bound: "Activation") -> Result:
+    outcome = stepwise.evaluate(bound.environment, program.expression, bound.data, program.parts,
+                                convert=_bindable, deadline=bound.deadline)
+    if isinstance(outcome, stepwise.Failure):
+        return Result(missing=outcome.message) if outcome.missing else Result(error=outcome.message)
+    return Result(value=outcome)  # converted by _bindable: no optional, type, timestamp or duration in it
 
 
 class _Unusable(Exception):
@@ -219,10 +239,10 @@ def _classify(value: Any, plain: bool) -> Result:
         except (TypeError, RuntimeError, SystemError):
             raise _Unusable(_OPTIONAL_HINT) from None
         if message.startswith("NOT_FOUND:"):
-            return Result(missing=_clean_runtime_message(message))
-        return Result(error=_clean_runtime_message(message))
+            return Result(missing=clean_runtime_message(message))
+        return Result(error=clean_runtime_message(message))
     if plain:
-        return Result(value=value.plain_value())
+        return Result(value=leaf_value(value))
     return Result(value=_plain(value))
 
 
@@ -238,23 +258,47 @@ def _plain(value: Any) -> Any:
         raise _Unusable("a type value (type(x)); compare it inside the expression instead")
     if name in ("TIMESTAMP", "DURATION"):
         raise _Unusable(f"a {name.lower()}; convert it with string() or compare it inside the expression")
-    return value.plain_value()
+    return leaf_value(value)
 
 
-def activation(environment: Any, data: Mapping[str, Any]) -> Any:
-    """Bind the variables of one evaluation context (one request, one pod template)."""
-    return environment.Activation(dict(data))
+@dataclass(frozen=True, slots=True)
+class Activation:
+    """The variables of one evaluation context (one request, one pod template), bound for the runtime and
+    kept as Python values for a step-wise evaluation."""
+
+    environment: Any
+    data: Mapping[str, Any]
+    runtime: Any
+    deadline: float | None = None
+    """`time.monotonic()` after which a step-wise evaluation gives up (the admission's deadline)."""
+
+
+def activation(environment: Any, data: Mapping[str, Any], deadline: float | None = None) -> Activation:
+    """Bind the variables of one evaluation context."""
+    return Activation(environment, data, environment.Activation(dict(data)), deadline)
+
+
+def _bindable(value: Any) -> Any:
+    """A runtime value as a Python value the runtime takes back as a variable, for the next step of a
+    step-wise evaluation; an optional, a type, a timestamp or a duration cannot be."""
+    name = value.type().name()
+    if name.startswith("LIST"):
+        return [_bindable(item) for item in value.value()]
+    if name.startswith("MAP"):
+        return {key: _bindable(item) for key, item in value.value().items()}
+    if name == "ERROR":
+        raise _Unusable(_OPTIONAL_HINT)
+    if name == "TYPE":
+        raise _Unusable("a type value (type(x))")
+    if name in ("TIMESTAMP", "DURATION"):
+        raise _Unusable(f"a {name.lower()} (the runtime does not take one back as a variable); convert it "
+                        "with string() or compare it inside the loop")
+    return leaf_value(value)
 
 
 def _compile_error_message(raw: str) -> str:
     """Reduce the runtime's multi-line report to `<input>:l:c: message` lines joined by `; `."""
     found = [match.group(1).removesuffix(" [INVALID_ARGUMENT]") for match in _ERROR_LINE.finditer(raw)]
     if not found:
-        return _clean_runtime_message(raw)
+        return clean_runtime_message(raw)
     return "; ".join(found).replace(" (in container '')", "")
-
-
-def _clean_runtime_message(raw: str) -> str:
-    first = raw.strip().splitlines()[0] if raw.strip() else "unknown error"
-    first = re.sub(r" \[[A-Z_]+\]$", "", first)
-    return _STATUS_PREFIX.sub("", first)

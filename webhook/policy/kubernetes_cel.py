@@ -3,7 +3,7 @@
 Platform engineers copy conditions from ValidatingAdmissionPolicy, MutatingAdmissionPolicy and CRD rules.
 Where Placer's runtime cannot run a Kubernetes function, a policy using it must fail when it loads (never at
 admission), with a message that names the Kubernetes library and says what to write instead. The same table
-renders the conformance table of docs/cel.md (tests check that the two agree).
+renders the conformance table of README.md (a test checks that the two agree).
 """
 
 import re
@@ -56,7 +56,8 @@ LIBRARIES = (
                        "format.qualifiedName", "format.dns1123LabelPrefix", "format.dns1123SubdomainPrefix",
                        "format.dns1035LabelPrefix", "format.labelValue", "format.uri", "format.uuid",
                        "format.byte", "format.date", "format.datetime", "format.named", "validate"), True,
-            "`format.named()` needs a string literal"),
+            "`format.named()` needs a string literal; read `validate()` with `hasValue()` and `value()` "
+            "(not `orValue()`)"),
     Library("authorizer", ("authorizer",), False,
             "Placer has no authorizer; match on `request.userInfo.username` and `request.userInfo.groups`"),
     Library("JSON patch", ("jsonpatch.escapeKey",), False,
@@ -104,7 +105,7 @@ def load_time_refusal(source: str) -> str | None:
 
 
 def conformance_table() -> str:
-    """The Markdown table of docs/cel.md."""
+    """The Markdown conformance table of README.md."""
     rows = ["| library | functions | in Placer |", "|---|---|---|"]
     for library in LIBRARIES:
         names = ", ".join(f"`{name}`" for name in library.functions)
