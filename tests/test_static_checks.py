@@ -18,6 +18,7 @@ def test_mypy_strict_is_clean() -> None:
 
 LAYERS = [
     {"typing", "names", "quantity", "selectors", "resources", "patches", "config", "logs", "metrics", "certs",
+     "json_bytes",
      "review", "__init__"},
     {"workloads"}, {"gang"}, {"actions"}, {"policy"}, {"engine"}, {"pipeline", "offline", "validation"},
     {"kube"}, {"server"}, {"cli", "__main__"},

@@ -4,11 +4,12 @@ The admission record names the object and what Placer did; it never contains the
 values: container env values and annotations can hold secrets.
 """
 
-import json
 import logging
 import sys
 import time
 from typing import Any
+
+from webhook.json_bytes import encode_json
 
 ADMISSION_LOGGER = "placer.admission"
 
@@ -26,7 +27,7 @@ class JsonFormatter(logging.Formatter):
             entry.update(fields)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, separators=(",", ":"), default=str)
+        return encode_json(entry, default=str).decode()
 
 
 def configure_logging(level: str) -> None:

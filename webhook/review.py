@@ -6,9 +6,13 @@ Placer cannot or will not admit is an ordinary response (`allowed`, `status`, `w
 
 import base64
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
+
+from webhook.json_bytes import encode_json
 from webhook.typing import JSONObject, JSONPatch
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
@@ -20,6 +24,8 @@ WARNING_PREFIX = "placer: "
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_LONG_NUMBER = re.compile(rb"[0-9]{19}")
+"""19 digits in a row: maybe an integer beyond int64 (9223372036854775807 has 19)."""
 _STATUS_REASONS = {403: "Forbidden", 422: "Invalid"}
 
 
@@ -75,7 +81,14 @@ def decode_json(body: bytes) -> Any:
 
     CEL cannot hold such integers: one anywhere in an object would turn every expression reading that
     object into an error. The API server would reject the object anyway; Placer must only not fail on it.
+    A body with no run of 19 digits (no integer that could pass int64) is decoded by orjson, 3-4 times
+    faster; any other, and any orjson refuses, by the standard decoder with the int64 check.
     """
+    if not _LONG_NUMBER.search(body):
+        try:
+            return orjson.loads(body)  # the fast path: no integer here can exceed int64
+        except orjson.JSONDecodeError:
+            pass  # the standard decoder says what is wrong (and takes what JSON allows, e.g. lone surrogates)
     try:
         return json.loads(body, parse_int=_bounded_int)
     except RecursionError:
@@ -138,7 +151,7 @@ def build_response(
     response: JSONObject = {"uid": request_uid, "allowed": allowed}
     if patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
+        response["patch"] = base64.b64encode(encode_json(patch)).decode()
     if denial is not None:
         response["status"] = {
             "code": code,

@@ -12,6 +12,7 @@ arbiter starts a fresh one.
 """
 
 import logging
+import threading
 from typing import Any
 
 from gunicorn.workers.gthread import ThreadWorker
@@ -29,6 +30,7 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
 
     def init_process(self) -> None:
         self.read_deadlines = ReadDeadlines(self.app.settings.read_timeout)
+        self.recycling = threading.Lock()
         self.read_deadlines.start()
         super().init_process()
 
@@ -54,13 +56,17 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
 
     def _recycle_when_leaked(self) -> None:
         leaks = getattr(self, "cel_leaks", None)
-        if self.alive and leaks is not None and leaks.exhausted():  # type: ignore[has-type]
+        if leaks is None or not leaks.exhausted():
+            return
+        with self.recycling:  # threads finishing together: one of them says it
+            if not self.alive:  # type: ignore[has-type]
+                return
+            self.alive = False
             log.warning(
                 "worker %d is replaced: Kubernetes CEL library calls leaked %.1f MiB in %d calls "
                 "(its budget: %.1f MiB; --cel-leak-budget-mib)",
                 self.pid, leaks.leaked / 2**20, leaks.calls, leaks.budget / 2**20,
             )
-            self.alive = False
 
 
 def _content_length(environ: dict[str, Any]) -> int | None:

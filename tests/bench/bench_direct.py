@@ -1,0 +1,189 @@
+"""The direct table: what Placer's `/mutate` costs beside the stack's floor, on the same gunicorn and TLS.
+
+    python -m tests.bench.bench_direct [--duration 5] [--connections 1,8,32] [--workers 2] [--threads 4]
+
+Cases, each served by its own server and loaded at each connection count (keep-alive TLS, one request in
+flight per connection, `wrk` when installed — Debian's package — else tests.bench.loadgen):
+
+- floor: a minimal WSGI app (tests.bench.floor_app) under gunicorn gthread, the captured Pod review;
+- Placer with 2 rules (a node selector from a namespace label, a GPU toleration), the captured Pod review
+  (3.1 KB, what the API server sends for such a Pod);
+- Placer with 50 rules, the same Pod review, and the 8.5 KB Deployment of bench_engine.
+
+Printed per row: requests/s, p50 and p99 latency, CPU seconds per 1,000 requests (the workers' utime +
+stime from /proc, summed over workers, before and after the run) and worker RSS.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from tests.bench.bench_engine import deployment, policies
+from tests.bench.bench_server import NAMESPACES, rss_mb
+from tests.bench.loadgen import load
+from tests.conftest import fixture_request
+from tests.e2e.server import free_port, running_server
+from webhook.certs import issue
+
+TWO_RULES = """apiVersion: placer.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: two-rules}
+spec:
+  rules:
+  - name: pool-from-namespace
+    condition: "'node-pool' in namespaceObject.metadata.labels"
+    action: add-node-selector
+    parameterExpressions:
+      node-pool: "namespaceObject.metadata.labels['node-pool']"
+  - name: gpu-toleration
+    condition: "'nvidia.com/gpu' in resources.limits"
+    action: add-toleration
+    parameters: {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
+"""
+NAMESPACE_WITH_POOL = NAMESPACES.replace("team: ml}", "team: ml, node-pool: ml}")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / CLOCK_TICKS
+
+
+def children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(child) for child in path.read_text().split()] if path.exists() else []
+
+
+@contextlib.contextmanager
+def floor_server(workdir: Path, certs: Any, workers: int, threads: int) -> Iterator[tuple[str, list[int]]]:
+    port = free_port()
+    args = [sys.executable, "-m", "gunicorn", "--worker-class", "gthread", "--workers", str(workers),
+            "--threads", str(threads), "--bind", f"127.0.0.1:{port}", "--certfile", str(certs.cert),
+            "--keyfile", str(certs.key), "--log-level", "warning", "tests.bench.floor_app:app"]
+    process = subprocess.Popen(args, cwd=Path(__file__).resolve().parents[2], start_new_session=True,
+                               stdout=(workdir / "floor.log").open("wb"), stderr=subprocess.STDOUT)
+    url = f"https://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            with contextlib.suppress(requests.RequestException):
+                if requests.post(url + "/mutate", data=b"{}", verify=False, timeout=1).status_code == 200:
+                    break
+            time.sleep(0.05)
+        yield url, children(process.pid)
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=15)
+
+
+@contextlib.contextmanager
+def placer_server(workdir: Path, certs: Any, rules: int, workers: int, threads: int
+                  ) -> Iterator[tuple[str, list[int]]]:
+    policy_dir = workdir / f"policies-{rules}"
+    policy_dir.mkdir()
+    texts = [TWO_RULES] if rules == 2 else policies(rules)
+    for index, text in enumerate(texts):
+        (policy_dir / f"policy-{index}.yaml").write_text(text)
+    (policy_dir / "namespaces.yaml").write_text(NAMESPACE_WITH_POOL)
+    extra = ["--workers", str(workers), "--threads", str(threads), "--log-level", "info"]
+    with running_server(workdir, certs, policies=policy_dir, extra=extra) as server:
+        yield server.url, server.worker_pids()
+
+
+def wrk(url: str, body: Path, connections: int, duration: float) -> dict[str, Any]:
+    script = body.with_suffix(".lua")
+    script.write_text(f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+                      f'wrk.body = io.open("{body}", "rb"):read("*a")\n')
+    output = subprocess.run(["wrk", "-t", str(min(connections, 2)), "-c", str(connections), "-d", f"{duration}s",
+                             "--latency", "-s", str(script), url], capture_output=True, text=True, check=True).stdout
+    def latency(label: str) -> float:
+        match = re.search(rf"^\s+{label}%\s+([\d.]+)(us|ms|s)\s*$", output, re.M)
+        if not match:
+            return float("nan")
+        return float(match.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[match.group(2)]
+    requests_done = int(re.search(r"(\d+) requests in", output).group(1))  # type: ignore[union-attr]
+    errors = sum(int(n) for n in re.findall(r"(?:Non-2xx or 3xx responses|Socket errors: .*?):?\s+(\d+)", output))
+    return {"requests": requests_done, "errors": errors,
+            "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1)),  # type: ignore[union-attr]
+            "p50_ms": latency("50"), "p99_ms": latency("99")}
+
+
+def measure(url: str, pids: list[int], body: Path, connections: int, duration: float, ca: str) -> dict[str, Any]:
+    use_wrk = shutil.which("wrk") is not None
+    before = cpu_seconds(pids)
+    if use_wrk:
+        result = wrk(url, body, connections, duration)
+    else:
+        result = load(url, body.read_bytes(), connections=connections, duration=duration, ca=ca,
+                      processes=min(2, connections))
+    spent = cpu_seconds(pids) - before
+    result["cpu_s_per_1000"] = round(spent / max(result["requests"], 1) * 1000, 3)
+    result["rss_mb"] = [round(rss_mb(pid), 1) for pid in pids]
+    result["generator"] = "wrk" if use_wrk else "loadgen"
+    return result
+
+
+def run(duration: float, connections: list[int], workers: int, threads: int) -> list[dict[str, Any]]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="placer-direct-") as tmp:
+        workdir = Path(tmp)
+        certs = issue(workdir / "certs", ["localhost", "127.0.0.1"], common_name="localhost")
+        pod = workdir / "pod.json"
+        pod.write_text(json.dumps(fixture_request("pod-bare-create-dryrun")))
+        big = workdir / "deployment.json"
+        big.write_text(json.dumps(deployment(8_500)))
+        cases = [("floor (minimal WSGI, gthread)", None, [pod]), ("placer, 2 rules", 2, [pod]),
+                 ("placer, 50 rules", 50, [pod, big])]
+        for label, rules, bodies in cases:
+            with (floor_server(workdir, certs, workers, threads) if rules is None
+                  else placer_server(workdir, certs, rules, workers, threads)) as (url, pids):
+                for body in bodies:
+                    measure(url + "/mutate?timeout=10s", pids, body, 4, 1.0, str(certs.ca_cert))  # warm-up
+                    for count in connections:
+                        row = measure(url + "/mutate?timeout=10s", pids, body, count, duration, str(certs.ca_cert))
+                        rows.append({"case": label, "body": f"{body.stem} {body.stat().st_size / 1024:.1f} KB",
+                                     "connections": count, **row})
+                        print_row(rows[-1])
+    return rows
+
+
+HEADER = (f"{'case':32} {'body':22} {'conns':>5} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU s/1k':>9} "
+          f"{'errors':>6}  worker RSS MB")
+
+
+def print_row(row: dict[str, Any]) -> None:
+    print(f"{row['case']:32} {row['body']:22} {row['connections']:>5} {row['rps']:>8.0f} {row['p50_ms']:>8.2f} "
+          f"{row['p99_ms']:>8.2f} {row['cpu_s_per_1000']:>9.3f} {row['errors']:>6}  {row['rss_mb']}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--connections", default="1,8,32")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=4)
+    args = parser.parse_args()
+    print(f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, {args.workers} workers x {args.threads} "
+          f"threads, TLS, keep-alive, load from {'wrk' if shutil.which('wrk') else 'tests.bench.loadgen'}")
+    print(HEADER, flush=True)
+    run(args.duration, [int(c) for c in args.connections.split(",")], args.workers, args.threads)
+
+
+if __name__ == "__main__":
+    main()
