@@ -77,13 +77,14 @@ def floor_server(workdir: Path, certs: Any, workers: int, threads: int) -> Itera
     args = [sys.executable, "-m", "gunicorn", "--worker-class", "gthread", "--workers", str(workers),
             "--threads", str(threads), "--bind", f"127.0.0.1:{port}", "--certfile", str(certs.cert),
             "--keyfile", str(certs.key), "--log-level", "warning", "tests.bench.floor_app:app"]
-    process = subprocess.Popen(args, cwd=Path(__file__).resolve().parents[2], start_new_session=True,
-                               stdout=(workdir / "floor.log").open("wb"), stderr=subprocess.STDOUT)
+    with (workdir / "floor.log").open("wb") as output:
+        process = subprocess.Popen(args, cwd=Path(__file__).resolve().parents[2], start_new_session=True,
+                                   stdout=output, stderr=subprocess.STDOUT)
     url = f"https://127.0.0.1:{port}"
     try:
         for _ in range(200):
             with contextlib.suppress(requests.RequestException):
-                if requests.post(url + "/mutate", data=b"{}", verify=False, timeout=1).status_code == 200:
+                if requests.post(url + "/mutate", data=b"{}", verify=str(certs.ca_cert), timeout=1).status_code == 200:
                     break
             time.sleep(0.05)
         yield url, children(process.pid)
@@ -139,17 +140,18 @@ def measure(url: str, pids: list[int], body: Path, connections: int, duration: f
     return result
 
 
-def run(duration: float, connections: list[int], workers: int, threads: int) -> list[dict[str, Any]]:
+def run(duration: float, connections: list[int], workers: int, threads: int, *, quiet: bool = False,
+        big: bool = True) -> list[dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="placer-direct-") as tmp:
         workdir = Path(tmp)
         certs = issue(workdir / "certs", ["localhost", "127.0.0.1"], common_name="localhost")
         pod = workdir / "pod.json"
         pod.write_text(json.dumps(fixture_request("pod-bare-create-dryrun")))
-        big = workdir / "deployment.json"
-        big.write_text(json.dumps(deployment(8_500)))
+        deployment_body = workdir / "deployment.json"
+        deployment_body.write_text(json.dumps(deployment(8_500)))
         cases = [("floor (minimal WSGI, gthread)", None, [pod]), ("placer, 2 rules", 2, [pod]),
-                 ("placer, 50 rules", 50, [pod, big])]
+                 ("placer, 50 rules", 50, [pod, deployment_body] if big else [pod])]
         for label, rules, bodies in cases:
             with (floor_server(workdir, certs, workers, threads) if rules is None
                   else placer_server(workdir, certs, rules, workers, threads)) as (url, pids):
@@ -159,7 +161,8 @@ def run(duration: float, connections: list[int], workers: int, threads: int) -> 
                         row = measure(url + "/mutate?timeout=10s", pids, body, count, duration, str(certs.ca_cert))
                         rows.append({"case": label, "body": f"{body.stem} {body.stat().st_size / 1024:.1f} KB",
                                      "connections": count, **row})
-                        print_row(rows[-1])
+                        if not quiet:
+                            print_row(rows[-1])
     return rows
 
 

@@ -1,6 +1,7 @@
 """Keep the benchmark runnable: a tiny run, checking what it measures, not how fast."""
 
 from tests.bench.bench_engine import phase_rows, run
+from tests.bench.bench_direct import run as run_direct
 from tests.bench.bench_server import run as run_server
 
 
@@ -26,3 +27,12 @@ def test_server_benchmark_loads_mutate_and_healthz_from_another_process() -> Non
         assert row["p50_ms"] <= row["p99_ms"] <= row["p999_ms"], row
     assert {row["endpoint"] for row in result["rows"]} == {"/mutate", "/healthz"}
     assert len(result["rss_mb"]) == 1 and 10 < result["rss_mb"][0] < 1000
+
+
+def test_direct_benchmark_measures_the_floor_and_placer_side_by_side() -> None:
+    rows = run_direct(duration=1, connections=[1], workers=1, threads=2, quiet=True, big=False)
+    assert [row["case"] for row in rows] == ["floor (minimal WSGI, gthread)", "placer, 2 rules", "placer, 50 rules"]
+    for row in rows:
+        assert row["requests"] > 0 and row["errors"] == 0, row
+        assert row["p50_ms"] <= row["p99_ms"], row
+        assert row["cpu_s_per_1000"] > 0 and len(row["rss_mb"]) == 1, row
