@@ -91,7 +91,9 @@ class ReadDeadlines:
 
 def _shut_down(sock: socket.socket) -> bool:
     """Wake any read blocked on `sock`, by the plain socket call: SSLSocket.shutdown would drop its
-    TLS state from under the thread using it."""
+    TLS state from under the thread using it. While a response is written the worker wraps the socket
+    (`worker._HeadWithBody`); its `wrapped` is the socket."""
+    sock = getattr(sock, "wrapped", sock)
     try:
         socket.socket.shutdown(sock, socket.SHUT_RDWR)
     except OSError as error:

@@ -1,5 +1,6 @@
 """gunicorn's threaded worker, with a deadline on slow clients (see `read_deadline`), that serves a kept-alive
-connection's next request in the same thread when it is already there, and asks to be replaced once
+connection's next request in the same thread when it is already there, writes a response's head and body
+in one write, and asks to be replaced once
 Kubernetes' CEL library calls have leaked their budget in it (`cel_libraries.leaks`).
 
 The deadline is armed when a thread takes a connection (before the TLS handshake) and disarmed when the
@@ -67,6 +68,15 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
             if keepalive is not True or not self.alive or not self._next_request_ready(conn):
                 return keepalive
 
+    def handle_request(self, req: Any, conn: Any) -> Any:
+        raw = conn.sock
+        conn.sock = _HeadWithBody(raw)
+        try:
+            return super().handle_request(req, conn)
+        finally:
+            held, conn.sock = conn.sock, raw
+            held.flush()
+
     def _next_request_ready(self, conn: Any) -> bool:
         work_queue = getattr(self.tpool, "_work_queue", None)
         if work_queue is None or not work_queue.empty():
@@ -92,6 +102,38 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
                 "(its budget: %.1f MiB; --cel-leak-budget-mib)",
                 self.pid, leaks.leaked / 2**20, leaks.calls, leaks.budget / 2**20,
             )
+
+
+class _HeadWithBody:
+    """The connection's socket, holding the response head until the body is written so that both leave in
+    one write (one TLS record, one wake-up of the client) instead of two: gunicorn writes them separately."""
+
+    __slots__ = ("_held", "_socket")
+
+    def __init__(self, socket: Any) -> None:
+        self._socket = socket
+        self._held = b""
+
+    def sendall(self, data: bytes) -> None:
+        if self._held:
+            data, self._held = self._held + data, b""
+        elif data.startswith(b"HTTP/") and data.endswith(b"\r\n\r\n"):
+            self._held = bytes(data)
+            return
+        self._socket.sendall(data)
+
+    @property
+    def wrapped(self) -> Any:
+        return self._socket
+
+    def flush(self) -> None:
+        """Send a head that no body followed (an empty response)."""
+        if self._held:
+            held, self._held = self._held, b""
+            self._socket.sendall(held)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._socket, name)
 
 
 def _content_length(environ: dict[str, Any]) -> int | None:
