@@ -4,7 +4,6 @@ Node affinity terms are ORed and the requirements inside a term are ANDed, so a 
 added to every existing term: appending a new term would *widen* the choice of nodes instead of narrowing it.
 """
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +16,7 @@ from webhook.actions.base import (
     ensure_map,
     selector_matches,
 )
+from webhook.json_copy import copy_json
 from webhook.names import label_value_error, qualified_name_error
 from webhook.typing import JSONObject
 
@@ -34,14 +34,14 @@ def add_node_affinity(template: JSONObject, params: Mapping[str, Any], context: 
         selector = ensure_map(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution")
         terms = ensure_list(selector, "nodeSelectorTerms")
         if not terms:
-            terms.append({"matchExpressions": [copy.deepcopy(requirement)]})
+            terms.append({"matchExpressions": [copy_json(requirement)]})
             return True
         changed = False
         for term in terms:
             if isinstance(term, dict):
                 expressions = ensure_list(term, "matchExpressions")
                 if not any(_same_requirement(existing, requirement) for existing in expressions):
-                    expressions.append(copy.deepcopy(requirement))
+                    expressions.append(copy_json(requirement))
                     changed = True
         return changed
     preferred = ensure_list(node_affinity, "preferredDuringSchedulingIgnoredDuringExecution")
@@ -49,7 +49,7 @@ def add_node_affinity(template: JSONObject, params: Mapping[str, Any], context: 
         expressions = (term.get("preference") or {}).get("matchExpressions") or [] if isinstance(term, dict) else []
         if any(_same_requirement(existing, requirement) for existing in expressions):
             return False
-    preferred.append({"weight": params["weight"], "preference": {"matchExpressions": [copy.deepcopy(requirement)]}})
+    preferred.append({"weight": params["weight"], "preference": {"matchExpressions": [copy_json(requirement)]}})
     return True
 
 
@@ -73,7 +73,7 @@ def _add_pod_term(template: JSONObject, params: Mapping[str, Any], context: Acti
     selector = params.get("labelSelector") or context.default_selector(template)
     if selector is None:
         raise ActionSkipped("no labelSelector given and none can be derived from the workload")
-    term: JSONObject = {"labelSelector": copy.deepcopy(selector), "topologyKey": params["topologyKey"]}
+    term: JSONObject = {"labelSelector": copy_json(selector), "topologyKey": params["topologyKey"]}
     labels = (template.get("metadata") or {}).get("labels") if "labelSelector" not in params else None
 
     def same(existing: Any) -> bool:

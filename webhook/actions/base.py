@@ -4,12 +4,12 @@ Parameters are declared, not parsed by hand in each action, so the same declarat
 load time (with precise messages) and the values `parameterExpressions` compute at admission time.
 """
 
-import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webhook.gang.facts import GangFacts
+from webhook.json_copy import copy_json
 from webhook.selectors import LabelSelector
 from webhook.typing import JSONObject
 
@@ -140,7 +140,7 @@ def working_copy(template: JSONObject) -> JSONObject:
         }
     spec = template.get("spec")
     if isinstance(spec, dict):
-        copied["spec"] = {**spec, **{key: copy.deepcopy(spec[key]) for key in MUTABLE_SPEC_FIELDS if key in spec}}
+        copied["spec"] = {**spec, **{key: copy_json(spec[key]) for key in MUTABLE_SPEC_FIELDS if key in spec}}
     return copied
 
 

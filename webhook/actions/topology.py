@@ -1,10 +1,10 @@
 """`add-topology-spread`: spread a workload's pods across zones, hosts or racks."""
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
 from webhook.actions.base import ActionContext, ActionSkipped, ActionSpec, Param, ensure_list
+from webhook.json_copy import copy_json
 from webhook.names import qualified_name_error
 from webhook.typing import JSONObject
 
@@ -25,11 +25,11 @@ def add_topology_spread(template: JSONObject, params: Mapping[str, Any], context
         "maxSkew": params["maxSkew"],
         "topologyKey": params["topologyKey"],
         "whenUnsatisfiable": params["whenUnsatisfiable"],
-        "labelSelector": copy.deepcopy(selector),
+        "labelSelector": copy_json(selector),
     }
     for optional in ("minDomains", "matchLabelKeys", "nodeAffinityPolicy", "nodeTaintsPolicy"):
         if params.get(optional):
-            constraint[optional] = copy.deepcopy(params[optional])
+            constraint[optional] = copy_json(params[optional])
     ensure_list(template, "spec", "topologySpreadConstraints").append(constraint)
     return True
 
