@@ -18,19 +18,22 @@ Totals = dict[str, float]
 def effective_resources(spec: JSONObject) -> tuple[dict[str, Totals], list[str]]:
     """`{requests, limits}` maps of resource name -> number, and a note per unreadable quantity."""
     notes: list[str] = []
+    # every quantity is parsed once: (requests, limits) of each container and of the pod
+    app = [_needs(container, notes) for container in _containers(spec.get("containers"))]
+    init = [(container.get("restartPolicy") == "Always", _needs(container, notes))
+            for container in _containers(spec.get("initContainers"))]
+    pod_level = _needs(spec, notes, where="pod resources")
     result: dict[str, Totals] = {}
-    for kind in ("requests", "limits"):
-        app = _sum(_container_needs(spec.get("containers"), kind, notes))
+    for index, kind in enumerate(("requests", "limits")):
         sidecars: Totals = {}
         peak: Totals = {}
-        for container in _containers(spec.get("initContainers")):
-            needs = _needs(container, kind, notes)
-            if container.get("restartPolicy") == "Always":
-                sidecars = _sum([sidecars, needs])
+        for restartable, needs in init:
+            if restartable:
+                sidecars = _sum([sidecars, needs[index]])
             else:
-                peak = _max(peak, _sum([sidecars, needs]))
-        total = _max(_sum([app, sidecars]), peak)
-        total.update(_needs(spec, kind, notes, where="pod resources"))
+                peak = _max(peak, _sum([sidecars, needs[index]]))
+        total = _max(_sum([_sum(needs[index] for needs in app), sidecars]), peak)
+        total.update(pod_level[index])
         if kind == "requests":
             overhead = spec.get("overhead")
             if isinstance(overhead, dict):
@@ -43,21 +46,16 @@ def _containers(value: Any) -> Iterable[JSONObject]:
     return (item for item in value if isinstance(item, dict)) if isinstance(value, list) else ()
 
 
-def _container_needs(containers: Any, kind: str, notes: list[str]) -> list[Totals]:
-    return [_needs(container, kind, notes) for container in _containers(containers)]
-
-
-def _needs(container: JSONObject, kind: str, notes: list[str], *, where: str = "") -> Totals:
-    """A container's (or the pod's) requests, defaulted from its limits as the API server does, or limits."""
+def _needs(container: JSONObject, notes: list[str], *, where: str = "") -> tuple[Totals, Totals]:
+    """A container's (or the pod's) requests — defaulted from its limits as the API server does — and
+    limits."""
     resources = container.get("resources")
     if not isinstance(resources, dict):
-        return {}
+        return {}, {}
     where = where or f"container {str(container.get('name', '?'))[:30]}"
     limits = _parse_map(resources.get("limits"), where, notes)
-    if kind == "limits":
-        return limits
     requests = _parse_map(resources.get("requests"), where, notes)
-    return {**limits, **requests}
+    return {**limits, **requests}, limits
 
 
 def _parse_map(raw: Any, where: str, notes: list[str]) -> Totals:
