@@ -114,8 +114,8 @@ def _serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     default_tls = args.tls_cert is None and args.tls_key is None
     kube = args.kube if args.kube is not None else in_cluster()
-    # The controller process writes the cluster's policies here; every worker reads them from here.
-    cluster_state = Path(tempfile.mkdtemp(prefix="placer-cluster-")) / "state.json" if kube else None
+    # The controller process writes the cluster's policies and namespaces here; every worker reads them here.
+    cluster_state = Path(tempfile.mkdtemp(prefix="placer-cluster-")) if kube else None
     settings = Settings(
         policies=tuple(args.policies or (DEFAULT_POLICIES,)),
         policies_explicit=bool(args.policies),

@@ -32,7 +32,7 @@ class Settings:
     reload_interval: float = 1.0
     kubeconfig: Path | None = None
     cluster_state: Path | None = None
-    """The state file the cluster controller writes and workers read; None without `--kube`."""
+    """The state directory the cluster controller writes and workers read; None without `--kube`."""
     max_body_bytes: int = MAX_BODY_BYTES
     read_timeout: float = READ_TIMEOUT_SECONDS
     """Seconds a client has to send a whole request (TLS handshake, head, body) before it is cut off."""

@@ -70,6 +70,8 @@ class FakeApiServer:
     status_patches: list[tuple[str, dict[str, Any], str]] = field(default_factory=list)
     """(policy name, patch body, the bearer token that sent it)."""
     failures: list[Failure] = field(default_factory=list)
+    silenced: tuple[str, ...] = ()
+    """Name prefixes whose watch events are never sent (objects a watch has not delivered yet)."""
     delays: dict[str, float] = field(default_factory=dict)
     """Seconds to wait before answering a request whose path starts with the key (a slow API server)."""
     revision: int = 100
@@ -340,6 +342,8 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
         def _emit(self, event: Event, bookmarks: bool) -> str:
             if event.type == "BOOKMARK" and not bookmarks:
+                return event.type
+            if api.silenced and str(event.object.get("metadata", {}).get("name", "")).startswith(api.silenced):
                 return event.type
             # Unlike list items, watch event objects always carry kind and apiVersion.
             self._chunk({"type": event.type, "object": copy.deepcopy(event.object)})

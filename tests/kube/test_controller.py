@@ -8,13 +8,20 @@ from typing import Any
 
 import pytest
 
-from tests.kube.fake_apiserver import LEASES, POLICIES, TOKEN, FakeApiServer, wait_for
+from tests.kube.fake_apiserver import LEASES, NAMESPACES, POLICIES, TOKEN, FakeApiServer, wait_for
 from webhook.kube.api import KubeApi, Timeouts
 from webhook.kube.connection import connect
 from webhook.kube.controller import LEASE_NAME, ClusterController
 from webhook.kube.leader import LeaseElector
-from webhook.policy.cluster_state import ClusterState, ClusterStateSource, read_state
+from webhook.policy.cluster_state import (
+    ClusterState,
+    ClusterStateSource,
+    namespaces_directory,
+    policies_path,
+    read_state,
+)
 from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.namespace_shards import NamespaceShards, shard_of, shard_path
 
 
 def policy(name: str, *, condition: str = "true", pool: str = "general", priority: int = 100) -> dict[str, Any]:
@@ -27,7 +34,11 @@ class Running:
         self.controller, self.state, self.stop = controller, state, stop
 
     def read(self) -> ClusterState | None:
-        return read_state(self.state) if self.state.exists() else None
+        return read_state(self.state) if policies_path(self.state).exists() else None
+
+    def namespaces(self) -> NamespaceShards:
+        """What a worker reads of the namespaces (a fresh reader: nothing cached from an earlier look)."""
+        return NamespaceShards(namespaces_directory(self.state))
 
     def serving(self) -> dict[str, Any]:
         state = self.read()
@@ -38,7 +49,7 @@ def start(api: KubeApi, apiserver: FakeApiServer, tmp_path: Path, *, identity: s
           lease_seconds: int = 15, status: bool = True) -> Running:
     elector = (LeaseElector(api, namespace="placer-system", name=LEASE_NAME, identity=identity,
                             lease_seconds=lease_seconds) if status else None)
-    state = tmp_path / f"{identity}.json"
+    state = tmp_path / identity
     controller = ClusterController(api, state, compiler=PolicyCompiler(), elector=elector, election_interval=0.2)
     for reflector in controller.reflectors:
         reflector._backoff = type(reflector._backoff)(initial=0.05, ceiling=0.2)
@@ -81,8 +92,8 @@ def test_policies_and_namespace_labels_are_published_as_they_change(
                                                       "kubectl.kubernetes.io/last-applied-configuration": "{...}"})
     apiserver.put_policy(policy("p1"))
     wait_for(lambda: "p1" in running.serving(), what="p1 published")
-    state = wait_for(lambda: (s := running.read()) and "team-a" in s.namespaces and s, what="team-a published")
-    team_a = state.namespaces["team-a"]
+    wait_for(lambda: "team-a" in running.namespaces(), what="team-a published")
+    team_a = running.namespaces()["team-a"]
     assert team_a.labels == {"kubernetes.io/metadata.name": "team-a", "team": "ml"}
     assert team_a.annotations == {"placer.dev/inject": "enabled"}, "the bulky last-applied annotation is dropped"
     assert "managedFields" not in running.serving()["p1"]["metadata"]
@@ -135,7 +146,7 @@ def test_status_is_not_rewritten_when_nothing_changed(apiserver: FakeApiServer, 
     first = ready_condition(apiserver, "p1")
     writes = len(apiserver.status_patches)
     apiserver.put_namespace("unrelated")  # unrelated traffic, and time passing
-    wait_for(lambda: "unrelated" in (running.read() or ClusterState(0, False)).namespaces, what="namespace")
+    wait_for(lambda: "unrelated" in running.namespaces(), what="namespace")
     time.sleep(1.0)
     assert len(apiserver.status_patches) == writes
     assert ready_condition(apiserver, "p1") == first
@@ -219,3 +230,85 @@ def test_workers_compile_the_published_state(apiserver: FakeApiServer, running: 
     assert all(p.source == "cluster" for p in content.policies.values())
     assert not source.refresh(), "an unchanged file is not recompiled"
 
+
+
+def shard_name(namespace: str) -> str:
+    return shard_path(Path(), shard_of(namespace)).name
+
+
+def shard_stamps(running: Running) -> dict[str, int]:
+    return {path.name: path.stat().st_ino for path in namespaces_directory(running.state).glob("*.json")}
+
+
+def test_a_namespace_change_rewrites_its_shard_only_and_leaves_the_policies_alone(
+        apiserver: FakeApiServer, running: Running) -> None:
+    for index in range(40):
+        apiserver.put_namespace(f"team-{index}", {"team": "a"})
+    apiserver.put_policy(policy("p1"))
+    wait_for(lambda: "p1" in running.serving() and "team-39" in running.namespaces(), what="first state")
+    before, policies_before = shard_stamps(running), policies_path(running.state).stat().st_ino
+    assert len(before) > 10, "40 namespaces are spread over many shards"
+
+    apiserver.put_namespace("team-7", {"team": "b"})
+    wait_for(lambda: running.namespaces()["team-7"].labels.get("team") == "b", what="the relabel")
+    after = shard_stamps(running)
+    assert [name for name in before if before[name] != after.get(name)] == [shard_name("team-7")]
+    assert policies_path(running.state).stat().st_ino == policies_before, "policies.json is not rewritten"
+
+    published = running.controller.namespaces.published
+    namespace = dict(apiserver.objects[NAMESPACES]["team-7"])
+    namespace["metadata"] = {**namespace["metadata"], "managedFields": [{"manager": "kubectl"}],
+                             "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}"}}
+    apiserver.put(NAMESPACES, namespace)  # changes nothing namespaceObject shows
+    apiserver.put_namespace("marker")
+    wait_for(lambda: "marker" in running.namespaces(), what="the marker after it")
+    assert running.controller.namespaces.published == published + 1, "only the marker was written"
+    assert shard_stamps(running)[shard_name("team-7")] == after[
+        shard_name("team-7")]
+
+    apiserver.delete(NAMESPACES, "team-7")
+    wait_for(lambda: "team-7" not in running.namespaces(), what="the deletion")
+
+
+def test_namespaces_deleted_while_the_watch_was_gone_disappear_after_the_relist(
+        apiserver: FakeApiServer, running: Running) -> None:
+    apiserver.put_namespace("stays")
+    apiserver.put_namespace("goes")
+    wait_for(lambda: "goes" in running.namespaces(), what="both namespaces")
+    with apiserver.condition:  # deleted with no event a watch could see, then history compacted: 410 Gone
+        del apiserver.objects[NAMESPACES]["goes"]
+    apiserver.expire_watches()
+    wait_for(lambda: "goes" not in running.namespaces(), what="the relist")
+    assert "stays" in running.namespaces()
+
+
+def test_a_restarted_controller_clears_what_its_predecessor_left(
+        apiserver: FakeApiServer, api: KubeApi, tmp_path: Path) -> None:
+    apiserver.put_namespace("old")
+    first = start(api, apiserver, tmp_path, status=False)
+    wait_for(lambda: "old" in first.namespaces(), what="the first controller's state")
+    first.stop.set()
+    apiserver.drop_watches()
+    apiserver.delete(NAMESPACES, "old")
+    apiserver.put_namespace("new")
+    second = start(api, apiserver, tmp_path, status=False)
+    try:
+        wait_for(lambda: "new" in second.namespaces(), what="the second controller's state")
+        assert "old" not in second.namespaces()
+    finally:
+        second.stop.set()
+        apiserver.drop_watches()
+
+
+def test_workers_recompile_only_the_policies_that_changed(apiserver: FakeApiServer, running: Running) -> None:
+    apiserver.put_policy(policy("steady"))
+    apiserver.put_policy(policy("moving", pool="v1"))
+    wait_for(lambda: len(running.serving()) == 2, what="both policies")
+    source = ClusterStateSource(running.state, compiler=PolicyCompiler())
+    assert source.refresh()
+    steady, moving = source.content().policies["steady"], source.content().policies["moving"]
+    apiserver.put_policy(policy("moving", pool="v2"))
+    wait_for(lambda: running.serving()["moving"]["spec"]["rules"][0]["parameters"] == {"pool": "v2"}, what="v2")
+    assert source.refresh()
+    assert source.content().policies["steady"] is steady, "an unchanged document is not compiled again"
+    assert source.content().policies["moving"] is not moving

@@ -156,11 +156,13 @@ def test_a_workload_created_right_after_its_namespace_gets_the_namespaces_polici
 
     Measures the window in which the watched state alone does not know a new namespace (the read is refused
     for `blind-*` namespaces, so only the watch can tell the workers), and shows that admissions inside that
-    window now get the namespace's policies.
+    window get the namespace's policies: the watch never delivers `fresh-*` namespaces (the window held
+    open), so only the worker's read of the namespace can.
     """
     apiserver.put_namespace("team-a", {"team": "web"})
     apiserver.put_policy(pool_policy("ml-pool", selector={"team": "ml"}))
     apiserver.fail("GET", "/api/v1/namespaces/blind-", 403, "Forbidden", times=10_000)
+    apiserver.silenced = ("fresh-",)
     empty = tmp_path / "no-policies"
     empty.mkdir()
     with running_server(tmp_path, certificates, policies=empty,

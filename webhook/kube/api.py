@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+import orjson
 import urllib3
 from urllib3.exceptions import HTTPError as Urllib3Error
 
@@ -203,10 +204,15 @@ def _api_error(response: Any) -> ApiError:
 
 
 def _decode(data: bytes) -> dict[str, Any]:
+    """orjson (several times faster on the watch streams of large collections), else the standard decoder for
+    what orjson refuses (integers beyond 64 bits)."""
     try:
-        value = json.loads(data)
-    except ValueError as error:
-        raise TransportError(f"not JSON: {error}") from None
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        try:
+            value = json.loads(data)
+        except ValueError as error:
+            raise TransportError(f"not JSON: {error}") from None
     if not isinstance(value, dict):
         raise TransportError("expected a JSON object")
     return value

@@ -1,12 +1,14 @@
 """The cluster controller: one process per replica that watches, compiles, publishes and reports.
 
 It list+watches SchedulingPolicies and Namespaces, compiles every policy when it changes (keeping the last
-good version of a policy whose update does not compile), writes what serves to the state file that every
-gunicorn worker of this replica reads (`webhook.policy.cluster_state`), and, only while it holds the Lease,
-writes each policy's `status`. Admissions never wait for any of this: they read the last published state,
-which keeps serving while the API server is away.
+good version of a policy whose update does not compile), writes what serves to the state directory that
+every gunicorn worker of this replica reads (`webhook.policy.cluster_state`), and, only while it holds the
+Lease, writes each policy's `status`. A namespace event is projected to what `namespaceObject` shows and
+written to its shard at once, from the watch thread; one whose projection did not change writes nothing.
+Admissions never wait for any of this: they read the last published state, which keeps serving while the
+API server is away.
 
-Run by the gunicorn arbiter of `placer serve --kube` as `python -m webhook.kube.controller --state FILE`.
+Run by the gunicorn arbiter of `placer serve --kube` as `python -m webhook.kube.controller --state DIRECTORY`.
 """
 
 import argparse
@@ -27,10 +29,11 @@ from webhook.kube.leader import LeaseElector
 from webhook.kube.reflector import Reflector, Resource, Store
 from webhook.kube.status import PolicyOutcome, desired_status, status_differs
 from webhook.logs import configure_logging
-from webhook.policy.cluster_state import CLUSTER_SOURCE, ClusterState, write_state
+from webhook.policy.cluster_state import CLUSTER_SOURCE, ClusterState, namespaces_directory, write_state
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.documents import namespace_info
 from webhook.policy.errors import PolicyError
+from webhook.policy.namespace_shards import NamespaceShardWriter
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +54,52 @@ class _Compiled:
     """The object itself when it compiled."""
 
 
+class NamespaceSink:
+    """The Namespace watch's sink: projects each object to what `namespaceObject` shows and writes its shard.
+
+    Runs in the watch thread; nothing but the projection is kept (not the watched objects), and an update
+    that changes nothing Placer reads (a resourceVersion, managed fields, kubectl's last-applied copy)
+    writes nothing.
+    """
+
+    def __init__(self, writer: NamespaceShardWriter, on_synced: Callable[[], None]) -> None:
+        self._writer = writer
+        self._on_synced = on_synced
+        self._lock = threading.Lock()
+        self.synced = False
+        self.events = 0
+        self.published = 0
+        """Watch events that rewrote a shard (the rest changed nothing a policy can read)."""
+
+    def replace(self, store: Store) -> None:
+        infos = {name: namespace_info(name, obj) for name, obj in store.items()}
+        with self._lock:
+            written = self._writer.replace(infos)
+            self.synced = True
+        log.info("namespaces: %d published (%d shards written)", len(infos), written)
+        self._on_synced()
+
+    def upsert(self, name: str, obj: Mapping[str, Any]) -> None:
+        info = namespace_info(name, obj)
+        with self._lock:
+            self.events += 1
+            self.published += self._writer.put(info)
+
+    def remove(self, name: str) -> None:
+        with self._lock:
+            self.events += 1
+            self.published += self._writer.delete(name)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._writer)
+
+
 class ClusterController:
     def __init__(
         self,
         api: KubeApi,
-        state_path: Path,
+        state_directory: Path,
         *,
         compiler: PolicyCompiler,
         elector: LeaseElector | None,
@@ -63,7 +107,7 @@ class ClusterController:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._api = api
-        self._state_path = state_path
+        self._state_directory = state_directory
         self._compiler = compiler
         self._elector = elector
         self._election_interval = election_interval
@@ -71,19 +115,19 @@ class ClusterController:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._policies: Store | None = None
-        self._namespaces: Store | None = None
+        self.namespaces = NamespaceSink(NamespaceShardWriter(namespaces_directory(state_directory)), self._wake.set)
         self._priority_classes: Store | None = None
         self._compiled: dict[str, _Compiled] = {}
         self._last_good: dict[str, tuple[str, _Compiled]] = {}
         self._published: tuple[Any, ...] | None = None
-        self._inputs: tuple[Store, Store, Store | None] | None = None
+        self._inputs: tuple[Store, Store | None] | None = None
         self._generation = 0
         self._next_election = 0.0
         self._started = monotonic()
         self._status_written: dict[str, tuple[tuple[Any, ...], float]] = {}
         self.reflectors = (
             Reflector(api, POLICIES, self._set_policies),
-            Reflector(api, NAMESPACES, self._set_namespaces),
+            Reflector(api, NAMESPACES, self.namespaces),
             Reflector(api, PRIORITY_CLASSES, self._set_priority_classes),
         )
 
@@ -92,11 +136,6 @@ class ClusterController:
     def _set_policies(self, store: Store) -> None:
         with self._lock:
             self._policies = store
-        self._wake.set()
-
-    def _set_namespaces(self, store: Store) -> None:
-        with self._lock:
-            self._namespaces = store
         self._wake.set()
 
     def _set_priority_classes(self, store: Store) -> None:
@@ -126,17 +165,17 @@ class ClusterController:
     def step(self) -> None:
         """Publish the state if the inputs changed, take part in the election, and report status if leading."""
         with self._lock:
-            inputs = (self._policies, self._namespaces, self._priority_classes)
-        policies, namespaces, priority_classes = inputs
-        if policies is None or namespaces is None:
+            policies, priority_classes = self._policies, self._priority_classes
+        if policies is None or not self.namespaces.synced:
             return  # not synced: publish nothing, so workers keep the previous state (or stay not ready)
         if priority_classes is None and self._monotonic() - self._started < _OPTIONAL_SYNC_WAIT:
             return  # give the optional PriorityClass list a moment, so the first state already has the default
         # PriorityClasses are optional: when they cannot be listed (RBAC of an older release), no default.
         # Reflectors hand over a new dict on every change, so identity says whether anything changed.
+        inputs = (policies, priority_classes)
         if self._inputs is None or any(a is not b for a, b in zip(self._inputs, inputs, strict=True)):
-            self._publish(policies, namespaces, priority_classes)
-            self._inputs = (policies, namespaces, priority_classes)
+            self._publish(policies, priority_classes)
+            self._inputs = inputs
         if self._elector is None:
             return
         now = self._monotonic()
@@ -148,7 +187,8 @@ class ClusterController:
         if self._elector.is_leader:
             self._report(policies)
 
-    def _publish(self, policies: Store, namespaces: Store, priority_classes: Store | None) -> None:
+    def _publish(self, policies: Store, priority_classes: Store | None) -> None:
+        """Write `policies.json` when what it holds changed (the namespaces are published by their sink)."""
         serving: list[Mapping[str, Any]] = []
         errors: list[PolicyError] = []
         for name in sorted(policies):
@@ -160,24 +200,20 @@ class ClusterController:
         for gone in set(self._compiled) - set(policies):
             del self._compiled[gone]
             self._last_good.pop(gone, None)
-        infos = {
-            name: namespace_info(name, obj)
-            for name, obj in namespaces.items()
-        }
         default_class = global_default_priority_class(priority_classes or {})
-        content = (serving, errors, infos, default_class)
+        content = (serving, errors, default_class)
         if content == self._published:
             return  # e.g. only a status or an unrelated annotation changed: workers need not recompile
         self._generation += 1
-        state = ClusterState(self._generation, True, serving, errors, infos, default_priority_class=default_class)
-        write_state(self._state_path, state)
+        state = ClusterState(self._generation, True, serving, errors, default_priority_class=default_class)
+        write_state(self._state_directory, state)
         self._published = content
         log.info(
             "published cluster state %d: %d policies serving, %d errors, %d namespaces",
             self._generation,
             len(serving),
             len(errors),
-            len(namespaces),
+            self.namespaces.count(),
         )
 
     def _compile(self, name: str, obj: Mapping[str, Any]) -> _Compiled:
@@ -252,7 +288,7 @@ def _served_document(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m webhook.kube.controller")
-    parser.add_argument("--state", required=True, type=Path, help="state file the gunicorn workers read")
+    parser.add_argument("--state", required=True, type=Path, help="state directory the gunicorn workers read")
     parser.add_argument("--kubeconfig", type=Path)
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--no-status", action="store_true", help="never write policy status (no leader election)")

@@ -6,6 +6,10 @@
 - `410 Gone` (as an HTTP status or an ERROR event in the stream) means that version has been compacted away:
   list again, and replace the store wholesale, so objects deleted meanwhile disappear.
 - Any other failure waits a bounded, jittered, exponential backoff, then resumes.
+
+What it learns goes to a sink, event by event (`StoreSink`): the namespace sink of the controller projects
+and publishes just the object that changed, so one relabel among 10,000 namespaces costs one object's work.
+`SnapshotSink` keeps the whole store and hands a consumer a fresh copy after each change (policies).
 """
 
 import logging
@@ -14,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from webhook.kube.api import ApiError, KubeApi, TransportError
 
@@ -29,6 +33,40 @@ class Resource:
 
     path: str
     kind: str
+
+
+class StoreSink(Protocol):
+    """Receives what a reflector learns; called from the reflector's thread."""
+
+    def replace(self, store: Store) -> None:
+        """The whole collection, after a list (the first one, or again after 410 Gone)."""
+
+    def upsert(self, name: str, obj: Mapping[str, Any]) -> None:
+        """An object was added or modified."""
+
+    def remove(self, name: str) -> None:
+        """An object was deleted."""
+
+
+class SnapshotSink:
+    """Keeps the whole store and calls `on_change(store)` with a fresh dict (never mutated afterwards) after
+    every change, so a consumer can keep it and tell changes apart by identity."""
+
+    def __init__(self, on_change: Callable[[Store], None]) -> None:
+        self._on_change = on_change
+        self._store: dict[str, Mapping[str, Any]] = {}
+
+    def replace(self, store: Store) -> None:
+        self._store = dict(store)
+        self._on_change(dict(self._store))
+
+    def upsert(self, name: str, obj: Mapping[str, Any]) -> None:
+        self._store[name] = obj
+        self._on_change(dict(self._store))
+
+    def remove(self, name: str) -> None:
+        self._store.pop(name, None)
+        self._on_change(dict(self._store))
 
 
 class Backoff:
@@ -54,16 +92,14 @@ class Expired(Exception):
 
 
 class Reflector:
-    """Keeps a store of one resource current and calls `on_change(store)` after every change.
-
-    `on_change` receives a fresh dict each time (never mutated afterwards), so a consumer can keep it.
-    """
+    """Keeps a sink current with one resource: a `StoreSink`, or `on_change(store)` called with a fresh dict
+    after every change (a `SnapshotSink`)."""
 
     def __init__(
         self,
         api: KubeApi,
         resource: Resource,
-        on_change: Callable[[Store], None],
+        on_change: Callable[[Store], None] | StoreSink,
         *,
         backoff: Backoff | None = None,
         watch_timeout: int = 290,
@@ -71,11 +107,10 @@ class Reflector:
     ) -> None:
         self._api = api
         self._resource = resource
-        self._on_change = on_change
+        self._sink: StoreSink = SnapshotSink(on_change) if callable(on_change) else on_change
         self._backoff = backoff or Backoff()
         self._watch_timeout = watch_timeout
         self._page_size = page_size
-        self._store: dict[str, Mapping[str, Any]] = {}
         self.resource_version: str | None = None
         self.lists = 0
         """How many full lists were made (1 + one per 410 Gone), for logs and tests."""
@@ -124,12 +159,11 @@ class Reflector:
             if not token:
                 break
             query = {"limit": str(self._page_size), "continue": str(token)}
-        self._store = store
         self.resource_version = resource_version
         self.lists += 1
         self._backoff.reset()
         log.info("%s: listed %d at resourceVersion %s", self._resource.kind, len(store), resource_version)
-        self._on_change(dict(store))
+        self._sink.replace(store)
 
     def _watch(self, stop: threading.Event) -> None:
         if stop.is_set():
@@ -176,13 +210,11 @@ class Reflector:
         if not name:
             return
         if kind in ("ADDED", "MODIFIED"):
-            self._store[name] = obj
+            self._sink.upsert(name, obj)
         elif kind == "DELETED":
-            self._store.pop(name, None)
+            self._sink.remove(name)
         else:
             log.warning("%s: unknown watch event type %r ignored", self._resource.kind, kind)
-            return
-        self._on_change(dict(self._store))
 
 
 def _name(obj: Any) -> str | None:

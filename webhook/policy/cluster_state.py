@@ -1,33 +1,54 @@
-"""The cluster's policies as one file, written by the controller process and read by every worker.
+"""The cluster's policies and namespaces as files, written by the controller process and read by every worker.
 
 One process per replica list+watches the API server (`webhook/kube/controller.py`) and writes what serves
-to a JSON file, replaced by rename so a reader sees the old file or the new one, never a part. Every gunicorn
-worker polls that one file, so all workers serve the same policies, and the API server carries one watch per
-replica instead of one per worker. The controller has already compiled each document and keeps only good
-versions (the last good one when an update does not compile); workers recompile them for their own CEL
-environment, which is deterministic.
+into a state directory; every gunicorn worker reads it, so all workers serve the same policies and the API
+server carries one watch per replica instead of one per worker. The directory holds:
+
+- `policies.json`: the SchedulingPolicies that serve, their errors, the default PriorityClass, and whether
+  the first sync is done. Rewritten only when one of those changes (a namespace relabel does not touch it);
+  a worker recompiles only the policies whose document changed.
+- `namespaces/`: the namespaces in 256 shards (`webhook.policy.namespace_shards`), each rewritten when one
+  of its namespaces changes and read by a worker for the one namespace an admission needs.
+
+Every file is replaced by rename, so a reader sees the old file or the new one, never a part. The controller
+has already compiled each document and keeps only good versions (the last good one when an update does not
+compile); workers recompile them for their own CEL environment, which is deterministic.
 """
 
-import json
 import logging
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
+from webhook.json_bytes import encode_json
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.errors import PolicyError
 from webhook.policy.files import Fingerprint, file_fingerprint
 from webhook.policy.model import Policy
-from webhook.policy.snapshot import NamespaceInfo
+from webhook.policy.namespace_shards import NamespaceShards
 from webhook.policy.sources import SourceContent
 
 log = logging.getLogger(__name__)
 
 CLUSTER_SOURCE = "cluster"
-STATE_FORMAT = 1
+STATE_FORMAT = 2
+POLICIES_FILE = "policies.json"
+NAMESPACES_DIRECTORY = "namespaces"
+POLL_INTERVAL = 0.2
+"""How often a worker looks at `policies.json` (one stat): a policy change serves well within a second."""
+
+
+def policies_path(directory: Path) -> Path:
+    return directory / POLICIES_FILE
+
+
+def namespaces_directory(directory: Path) -> Path:
+    return directory / NAMESPACES_DIRECTORY
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,13 +59,12 @@ class ClusterState:
     policies: Sequence[Mapping[str, Any]] = ()
     """SchedulingPolicy objects that serve (each the last version that compiled)."""
     errors: Sequence[PolicyError] = ()
-    namespaces: Mapping[str, NamespaceInfo] = field(default_factory=dict)
     default_priority_class: str | None = None
     """The cluster's globalDefault PriorityClass, if any."""
 
 
-def write_state(path: Path, state: ClusterState) -> None:
-    """Write atomically: a temporary file in the same directory, then rename over the old one."""
+def write_state(directory: Path, state: ClusterState) -> None:
+    """Write `policies.json` atomically: a temporary file in the same directory, then rename over the old one."""
     payload = {
         "format": STATE_FORMAT,
         "generation": state.generation,
@@ -54,36 +74,26 @@ def write_state(path: Path, state: ClusterState) -> None:
             {"source": e.source, "message": e.message, "policy": e.policy, "rule": e.rule, "field": e.field}
             for e in state.errors
         ],
-        "namespaces": {
-            name: {"labels": dict(ns.labels), "annotations": dict(ns.annotations), **ns.rest}
-            for name, ns in state.namespaces.items()
-        },
         "defaultPriorityClass": state.default_priority_class,
     }
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    path = policies_path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.")
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as output:
-            json.dump(payload, output, separators=(",", ":"))
+        with os.fdopen(handle, "wb") as output:
+            output.write(encode_json(payload))
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
 
 
-def read_state(path: Path) -> ClusterState:
-    """The state in `path`; OSError or ValueError when it is missing or not a state file."""
-    payload = json.loads(path.read_text(encoding="utf-8"))
+def read_state(directory: Path) -> ClusterState:
+    """The policies part of the state in `directory`; OSError or ValueError when missing or not a state file."""
+    path = policies_path(directory)
+    payload = orjson.loads(path.read_bytes())
     if not isinstance(payload, dict) or payload.get("format") != STATE_FORMAT:
         raise ValueError(f"{path}: not a Placer cluster state file (format {STATE_FORMAT})")
-    namespaces = {
-        str(name): NamespaceInfo(
-            str(name),
-            dict(entry.get("labels") or {}),
-            dict(entry.get("annotations") or {}),
-            {key: entry[key] for key in ("metadata", "spec", "status") if isinstance(entry.get(key), dict)},
-        )
-        for name, entry in (payload.get("namespaces") or {}).items()
-    }
     errors = [PolicyError(**entry) for entry in payload.get("errors") or []]
     default_class = payload.get("defaultPriorityClass")
     return ClusterState(
@@ -91,19 +101,23 @@ def read_state(path: Path) -> ClusterState:
         bool(payload["synced"]),
         list(payload.get("policies") or []),
         errors,
-        namespaces,
         default_priority_class=default_class if isinstance(default_class, str) else None,
     )
 
 
 class ClusterStateSource:
-    """A worker's view of the cluster: the state file, recompiled whenever the controller replaces it."""
+    """A worker's view of the cluster: `policies.json`, recompiled where it changed, and the namespace shards."""
 
-    def __init__(self, path: Path, *, compiler: PolicyCompiler) -> None:
-        self._path = path
+    interval = POLL_INTERVAL
+
+    def __init__(self, directory: Path, *, compiler: PolicyCompiler) -> None:
+        self._path = policies_path(directory)
         self._compiler = compiler
         self._stamp: Fingerprint | None = None
-        self._content = SourceContent(ready=False)
+        self._namespaces = NamespaceShards(namespaces_directory(directory))
+        self._content = SourceContent(namespaces=self._namespaces, ready=False)
+        self._compiled: dict[bytes, Policy] = {}
+        """Policies by their document's JSON: an unchanged document is not compiled again."""
         self.generation: int | None = None
 
     def refresh(self) -> bool:
@@ -111,7 +125,7 @@ class ClusterStateSource:
         if stamp is None or stamp == self._stamp:
             return False  # unchanged, or not written yet (no first sync: stay not ready)
         try:
-            state = read_state(self._path)
+            state = read_state(self._path.parent)
         except (OSError, ValueError, TypeError, KeyError) as error:
             log.error("cluster state %s unreadable (%s); the last good policies keep serving", self._path, error)
             return False
@@ -125,16 +139,23 @@ class ClusterStateSource:
 
     def _compile(self, state: ClusterState) -> SourceContent:
         policies: dict[str, Policy] = {}
+        compiled: dict[bytes, Policy] = {}
         errors = list(state.errors)
         for document in state.policies:
-            result = self._compiler.compile(document, CLUSTER_SOURCE)
-            if result.policy is not None:
-                policies[result.policy.name] = result.policy
-            else:  # only if this worker's Placer differs from the controller's, e.g. mid-upgrade
-                errors.extend(result.errors)
+            key = encode_json(document)
+            policy = self._compiled.get(key)
+            if policy is None:
+                result = self._compiler.compile(document, CLUSTER_SOURCE)
+                if result.policy is None:  # only if this worker's Placer differs from the controller's
+                    errors.extend(result.errors)
+                    continue
+                policy = result.policy
+            compiled[key] = policy
+            policies[policy.name] = policy
+        self._compiled = compiled
         return SourceContent(
             policies,
-            state.namespaces,
+            self._namespaces,
             tuple(errors),
             ready=state.synced,
             default_priority_class=state.default_priority_class,

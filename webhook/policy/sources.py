@@ -7,13 +7,14 @@ publishes a new immutable snapshot when any of them changed. Workers never see a
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook.policy.errors import PolicyError
 from webhook.policy.model import Policy
-from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
+from webhook.policy.snapshot import LayeredNamespaces, NamespaceInfo, PolicySnapshot
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +40,16 @@ class PolicySource(Protocol):
         """Everything the source serves now."""
 
 
+def _interval(source: PolicySource, default: float) -> float:
+    """How often `source` is refreshed: its own `interval` when it has one shorter than the reloader's."""
+    own = getattr(source, "interval", None)
+    return min(own, default) if isinstance(own, int | float) else default
+
+
 def combine(contents: Iterable[SourceContent], environment: Any) -> PolicySnapshot:
     """One snapshot of several sources; the first source that defines a policy (or namespace) name wins."""
     policies: dict[str, Policy] = {}
-    namespaces: dict[str, NamespaceInfo] = {}
+    namespaces: list[Mapping[str, NamespaceInfo]] = []
     errors: list[PolicyError] = []
     ready = True
     default_class: str | None = None
@@ -50,8 +57,7 @@ def combine(contents: Iterable[SourceContent], environment: Any) -> PolicySnapsh
         ready = ready and content.ready
         default_class = default_class or content.default_priority_class
         errors.extend(content.errors)
-        for name, namespace in content.namespaces.items():
-            namespaces.setdefault(name, namespace)
+        namespaces.append(content.namespaces)  # not truth-tested: the cluster's layer would read every shard
         for name, policy in content.policies.items():
             if name in policies:
                 errors.append(
@@ -59,8 +65,9 @@ def combine(contents: Iterable[SourceContent], environment: Any) -> PolicySnapsh
                 )
             else:
                 policies[name] = policy
+    layered = namespaces[0] if len(namespaces) == 1 else LayeredNamespaces(namespaces)
     return PolicySnapshot.build(
-        policies.values(), namespaces, errors, environment, ready=ready, default_priority_class=default_class
+        policies.values(), layered, errors, environment, ready=ready, default_priority_class=default_class
     )
 
 
@@ -102,11 +109,18 @@ class PolicyReloader:
         self._stop.set()
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval):
+        intervals = [_interval(source, self._interval) for source in self._sources]
+        due = [time.monotonic() + interval for interval in intervals]
+        while not self._stop.wait(max(0.0, min(due, default=self._interval) - time.monotonic())):
             try:
-                # Every source is refreshed on every round (no short-circuit): each keeps its own state current.
-                changed = [source.refresh() for source in self._sources]
-                if any(changed):
+                now = time.monotonic()
+                changed = False
+                # Every source that is due is refreshed (no short-circuit): each keeps its own state current.
+                for index, source in enumerate(self._sources):
+                    if now >= due[index]:
+                        due[index] = now + intervals[index]
+                        changed = source.refresh() or changed
+                if changed:
                     snapshot = self.snapshot()
                     self._publish(snapshot)
                     log.info("policies reloaded: %d policies, %d errors", len(snapshot.policies), len(snapshot.errors))
