@@ -9,15 +9,22 @@
 3. server: `placer serve` over TLS under keep-alive load from separate processes, /mutate and /healthz at
    1, 8 and 32 connections, and the RSS of each worker;
 4. soak (with --soak N): N admissions with worker RSS sampled along the way.
+
+    python -m tests.bench scale [--namespaces 1,1000,10000] [--churn 10] [--duration 30]
+
+runs the scale table instead (tests.bench.bench_scale): cluster state under namespace churn.
 """
 
 import argparse
 import sys
 
-from tests.bench import bench_direct, bench_engine, bench_server
+from tests.bench import bench_direct, bench_engine, bench_scale, bench_server
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["scale"]:
+        bench_scale.main(sys.argv[2:])
+        return
     parser = argparse.ArgumentParser(description="Placer's benchmark suite")
     parser.add_argument("--iterations", type=int, default=1000, help="engine iterations per case")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds of load per server case")

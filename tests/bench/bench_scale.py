@@ -59,10 +59,13 @@ def populate(apiserver: FakeApiServer, namespaces: int, policy_count: int) -> No
 def placer_processes(server: RunningServer) -> dict[str, int]:
     """arbiter, controller and workers by pid (the controller is the arbiter's child running webhook.kube)."""
     found = {"arbiter": server.process.pid}
-    for index, pid in enumerate(sorted(server.worker_pids())):
+    workers = 0
+    for pid in sorted(server.worker_pids()):
         with contextlib.suppress(OSError):
-            command = Path(f"/proc/{pid}/cmdline").read_bytes()
-            found["controller" if b"webhook.kube.controller" in command else f"worker-{index}"] = pid
+            if b"webhook.kube.controller" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found["controller"] = pid
+            else:
+                found[f"worker-{workers}"], workers = pid, workers + 1
     return found
 
 
@@ -107,7 +110,7 @@ def gpu_pod_policy(key: str) -> dict[str, Any]:
 
 
 def measure(namespaces: int, policy_count: int, churn: float, duration: float, workdir: Path,
-            certs: Any) -> dict[str, Any]:
+            certs: Any, *, policy_updates: int = 8, admission_seconds: float = 3.0) -> dict[str, Any]:
     apiserver = FakeApiServer().serve(certs.cert, certs.key)
     try:
         populate(apiserver, namespaces, policy_count)
@@ -133,9 +136,9 @@ def measure(namespaces: int, policy_count: int, churn: float, duration: float, w
                                    "shards_kb": round(sum(p.stat().st_size for p in
                                                           namespaces_directory(directory).glob("*.json")) / 1024, 1)}
             row.update(churn_phase(apiserver, server, pids, directory, namespaces, churn, duration))
-            row["policy_ms"] = policy_freshness(apiserver, server)
+            row["policy_ms"] = policy_freshness(apiserver, server, policy_updates)
             result = load(server.url + "/mutate?timeout=10s", json.dumps(review()).encode(), connections=1,
-                          duration=3.0, ca=str(certs.ca_cert), processes=1)
+                          duration=admission_seconds, ca=str(certs.ca_cert), processes=1)
             row["admission_p50_ms"], row["admission_p99_ms"] = result["p50_ms"], result["p99_ms"]
             return row
     finally:

@@ -1,7 +1,11 @@
 """Keep the benchmark runnable: a tiny run, checking what it measures, not how fast."""
 
-from tests.bench.bench_engine import phase_rows, run
+from pathlib import Path
+from typing import Any
+
 from tests.bench.bench_direct import run as run_direct
+from tests.bench.bench_engine import phase_rows, run
+from tests.bench.bench_scale import measure as measure_scale
 from tests.bench.bench_server import run as run_server
 
 
@@ -36,3 +40,14 @@ def test_direct_benchmark_measures_the_floor_and_placer_side_by_side() -> None:
         assert row["requests"] > 0 and row["errors"] == 0, row
         assert row["p50_ms"] <= row["p99_ms"], row
         assert row["cpu_s_per_1000"] > 0 and len(row["rss_mb"]) == 1, row
+
+
+def test_scale_benchmark_publishes_every_relabel_and_counts_every_placer_process(
+        tmp_path: Path, certificates: Any) -> None:
+    row = measure_scale(300, 2, churn=20, duration=1.0, workdir=tmp_path, certs=certificates, policy_updates=2,
+                        admission_seconds=0.5)
+    assert row["changes"] >= 15 and row["unpublished"] == 0, row
+    assert row["publish_p50_ms"] <= row["publish_p99_ms"], row
+    assert sorted(row["cpu_s_per_min"]) == ["arbiter", "controller", "worker-0", "worker-1"], row
+    assert row["shards_kb"] > 50 and row["policies_kb"] > 0, row
+    assert row["policy_ms"][0] > 0 and row["admission_p50_ms"] > 0, row
