@@ -75,7 +75,7 @@ class PolicyReloader:
     """Polls the sources in a daemon thread and hands each new snapshot to `publish`.
 
     Polling, not inotify: Kubernetes updates mounted ConfigMaps and Secrets by swapping a symlink, which
-    inotify watches on the file do not see; the cluster source's state file is replaced by rename.
+    inotify watches on the file do not see; the cluster source's state files are replaced by rename.
     """
 
     def __init__(

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 def build_worker_app(settings: Settings) -> Any:
     """Everything one worker process needs: policies, their reloader, metrics, and the Flask app.
 
-    With `--kube`, the cluster's policies (from the state file the controller writes) come first: a file
+    With `--kube`, the cluster's policies (from the state directory the controller writes) come first: a file
     policy with the same name as a cluster one is reported and ignored.
     """
     compiler = PolicyCompiler(LeakAccount(int(settings.cel_leak_budget_mib * 2**20)))
