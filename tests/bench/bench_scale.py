@@ -1,6 +1,6 @@
 """The scale table: what cluster state costs Placer when the cluster is big and changing, with no admissions.
 
-    python -m tests.bench.bench_scale [--namespaces 1000,10000] [--churn 10] [--duration 30] [--policies 50]
+    python -m tests.bench.bench_scale [--namespaces 1000,10000] [--nodes 0,5000] [--churn 10] [--duration 30]
 
 For each namespace count N: the fake API server (tests.kube.fake_apiserver, in this process) holds N
 namespaces (3 labels and 2 annotations each, like a platform's) and `--policies` SchedulingPolicies plus the
@@ -13,7 +13,9 @@ namespaces (3 labels and 2 annotations each, like a platform's) and `--policies`
   every worker serves it), and CPU seconds per minute and RSS of each Placer process (arbiter, controller,
   workers) from /proc, with the total as a share of one core;
 - policy freshness: p50/p99 from a policy update until 12 admissions in a row (both workers) serve it;
-- admission p50/p99 of the captured Pod review at 1 connection (3 s), beside the same with no namespaces.
+- admission p50/p99 of the captured Pod review at 1 connection (3 s), beside the same with no namespaces;
+- with `--nodes M`: M Nodes (as kubelets report them, ~7 KB each), and a phase in which each reports its
+  status every 10 s and nothing else changes (M/10 watch events a second): Placer's share of a core.
 """
 
 import argparse
@@ -40,7 +42,7 @@ from tests.e2e.server import RunningServer, running_server
 from tests.helpers import decode_patch
 from tests.kube.fake_apiserver import FakeApiServer
 from webhook.certs import issue
-from webhook.policy.cluster_state import namespaces_directory, policies_path
+from webhook.policy.cluster_state import namespaces_directory, nodes_directory, policies_path
 from webhook.policy.namespace_shards import NamespaceShards
 
 POD_NAMESPACE = "team-a"
@@ -110,10 +112,12 @@ def gpu_pod_policy(key: str) -> dict[str, Any]:
 
 
 def measure(namespaces: int, policy_count: int, churn: float, duration: float, workdir: Path,
-            certs: Any, *, policy_updates: int = 8, admission_seconds: float = 3.0) -> dict[str, Any]:
+            certs: Any, *, nodes: int = 0, policy_updates: int = 8, admission_seconds: float = 3.0) -> dict[str, Any]:
     apiserver = FakeApiServer().serve(certs.cert, certs.key)
     try:
         populate(apiserver, namespaces, policy_count)
+        for index in range(nodes):
+            apiserver.put_node(node_name(index), {"node-pool": f"pool-{index % 7}"})
         apiserver.put_policy(gpu_pod_policy("v0"))
         last = f"ns-{namespaces - 2:05d}" if namespaces > 1 else POD_NAMESPACE
         started = time.monotonic()
@@ -129,13 +133,18 @@ def measure(namespaces: int, policy_count: int, churn: float, duration: float, w
             shards = NamespaceShards(namespaces_directory(directory))
             while last not in shards and time.monotonic() < deadline:
                 time.sleep(0.05)
+            while nodes and node_count(directory) < nodes and time.monotonic() < deadline:
+                time.sleep(0.05)
             startup = time.monotonic() - started
             time.sleep(2.0)  # let start-up work settle before counting CPU
-            row: dict[str, Any] = {"namespaces": namespaces, "startup_s": round(startup, 2),
+            row: dict[str, Any] = {"namespaces": namespaces, "nodes": nodes, "startup_s": round(startup, 2),
+                                   "nodes_kb": round(sum(p.stat().st_size for p in
+                                                         nodes_directory(directory).glob("*.json")) / 1024, 1),
                                    "policies_kb": round(policies_path(directory).stat().st_size / 1024, 1),
                                    "shards_kb": round(sum(p.stat().st_size for p in
                                                           namespaces_directory(directory).glob("*.json")) / 1024, 1)}
             row.update(churn_phase(apiserver, server, pids, directory, namespaces, churn, duration))
+            row["heartbeats"] = heartbeat_phase(apiserver, pids, nodes, duration) if nodes else None
             row["policy_ms"] = policy_freshness(apiserver, server, policy_updates)
             result = load(server.url + "/mutate?timeout=10s", json.dumps(review()).encode(), connections=1,
                           duration=admission_seconds, ca=str(certs.ca_cert), processes=1)
@@ -143,6 +152,33 @@ def measure(namespaces: int, policy_count: int, churn: float, duration: float, w
             return row
     finally:
         apiserver.shutdown()
+
+
+def node_name(index: int) -> str:
+    return f"node-{index:05d}"
+
+
+def node_count(directory: Path) -> int:
+    return sum(len(json.loads(path.read_bytes())) for path in nodes_directory(directory).glob("*.json"))
+
+
+def heartbeat_phase(apiserver: FakeApiServer, pids: dict[str, int], nodes: int, duration: float,
+                    period: float = 10.0) -> dict[str, Any]:
+    """Every node reports its status every `period` seconds, and nothing else changes: what that costs Placer."""
+    rate = nodes / period
+    cpu_before = {role: cpu_seconds([pid]) for role, pid in pids.items()}
+    began = time.monotonic()
+    count = 0
+    while time.monotonic() < began + duration:
+        index = count % nodes
+        apiserver.put_node(node_name(index), {"node-pool": f"pool-{index % 7}"},
+                           heartbeat=f"2026-11-22T{10 + count // nodes % 10:02d}:00:{count % 60:02d}Z")
+        count += 1
+        time.sleep(max(0.0, began + count / rate - time.monotonic()))
+    elapsed = time.monotonic() - began
+    cpu = {role: (cpu_seconds([pid]) - cpu_before[role]) / elapsed * 60 for role, pid in pids.items()}
+    return {"events_per_s": round(count / elapsed), "cpu_s_per_min": {k: round(v, 2) for k, v in cpu.items()},
+            "core_share_pct": round(sum(cpu.values()) / 60 * 100, 2)}
 
 
 def churn_phase(apiserver: FakeApiServer, server: RunningServer, pids: dict[str, int], directory: Path,
@@ -215,7 +251,8 @@ def policy_freshness(apiserver: FakeApiServer, server: RunningServer, updates: i
     return [round(percentile(samples, 0.5), 0), round(percentile(samples, 0.99), 0)]
 
 
-HEADER = (f"{'namespaces':>10} {'startup s':>9} {'policies KB':>11} {'shards KB':>9} {'changes':>7} "
+HEADER = (f"{'namespaces':>10} {'nodes':>5} {'startup s':>9} {'policies KB':>11} {'shards KB':>9} {'nodes KB':>8} "
+          f"{'changes':>7} "
           f"{'publish p50/p99 ms':>18} {'policy p50/p99 ms':>17} {'% core':>6} {'admit p50/p99 ms':>16}")
 
 
@@ -223,15 +260,21 @@ def print_row(row: dict[str, Any]) -> None:
     publish = f"{row['publish_p50_ms']}/{row['publish_p99_ms']}"
     policy = f"{row['policy_ms'][0]:.0f}/{row['policy_ms'][1]:.0f}"
     admit = f"{row['admission_p50_ms']:.2f}/{row['admission_p99_ms']:.2f}"
-    print(f"{row['namespaces']:>10} {row['startup_s']:>9} {row['policies_kb']:>11} {row['shards_kb']:>9} "
-          f"{row['changes']:>7} {publish:>18} {policy:>17} {row['core_share_pct']:>6} {admit:>16}")
+    print(f"{row['namespaces']:>10} {row['nodes']:>5} {row['startup_s']:>9} {row['policies_kb']:>11} "
+          f"{row['shards_kb']:>9} {row['nodes_kb']:>8} {row['changes']:>7} {publish:>18} {policy:>17} "
+          f"{row['core_share_pct']:>6} {admit:>16}")
     print(f"{'':>10} CPU s/min {row['cpu_s_per_min']}  RSS MB {row['rss_mb']}"
           + (f"  unpublished {row['unpublished']}" if row["unpublished"] else ""), flush=True)
+    if row["heartbeats"]:
+        beats = row["heartbeats"]
+        print(f"{'':>10} node heartbeats only, {beats['events_per_s']}/s: {beats['core_share_pct']} % of a core, "
+              f"CPU s/min {beats['cpu_s_per_min']}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--namespaces", default="1,1000,10000", help="namespace counts (1: only the Pod's)")
+    parser.add_argument("--nodes", default="0", help="node counts (each row: every namespace count × node count)")
     parser.add_argument("--churn", type=float, default=10.0, help="namespace relabels per second")
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of churn per row")
     parser.add_argument("--policies", type=int, default=50, help="SchedulingPolicies besides the 2-rule one")
@@ -243,9 +286,10 @@ def main(argv: list[str] | None = None) -> None:
         workdir = Path(tmp)
         certs = issue(workdir / "certs", ["localhost", "127.0.0.1"], common_name="localhost")
         for count in (int(n) for n in args.namespaces.split(",")):
-            case = workdir / f"n{count}"
-            case.mkdir()
-            print_row(measure(count, args.policies, args.churn, args.duration, case, certs))
+            for nodes in (int(m) for m in args.nodes.split(",")):
+                case = workdir / f"n{count}-m{nodes}"
+                case.mkdir()
+                print_row(measure(count, args.policies, args.churn, args.duration, case, certs, nodes=nodes))
 
 
 if __name__ == "__main__":

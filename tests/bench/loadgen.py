@@ -35,22 +35,29 @@ def build_request(url: str, body: bytes | None) -> tuple[str, int, bytes]:
     return str(parts.hostname), int(parts.port or 443), (head + "\r\n").encode() + (body or b"")
 
 
-async def _read_response(reader: asyncio.StreamReader) -> int:
+async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bool]:
+    """The status, and whether the server closes the connection after this response (`Connection: close`,
+    which a worker being replaced sends): the next request then goes on a new connection, as any HTTP client
+    (the API server's Go transport included) does."""
     status_line = await reader.readline()
     if not status_line:
         raise ConnectionError("closed")
     status = int(status_line.split()[1])
     length = 0
+    closing = False
     while True:
         line = await reader.readline()
         if line in (b"\r\n", b""):
             break
         name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
+        header = name.strip().lower()
+        if header == b"content-length":
             length = int(value.strip())
+        elif header == b"connection" and value.strip().lower() == b"close":
+            closing = True
     if length:
         await reader.readexactly(length)
-    return status
+    return status, closing
 
 
 async def _connection(host: str, port: int, request: bytes, context: ssl.SSLContext, until: float,
@@ -66,10 +73,13 @@ async def _connection(host: str, port: int, request: bytes, context: ssl.SSLCont
             started = time.perf_counter()
             writer.write(request)
             await writer.drain()
-            status = await _read_response(reader)
+            status, closing = await _read_response(reader)
             latencies.append((time.perf_counter() - started) * 1000)
             if status != 200:
                 counters["errors"] += 1
+            if closing:
+                writer.close()
+                reader = writer = None
         except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError, IndexError):
             counters["errors"] += 1
             if writer is not None:

@@ -27,10 +27,12 @@ POLICIES = "/apis/placer.dev/v1alpha1/schedulingpolicies"
 NAMESPACES = "/api/v1/namespaces"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/placer-system/leases"
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
+NODES = "/api/v1/nodes"
 _KINDS = {
     POLICIES: ("placer.dev/v1alpha1", "SchedulingPolicy", True),
     NAMESPACES: ("v1", "Namespace", False),
     PRIORITY_CLASSES: ("scheduling.k8s.io/v1", "PriorityClass", False),
+    NODES: ("v1", "Node", False),
 }
 
 
@@ -63,7 +65,7 @@ class FakeApiServer:
     """State and controls; `serve(certs)` starts it, `url` is where it listens."""
 
     objects: dict[str, dict[str, dict[str, Any]]] = field(
-        default_factory=lambda: {POLICIES: {}, NAMESPACES: {}, PRIORITY_CLASSES: {}})
+        default_factory=lambda: {POLICIES: {}, NAMESPACES: {}, PRIORITY_CLASSES: {}, NODES: {}})
     leases: dict[str, dict[str, Any]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
@@ -104,6 +106,36 @@ class FakeApiServer:
                                            "globalDefault": global_default,
                                            "preemptionPolicy": "PreemptLowerPriority"})
 
+    def put_node(self, name: str, labels: dict[str, str] | None = None, *,
+                 taints: list[dict[str, str]] | None = None, unschedulable: bool = False,
+                 heartbeat: str = "2026-11-22T10:00:00Z") -> dict[str, Any]:
+        """A Node as a kubelet reports it (conditions with heartbeats, images, node info: the bulk of its size)."""
+        spec: dict[str, Any] = {"podCIDR": "10.244.1.0/24", "providerID": f"kind://docker/kind/{name}"}
+        if taints:
+            spec["taints"] = taints
+        if unschedulable:
+            spec["unschedulable"] = True
+        conditions = [{"type": kind, "status": "False" if kind != "Ready" else "True",
+                       "lastHeartbeatTime": heartbeat, "lastTransitionTime": "2026-11-01T10:00:00Z",
+                       "reason": f"Kubelet{kind}", "message": f"kubelet reports {kind}"}
+                      for kind in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")]
+        images = [{"names": [f"registry.example/team/image-{i}@sha256:{'ab' * 32}", f"registry.example/team/image-{i}:v1"],
+                   "sizeBytes": 100_000_000 + i} for i in range(30)]
+        status = {"capacity": {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"},
+                  "allocatable": {"cpu": "7800m", "memory": "31Gi", "pods": "110", "ephemeral-storage": "95Gi"},
+                  "conditions": conditions, "images": images,
+                  "addresses": [{"type": "InternalIP", "address": "172.18.0.2"}, {"type": "Hostname", "address": name}],
+                  "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+                  "nodeInfo": {"kubeletVersion": "v1.34.0", "containerRuntimeVersion": "containerd://2.1.0",
+                               "osImage": "Debian GNU/Linux 12", "kernelVersion": "6.1.0", "architecture": "amd64",
+                               "operatingSystem": "linux", "machineID": "m" * 32, "systemUUID": "u" * 36,
+                               "bootID": "b" * 36, "kubeProxyVersion": "", "containerRuntime": ""}}
+        metadata = {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                             **(labels or {})},
+                    "annotations": {"node.alpha.kubernetes.io/ttl": "0",
+                                    "volumes.kubernetes.io/controller-managed-attach-detach": "true"}}
+        return self.put(NODES, {"metadata": metadata, "spec": spec, "status": status})
+
     def delete(self, collection: str, name: str) -> None:
         with self.condition:
             obj = self.objects[collection].pop(name)
@@ -130,7 +162,7 @@ class FakeApiServer:
         """Compact and tell every open watch its version is gone (what etcd compaction does to a slow watcher)."""
         self.compact()
         with self.condition:
-            for collection in (POLICIES, NAMESPACES, PRIORITY_CLASSES):
+            for collection in _KINDS:
                 self._event(collection, "ERROR", status(410, "Expired", "too old resource version: 1 (2)"))
 
     def drop_watches(self) -> None:

@@ -1,5 +1,6 @@
 """The controller against the fake API server: what it publishes to workers and what status it writes."""
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.kube.fake_apiserver import LEASES, NAMESPACES, POLICIES, TOKEN, FakeApiServer, wait_for
+from tests.kube.fake_apiserver import LEASES, NAMESPACES, NODES, POLICIES, TOKEN, FakeApiServer, wait_for
 from webhook.kube.api import KubeApi, Timeouts
 from webhook.kube.connection import connect
 from webhook.kube.controller import LEASE_NAME, ClusterController
@@ -17,6 +18,7 @@ from webhook.policy.cluster_state import (
     ClusterState,
     ClusterStateSource,
     namespaces_directory,
+    nodes_directory,
     policies_path,
     read_state,
 )
@@ -312,3 +314,37 @@ def test_workers_recompile_only_the_policies_that_changed(apiserver: FakeApiServ
     assert source.refresh()
     assert source.content().policies["steady"] is steady, "an unchanged document is not compiled again"
     assert source.content().policies["moving"] is not moving
+
+
+def published_nodes(running: Running) -> dict[str, Any]:
+    nodes: dict[str, Any] = {}
+    for path in nodes_directory(running.state).glob("*.json"):
+        nodes.update(json.loads(path.read_text()))
+    return nodes
+
+
+def test_nodes_are_published_as_the_scheduler_sees_them_and_a_heartbeat_writes_nothing(
+        apiserver: FakeApiServer, running: Running) -> None:
+    apiserver.put_node("gpu-1", {"node-pool": "gpu"},
+                       taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])
+    apiserver.put_node("cpu-1", {"node-pool": "general"})
+    wait_for(lambda: len(published_nodes(running)) == 2, what="both nodes")
+    assert published_nodes(running)["gpu-1"] == {
+        "labels": {"kubernetes.io/hostname": "gpu-1", "kubernetes.io/os": "linux", "node-pool": "gpu"},
+        "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+        "allocatable": {"cpu": "7800m", "memory": "31Gi", "pods": "110", "ephemeral-storage": "95Gi"},
+        "unschedulable": False,
+    }
+    stamps = {path.name: path.stat().st_ino for path in nodes_directory(running.state).glob("*.json")}
+
+    for beat in range(5):  # what kubelets send all day: only heartbeat times change
+        apiserver.put_node("cpu-1", {"node-pool": "general"}, heartbeat=f"2026-11-22T10:00:{beat:02d}Z")
+    apiserver.put_node("cpu-1", {"node-pool": "general"}, unschedulable=True)  # kubectl cordon
+    wait_for(lambda: published_nodes(running)["cpu-1"]["unschedulable"], what="the cordon")
+    sink = running.controller.nodes
+    assert sink.events == 6 and sink.published == 1, "five heartbeats wrote nothing, the cordon one shard"
+    after = {path.name: path.stat().st_ino for path in nodes_directory(running.state).glob("*.json")}
+    assert [name for name in stamps if stamps[name] != after[name]] == [shard_name("cpu-1")]
+
+    apiserver.delete(NODES, "gpu-1")
+    wait_for(lambda: "gpu-1" not in published_nodes(running), what="the node's removal")

@@ -171,3 +171,24 @@ def test_backoff_grows_exponentially_with_jitter_up_to_its_ceiling() -> None:
 def _policy(name: str) -> dict[str, Any]:
     return {"metadata": {"name": name}, "spec": {"rules": [
         {"name": "pool", "action": "add-node-selector", "parameters": {"pool": "general"}}]}}
+
+
+def test_a_paced_watch_reads_in_bursts_and_loses_no_event(apiserver: FakeApiServer, api: KubeApi) -> None:
+    recorder = Recorder()
+    reflector = Reflector(api, Resource(NAMESPACES, "Namespace"), recorder, pace=0.05)
+    stop = threading.Event()
+    thread = threading.Thread(target=reflector.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: recorder.stores, what="the list")
+        for index in range(200):
+            apiserver.put_namespace(f"ns-{index}", {"round": "1"})
+        for index in range(200):
+            apiserver.put_namespace(f"ns-{index}", {"round": "2"})
+        wait_for(lambda: len(recorder.names) == 200 and all(
+            obj["metadata"]["labels"]["round"] == "2" for obj in recorder.stores[-1].values()), what="every event")
+        assert reflector.lists == 1, "no event was lost or skipped: no relist was needed"
+    finally:
+        stop.set()
+        apiserver.drop_watches()
+        thread.join(5)

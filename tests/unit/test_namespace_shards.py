@@ -6,8 +6,28 @@ from pathlib import Path
 import pytest
 
 from webhook.policy import namespace_shards
-from webhook.policy.namespace_shards import SHARDS, NamespaceShards, NamespaceShardWriter, shard_of, shard_path
+from webhook.policy.namespace_shards import NamespaceShards, entry_of
+from webhook.policy.shards import SHARDS, ShardWriter, shard_of, shard_path
 from webhook.policy.snapshot import LayeredNamespaces, NamespaceInfo
+
+
+class NamespaceShardWriter:
+    """What the controller's namespace sink does: each namespace's projection into its shard."""
+
+    def __init__(self, directory: Path) -> None:
+        self.shards = ShardWriter(directory)
+
+    def __len__(self) -> int:
+        return len(self.shards)
+
+    def replace(self, infos: dict[str, NamespaceInfo]) -> int:
+        return self.shards.replace({name: entry_of(info) for name, info in infos.items()})
+
+    def put(self, namespace: NamespaceInfo) -> bool:
+        return self.shards.put(namespace.name, entry_of(namespace))
+
+    def delete(self, name: str) -> bool:
+        return self.shards.delete(name)
 
 
 def info(name: str, team: str = "a") -> NamespaceInfo:

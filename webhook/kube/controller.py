@@ -1,11 +1,12 @@
 """The cluster controller: one process per replica that watches, compiles, publishes and reports.
 
-It list+watches SchedulingPolicies and Namespaces, compiles every policy when it changes (keeping the last
-good version of a policy whose update does not compile), writes what serves to the state directory that
-every gunicorn worker of this replica reads (`webhook.policy.cluster_state`), and, only while it holds the
-Lease, writes each policy's `status`. A namespace event is projected to what `namespaceObject` shows and
-written to its shard at once, from the watch thread; one whose projection did not change writes nothing.
-Admissions never wait for any of this: they read the last published state, which keeps serving while the
+It list+watches SchedulingPolicies, Namespaces, PriorityClasses and Nodes, compiles every policy when it
+changes (keeping the last good version of a policy whose update does not compile), writes what serves to
+the state directory that every gunicorn worker of this replica reads (`webhook.policy.cluster_state`), and,
+only while it holds the Lease, writes each policy's `status`. A namespace event is projected to what
+`namespaceObject` shows, a node event to what the scheduler's filters read (`node_facts`), and written to
+its shard at once, from the watch thread; one whose projection did not change (a node's status heartbeat)
+writes nothing. Admissions never wait for any of this: they read the last published state, which keeps serving while the
 API server is away.
 
 Run by the gunicorn arbiter of `placer serve --kube` as `python -m webhook.kube.controller --state DIRECTORY`.
@@ -29,17 +30,29 @@ from webhook.kube.leader import LeaseElector
 from webhook.kube.reflector import Reflector, Resource, Store
 from webhook.kube.status import PolicyOutcome, desired_status, status_differs
 from webhook.logs import configure_logging
-from webhook.policy.cluster_state import CLUSTER_SOURCE, ClusterState, namespaces_directory, write_state
+from webhook.policy.cluster_state import (
+    CLUSTER_SOURCE,
+    ClusterState,
+    namespaces_directory,
+    nodes_directory,
+    write_state,
+)
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.documents import namespace_info
 from webhook.policy.errors import PolicyError
-from webhook.policy.namespace_shards import NamespaceShardWriter
+from webhook.policy.namespace_shards import entry_of
+from webhook.policy.node_facts import node_facts
+from webhook.policy.shards import Entry, ShardWriter
 
 log = logging.getLogger(__name__)
 
 POLICIES = Resource("/apis/placer.dev/v1alpha1/schedulingpolicies", "SchedulingPolicy")
 NAMESPACES = Resource("/api/v1/namespaces", "Namespace")
 PRIORITY_CLASSES = Resource("/apis/scheduling.k8s.io/v1/priorityclasses", "PriorityClass")
+NODES = Resource("/api/v1/nodes", "Node")
+NODE_WATCH_PACE = 0.1
+"""Node events are read in bursts every 0.1 s: kubelets' status updates are the busiest watch, and what
+Placer reads of a node (labels, taints, allocatable, cordon) may well arrive a tenth of a second later."""
 LEASE_NAME = "placer-status-writer"
 _STATUS_REWRITE_AFTER = 30.0
 _STATUS_RETRY_AFTER = 10.0
@@ -54,36 +67,41 @@ class _Compiled:
     """The object itself when it compiled."""
 
 
-class NamespaceSink:
-    """The Namespace watch's sink: projects each object to what `namespaceObject` shows and writes its shard.
+class ProjectedSink:
+    """A watch's sink that keeps only a projection of each object (what Placer reads of it) and writes the
+    projection's shard at once, from the watch thread. An update whose projection did not change (a
+    resourceVersion, managed fields, a Node's status heartbeat) writes nothing."""
 
-    Runs in the watch thread; nothing but the projection is kept (not the watched objects), and an update
-    that changes nothing Placer reads (a resourceVersion, managed fields, kubectl's last-applied copy)
-    writes nothing.
-    """
-
-    def __init__(self, writer: NamespaceShardWriter, on_synced: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        kind: str,
+        writer: ShardWriter,
+        project: Callable[[str, Mapping[str, Any]], Entry],
+        on_synced: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._kind = kind
         self._writer = writer
+        self._project = project
         self._on_synced = on_synced
         self._lock = threading.Lock()
         self.synced = False
         self.events = 0
         self.published = 0
-        """Watch events that rewrote a shard (the rest changed nothing a policy can read)."""
+        """Watch events that rewrote a shard (the rest changed nothing Placer reads)."""
 
     def replace(self, store: Store) -> None:
-        infos = {name: namespace_info(name, obj) for name, obj in store.items()}
+        entries = {name: self._project(name, obj) for name, obj in store.items()}
         with self._lock:
-            written = self._writer.replace(infos)
+            written = self._writer.replace(entries)
             self.synced = True
-        log.info("namespaces: %d published (%d shards written)", len(infos), written)
+        log.info("%s: %d published (%d shards written)", self._kind, len(entries), written)
         self._on_synced()
 
     def upsert(self, name: str, obj: Mapping[str, Any]) -> None:
-        info = namespace_info(name, obj)
+        entry = self._project(name, obj)
         with self._lock:
             self.events += 1
-            self.published += self._writer.put(info)
+            self.published += self._writer.put(name, entry)
 
     def remove(self, name: str) -> None:
         with self._lock:
@@ -93,6 +111,14 @@ class NamespaceSink:
     def count(self) -> int:
         with self._lock:
             return len(self._writer)
+
+
+def _namespace_entry(name: str, obj: Mapping[str, Any]) -> Entry:
+    return entry_of(namespace_info(name, obj))
+
+
+def _node_entry(name: str, obj: Mapping[str, Any]) -> Entry:
+    return node_facts(obj)
 
 
 class ClusterController:
@@ -115,7 +141,10 @@ class ClusterController:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._policies: Store | None = None
-        self.namespaces = NamespaceSink(NamespaceShardWriter(namespaces_directory(state_directory)), self._wake.set)
+        self.namespaces = ProjectedSink(
+            "namespaces", ShardWriter(namespaces_directory(state_directory)), _namespace_entry, self._wake.set
+        )
+        self.nodes = ProjectedSink("nodes", ShardWriter(nodes_directory(state_directory)), _node_entry)
         self._priority_classes: Store | None = None
         self._compiled: dict[str, _Compiled] = {}
         self._last_good: dict[str, tuple[str, _Compiled]] = {}
@@ -129,6 +158,7 @@ class ClusterController:
             Reflector(api, POLICIES, self._set_policies),
             Reflector(api, NAMESPACES, self.namespaces),
             Reflector(api, PRIORITY_CLASSES, self._set_priority_classes),
+            Reflector(api, NODES, self.nodes, pace=NODE_WATCH_PACE),
         )
 
     # -- inputs (reflector threads) -------------------------------------------------------------------------
@@ -148,7 +178,9 @@ class ClusterController:
     def run(self, stop: threading.Event) -> None:
         threads = [
             threading.Thread(target=r.run, args=(stop,), name=f"placer-watch-{r_name}", daemon=True)
-            for r, r_name in zip(self.reflectors, ("policies", "namespaces", "priorityclasses"), strict=True)
+            for r, r_name in zip(
+                self.reflectors, ("policies", "namespaces", "priorityclasses", "nodes"), strict=True
+            )
         ]
         for thread in threads:
             thread.start()

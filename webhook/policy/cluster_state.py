@@ -7,8 +7,10 @@ server carries one watch per replica instead of one per worker. The directory ho
 - `policies.json`: the SchedulingPolicies that serve, their errors, the default PriorityClass, and whether
   the first sync is done. Rewritten only when one of those changes (a namespace relabel does not touch it);
   a worker recompiles only the policies whose document changed.
-- `namespaces/`: the namespaces in 256 shards (`webhook.policy.namespace_shards`), each rewritten when one
-  of its namespaces changes and read by a worker for the one namespace an admission needs.
+- `namespaces/`: the namespaces in 256 shards (`webhook.policy.shards`), each rewritten when one of its
+  namespaces changes and read by a worker for the one namespace an admission needs.
+- `nodes/`: what the scheduler's filters read of each Node (`webhook.policy.node_facts`), in shards the
+  same way; a status heartbeat changes none of it and writes nothing.
 
 Every file is replaced by rename, so a reader sees the old file or the new one, never a part. The controller
 has already compiled each document and keeps only good versions (the last good one when an update does not
@@ -39,6 +41,7 @@ CLUSTER_SOURCE = "cluster"
 STATE_FORMAT = 2
 POLICIES_FILE = "policies.json"
 NAMESPACES_DIRECTORY = "namespaces"
+NODES_DIRECTORY = "nodes"
 POLL_INTERVAL = 0.2
 """How often a worker looks at `policies.json` (one stat): a policy change serves well within a second."""
 
@@ -49,6 +52,10 @@ def policies_path(directory: Path) -> Path:
 
 def namespaces_directory(directory: Path) -> Path:
     return directory / NAMESPACES_DIRECTORY
+
+
+def nodes_directory(directory: Path) -> Path:
+    return directory / NODES_DIRECTORY
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,21 +1,13 @@
-"""The cluster's namespaces as 256 small files: written by what changed, read by the one name an admission needs.
+"""The cluster's namespaces in shards (`webhook.policy.shards`): written by what changed, read by the one name
+an admission needs.
 
-The controller process watches every Namespace; each worker needs one per admission. Publishing all of them
-as one file made every label change cost a full rewrite in the controller and a full re-parse in every
-worker (a quarter of a core at 3,000 namespaces and 3 changes a second). Here a namespace lives in shard
-`crc32(name) % 256`: a change rewrites that one shard (about 40 namespaces at 10,000), and a worker stats
-the shard of the namespace it is admitting and parses it only when it changed. Why shards and not one file
-per namespace: the state lives on a memory-backed emptyDir with a size limit, where every file costs a
-whole page (10,000 files would take 40 MiB for 4 MiB of data).
-
-Each shard is replaced by rename, so a reader sees the old shard or the new one, never a part.
+The controller process watches every Namespace; each worker needs one per admission. A worker stats the
+shard of the namespace it is admitting and parses it only when it changed.
 """
 
 import logging
 import os
-import tempfile
 import threading
-import zlib
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -23,24 +15,13 @@ from typing import Any
 
 import orjson
 
-from webhook.json_bytes import encode_json
+from webhook.policy.shards import SHARDS, Entry, shard_of, shard_path
 from webhook.policy.snapshot import NamespaceInfo
 
-SHARDS = 256
 PARSED_SHARDS_KEPT = 64
 """Parsed shards a worker keeps (a quarter of the state at most); a shard not kept costs one parse of ~16 KB."""
 
-Entry = dict[str, Any]
-
 log = logging.getLogger(__name__)
-
-
-def shard_of(name: str) -> int:
-    return zlib.crc32(name.encode()) % SHARDS
-
-
-def shard_path(directory: Path, index: int) -> Path:
-    return directory / f"{index:03d}.json"
 
 
 def entry_of(info: NamespaceInfo) -> Entry:
@@ -51,75 +32,6 @@ def entry_of(info: NamespaceInfo) -> Entry:
 def info_of(name: str, entry: Mapping[str, Any]) -> NamespaceInfo:
     rest = {key: entry[key] for key in ("metadata", "spec", "status") if isinstance(entry.get(key), dict)}
     return NamespaceInfo(name, dict(entry.get("labels") or {}), dict(entry.get("annotations") or {}), rest)
-
-
-class NamespaceShardWriter:
-    """The controller's side: keeps every namespace's entry and rewrites a shard only when one of its entries
-    changed (a watch event that changes nothing `namespaceObject` shows writes nothing)."""
-
-    def __init__(self, directory: Path) -> None:
-        self._directory = directory
-        self._shards: list[dict[str, Entry]] = [{} for _ in range(SHARDS)]
-        self._on_disk_known = False
-        """False until the first `replace`: shard files a previous controller left are unknown until then."""
-        self.shard_writes = 0
-
-    def __len__(self) -> int:
-        return sum(len(shard) for shard in self._shards)
-
-    def replace(self, infos: Mapping[str, NamespaceInfo]) -> int:
-        """Make the shards hold exactly `infos` (a list, or a list again after 410 Gone); returns shards written."""
-        self._directory.mkdir(parents=True, exist_ok=True)
-        fresh: list[dict[str, Entry]] = [{} for _ in range(SHARDS)]
-        for name, info in infos.items():
-            fresh[shard_of(name)][name] = entry_of(info)
-        written = 0
-        for index, shard in enumerate(fresh):
-            if self._on_disk_known and shard == self._shards[index]:
-                continue
-            self._shards[index] = shard
-            self._write(index)
-            written += 1
-        self._on_disk_known = True
-        return written
-
-    def put(self, info: NamespaceInfo) -> bool:
-        """Store one namespace; True when its shard was rewritten."""
-        index = shard_of(info.name)
-        entry = entry_of(info)
-        if self._shards[index].get(info.name) == entry:
-            return False
-        self._shards[index][info.name] = entry
-        self._write(index)
-        return True
-
-    def delete(self, name: str) -> bool:
-        index = shard_of(name)
-        if self._shards[index].pop(name, None) is None:
-            return False
-        self._write(index)
-        return True
-
-    def size_bytes(self) -> int:
-        """What the shards hold on disk (the JSON, not the filesystem's pages)."""
-        paths = (shard_path(self._directory, index) for index in range(SHARDS))
-        return sum(path.stat().st_size for path in paths if path.exists())
-
-    def _write(self, index: int) -> None:
-        path = shard_path(self._directory, index)
-        shard = self._shards[index]
-        self.shard_writes += 1
-        if not shard:
-            path.unlink(missing_ok=True)
-            return
-        handle, temporary = tempfile.mkstemp(dir=self._directory, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(handle, "wb") as output:
-                output.write(encode_json(shard))
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
 
 
 class _ParsedShard:
