@@ -89,8 +89,10 @@ class ProjectedSink:
         self.published = 0
         """Watch events that rewrote a shard (the rest changed nothing Placer reads)."""
 
-    def replace(self, store: Store) -> None:
-        entries = {name: self._project(name, obj) for name, obj in store.items()}
+    def keep(self, name: str, obj: Mapping[str, Any]) -> Entry:
+        return self._project(name, obj)
+
+    def replace(self, entries: Mapping[str, Entry]) -> None:
         with self._lock:
             written = self._writer.replace(entries)
             self.synced = True

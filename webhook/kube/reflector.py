@@ -38,8 +38,12 @@ class Resource:
 class StoreSink(Protocol):
     """Receives what a reflector learns; called from the reflector's thread."""
 
-    def replace(self, store: Store) -> None:
-        """The whole collection, after a list (the first one, or again after 410 Gone)."""
+    def keep(self, name: str, obj: Mapping[str, Any]) -> Any:
+        """What of a listed object the list keeps until `replace` (a projection: a list of 5,000 Nodes then
+        never holds 5,000 whole Nodes at once)."""
+
+    def replace(self, store: Mapping[str, Any]) -> None:
+        """The whole collection after a list (the first one, or again after 410 Gone), as `keep` made it."""
 
     def upsert(self, name: str, obj: Mapping[str, Any]) -> None:
         """An object was added or modified."""
@@ -56,7 +60,10 @@ class SnapshotSink:
         self._on_change = on_change
         self._store: dict[str, Mapping[str, Any]] = {}
 
-    def replace(self, store: Store) -> None:
+    def keep(self, name: str, obj: Mapping[str, Any]) -> Any:
+        return obj
+
+    def replace(self, store: Mapping[str, Any]) -> None:
         self._store = dict(store)
         self._on_change(dict(self._store))
 
@@ -144,7 +151,7 @@ class Reflector:
                 stop.wait(wait)
 
     def _list(self) -> None:
-        store: dict[str, Mapping[str, Any]] = {}
+        store: dict[str, Any] = {}
         query = {"limit": str(self._page_size)}
         resource_version = ""
         while True:
@@ -157,7 +164,7 @@ class Reflector:
             for item in page.get("items") or []:
                 name = _name(item)
                 if name:
-                    store[name] = item
+                    store[name] = self._sink.keep(name, item)
             metadata = page.get("metadata") or {}
             resource_version = resource_version or str(metadata.get("resourceVersion") or "")
             token = metadata.get("continue")
