@@ -233,7 +233,9 @@ class FakeApiServer:
                 obj["status"] = existing["status"]
             event = "MODIFIED"
         metadata["resourceVersion"] = str(self.revision)
-        obj["apiVersion"], obj["kind"] = api_version, kind
+        # Field order as kube-apiserver writes it (Go structs): kind, apiVersion, metadata, spec, status.
+        obj = {"kind": kind, "apiVersion": api_version,
+               **{key: value for key, value in obj.items() if key not in ("kind", "apiVersion")}}
         self.objects[collection][name] = obj
         self._event(collection, event, obj)
         return copy.deepcopy(obj)
@@ -382,7 +384,7 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             return event.type
 
         def _chunk(self, payload: Any) -> None:
-            data = json.dumps(payload).encode() + b"\n"
+            data = json.dumps(payload, separators=(",", ":")).encode() + b"\n"  # compact, as Go writes it
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             self.wfile.flush()
 

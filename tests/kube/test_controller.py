@@ -342,7 +342,10 @@ def test_nodes_are_published_as_the_scheduler_sees_them_and_a_heartbeat_writes_n
     apiserver.put_node("cpu-1", {"node-pool": "general"}, unschedulable=True)  # kubectl cordon
     wait_for(lambda: published_nodes(running)["cpu-1"]["unschedulable"], what="the cordon")
     sink = running.controller.nodes
-    assert sink.events == 6 and sink.published == 1, "five heartbeats wrote nothing, the cordon one shard"
+    # Each heartbeat is not even decoded (the first one may be, when the node came with the list), and none
+    # writes anything: the cordon rewrote one shard.
+    assert running.controller.node_events.skipped >= 4 and sink.events + running.controller.node_events.skipped == 6
+    assert sink.published == 1
     after = {path.name: path.stat().st_ino for path in nodes_directory(running.state).glob("*.json")}
     assert [name for name in stamps if stamps[name] != after[name]] == [shard_name("cpu-1")]
 

@@ -19,6 +19,7 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from webhook import __version__
 from webhook.kube.connection import ClusterConnection
+from webhook.kube.watch_stream import ChunkedStreamError, chunked_lines, gather_when_idle, raw_body
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -92,9 +93,26 @@ class KubeApi:
 
         A stream that breaks mid-line, or stays silent longer than `watch_idle`, raises TransportError.
         """
+        for line in self.watch_lines(path, query):
+            yield decode_event(line)
+
+    def watch_lines(self, path: str, query: Mapping[str, str], *, pace: float = 0.0) -> Iterator[bytes]:
+        """The raw lines (events) of a watch stream, for a caller that can tell some apart before decoding.
+
+        A chunked stream (what the API server sends) is read from the socket in blocks (`watch_stream`);
+        anything else through urllib3. `pace` > 0: when no event is waiting, wait that long before reading,
+        so that a busy stream is read in bursts (events arrive up to `pace` seconds late).
+        """
         response = self._send("GET", path, query=query, read_timeout=self._timeouts.watch_idle, stream=True)
         ended_cleanly = False
         try:
+            raw = raw_body(response)
+            if raw is not None:
+                # Read past urllib3: the connection is closed afterwards, never returned to the pool.
+                body, sock = raw
+                before_read = gather_when_idle(sock, pace) if pace > 0 and sock is not None else None
+                yield from chunked_lines(body, _LINE_LIMIT, before_read)
+                return
             buffered = b""
             for chunk in response.stream(64 * 1024):
                 buffered += chunk
@@ -103,16 +121,18 @@ class KubeApi:
                     raise TransportError("watch event larger than 16 MiB")
                 for line in lines:
                     if line.strip():
-                        yield _decode(line)
+                        yield line
             if buffered.strip():
                 raise TransportError("watch stream ended in the middle of an event")
             ended_cleanly = True
-        except Urllib3Error as error:
+        except ChunkedStreamError as error:
+            raise TransportError(f"watch {path}: {error}") from None
+        except (Urllib3Error, OSError) as error:
             raise TransportError(f"watch {path}: {error}") from None
         finally:
             if not ended_cleanly:
-                # Abandoned or broken mid-stream: the connection still carries the rest of the stream and
-                # cannot serve another request; returned to the pool it would outlive close() unclosed.
+                # Abandoned, broken mid-stream or read past urllib3: the connection cannot serve another
+                # request; returned to the pool it would outlive close() unclosed.
                 response.close()
             response.release_conn()
 
@@ -201,6 +221,11 @@ def _api_error(response: Any) -> ApiError:
         error = ApiError(response.status, response.reason or "Error", data[:200].decode(errors="replace"))
     error.retry_after = float(retry) if retry and retry.isdigit() else None
     return error
+
+
+def decode_event(line: bytes) -> dict[str, Any]:
+    """One watch event (a JSON object); TransportError when it is not one."""
+    return _decode(line)
 
 
 def _decode(data: bytes) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 from webhook.kube.api import ApiError, KubeApi, TransportError
 from webhook.kube.connection import ConnectionSetupError, connect, identity
 from webhook.kube.leader import LeaseElector
+from webhook.kube.node_events import UnchangedNodeEvents
 from webhook.kube.reflector import Reflector, Resource, Store
 from webhook.kube.status import PolicyOutcome, desired_status, status_differs
 from webhook.logs import configure_logging
@@ -51,8 +52,10 @@ NAMESPACES = Resource("/api/v1/namespaces", "Namespace")
 PRIORITY_CLASSES = Resource("/apis/scheduling.k8s.io/v1/priorityclasses", "PriorityClass")
 NODES = Resource("/api/v1/nodes", "Node")
 NODE_WATCH_PACE = 0.1
-"""Node events are read in bursts every 0.1 s: kubelets' status updates are the busiest watch, and what
-Placer reads of a node (labels, taints, allocatable, cordon) may well arrive a tenth of a second later."""
+"""Node events are read in bursts (at most every 0.1 s when the stream is busy): kubelets' status updates
+are the busiest watch, and what Placer reads of a node (labels, taints, allocatable, cordon) may well
+arrive a tenth of a second later. Those updates that change none of it are not even decoded
+(`node_events`)."""
 LEASE_NAME = "placer-status-writer"
 _STATUS_REWRITE_AFTER = 30.0
 _STATUS_RETRY_AFTER = 10.0
@@ -147,6 +150,7 @@ class ClusterController:
             "namespaces", ShardWriter(namespaces_directory(state_directory)), _namespace_entry, self._wake.set
         )
         self.nodes = ProjectedSink("nodes", ShardWriter(nodes_directory(state_directory)), _node_entry)
+        self.node_events = UnchangedNodeEvents()
         self._priority_classes: Store | None = None
         self._compiled: dict[str, _Compiled] = {}
         self._last_good: dict[str, tuple[str, _Compiled]] = {}
@@ -160,7 +164,7 @@ class ClusterController:
             Reflector(api, POLICIES, self._set_policies),
             Reflector(api, NAMESPACES, self.namespaces),
             Reflector(api, PRIORITY_CLASSES, self._set_priority_classes),
-            Reflector(api, NODES, self.nodes, pace=NODE_WATCH_PACE),
+            Reflector(api, NODES, self.nodes, pace=NODE_WATCH_PACE, unchanged=self.node_events),
         )
 
     # -- inputs (reflector threads) -------------------------------------------------------------------------
