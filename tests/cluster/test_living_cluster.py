@@ -7,6 +7,7 @@
 - A policy change alone starts no rollout.
 - Pods land where the policies say (`spec.nodeName` against the nodes' labels).
 - A namespace and its workload created together get the namespace's policies.
+- A namespace relabel and a policy change are served by every worker within a second.
 """
 
 import copy
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.conftest import Cluster, wait_until
+from tests.kube.fake_apiserver import wait_for
 from webhook.kube.api import ApiError
 
 pytestmark = pytest.mark.cluster
@@ -167,3 +169,34 @@ def test_a_broken_policy_is_refused_with_its_field(cluster: Cluster) -> None:
         cluster.policy("broken", {"rules": [{"name": "r", "condition": "replica > 1", "action": "add-labels",
                                               "parameters": {"a": "b"}}]})
     assert refused.value.code == 422 and "spec.rules[0].condition" in refused.value.message
+
+
+def test_a_namespace_relabel_and_a_policy_change_are_served_within_a_second(cluster: Cluster) -> None:
+    """Big clusters: what changed reaches every worker fast (measured through the API server's own calls)."""
+    namespace = cluster.namespace({"placer-e2e-fresh": "before"})
+    policy = f"fresh-{namespace[-6:]}"
+    cluster.policy(policy, {"namespaceSelector": {"matchLabels": {"placer-e2e-fresh": "after"}}, "rules": [
+        {"name": "mark", "action": "add-annotations", "parameters": {"placer-e2e/fresh": "v1"}}]})
+    time.sleep(3)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "fresh"},
+           "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+
+    def mark() -> str | None:
+        created = cluster.api.create(f"/api/v1/namespaces/{namespace}/pods", copy.deepcopy(pod),
+                                     {"dryRun": "All"})
+        return (created["metadata"].get("annotations") or {}).get("placer-e2e/fresh")
+
+    assert mark() is None
+    cluster.api.merge_patch(f"/api/v1/namespaces/{namespace}",
+                            {"metadata": {"labels": {"placer-e2e-fresh": "after"}}})
+    started = time.monotonic()
+    wait_for(lambda: all(mark() == "v1" for _ in range(6)), 10, "the relabel to be served by every worker", 0.05)
+    relabel = time.monotonic() - started
+    cluster.policy(policy, {"namespaceSelector": {"matchLabels": {"placer-e2e-fresh": "after"}}, "rules": [
+        {"name": "mark", "action": "add-annotations", "parameters": {"placer-e2e/fresh": "v2"}}]})
+    started = time.monotonic()
+    wait_for(lambda: all(mark() == "v2" for _ in range(6)), 10, "the policy change to be served by every worker",
+             0.05)
+    change = time.monotonic() - started
+    cluster.delete_policy(policy)
+    assert relabel < 1.5 and change < 1.5, (relabel, change)
