@@ -32,8 +32,18 @@ def policy(name: str, *, condition: str = "true", pool: str = "general", priorit
 
 
 class Running:
-    def __init__(self, controller: ClusterController, state: Path, stop: threading.Event) -> None:
-        self.controller, self.state, self.stop = controller, state, stop
+    def __init__(self, controller: ClusterController, state: Path, stop: threading.Event,
+                 thread: threading.Thread) -> None:
+        self.controller, self.state, self.stop, self.thread = controller, state, stop, thread
+
+    def end(self, apiserver: FakeApiServer) -> None:
+        """Stop it and wait until its watch threads are gone too (a controller process that has exited)."""
+        self.stop.set()
+        deadline = time.monotonic() + 10
+        while self.thread.is_alive() or any(t.is_alive() for t in self.controller.watch_threads):
+            assert time.monotonic() < deadline, "the controller did not stop"
+            apiserver.drop_watches()  # a watch opened meanwhile notices `stop` when its stream ends
+            time.sleep(0.05)
 
     def read(self) -> ClusterState | None:
         return read_state(self.state) if policies_path(self.state).exists() else None
@@ -56,8 +66,9 @@ def start(api: KubeApi, apiserver: FakeApiServer, tmp_path: Path, *, identity: s
     for reflector in controller.reflectors:
         reflector._backoff = type(reflector._backoff)(initial=0.05, ceiling=0.2)
     stop = threading.Event()
-    threading.Thread(target=controller.run, args=(stop,), daemon=True).start()
-    return Running(controller, state, stop)
+    thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
+    thread.start()
+    return Running(controller, state, stop, thread)
 
 
 @pytest.fixture
@@ -289,14 +300,13 @@ def test_a_restarted_controller_clears_what_its_predecessor_left(
     apiserver.put_namespace("old")
     first = start(api, apiserver, tmp_path, status=False)
     wait_for(lambda: "old" in first.namespaces(), what="the first controller's state")
-    first.stop.set()
-    apiserver.drop_watches()
+    first.end(apiserver)
     apiserver.delete(NAMESPACES, "old")
     apiserver.put_namespace("new")
     second = start(api, apiserver, tmp_path, status=False)
     try:
-        wait_for(lambda: "new" in second.namespaces(), what="the second controller's state")
-        assert "old" not in second.namespaces()
+        wait_for(lambda: second.controller.namespaces.synced, what="the second controller's first list written")
+        assert "new" in second.namespaces() and "old" not in second.namespaces()
     finally:
         second.stop.set()
         apiserver.drop_watches()

@@ -160,6 +160,8 @@ class ClusterController:
         self._next_election = 0.0
         self._started = monotonic()
         self._status_written: dict[str, tuple[tuple[Any, ...], float]] = {}
+        self.watch_threads: list[threading.Thread] = []
+        """One per watched resource, once `run` has started them (they end when `stop` is set)."""
         self.reflectors = (
             Reflector(api, POLICIES, self._set_policies),
             Reflector(api, NAMESPACES, self.namespaces),
@@ -182,13 +184,13 @@ class ClusterController:
     # -- the loop ---------------------------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        threads = [
+        self.watch_threads = [
             threading.Thread(target=r.run, args=(stop,), name=f"placer-watch-{r_name}", daemon=True)
             for r, r_name in zip(
                 self.reflectors, ("policies", "namespaces", "priorityclasses", "nodes"), strict=True
             )
         ]
-        for thread in threads:
+        for thread in self.watch_threads:
             thread.start()
         while not stop.is_set():
             self._wake.wait(1.0)
