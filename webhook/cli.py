@@ -1,4 +1,4 @@
-"""`placer serve | certs | apply | lint` (DESIGN §9). Every flag also reads `PLACER_<FLAG>`."""
+"""`placer serve | certs | apply | lint | test` (DESIGN §9). Every flag also reads `PLACER_<FLAG>`."""
 
 import argparse
 import logging
@@ -15,6 +15,7 @@ from webhook.config import CEL_LEAK_BUDGET_MIB, DEFAULT_CERTS, DEFAULT_POLICIES,
 from webhook.kube.connection import in_cluster
 from webhook.logs import configure_logging
 from webhook.offline import apply_manifests, load_policies, parse_labels, render
+from webhook.suites import find_suites, render_junit, render_text, run_suite
 
 ENV_PREFIX = "PLACER_"
 
@@ -82,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     lint = commands.add_parser("lint", help="check policies; exit 1 with every error located")
     lint.add_argument("paths", nargs="*", metavar="PATH")
     lint.set_defaults(run=_lint)
+
+    test = commands.add_parser("test", help="run policy test suites (*-test.yaml); exit 1 on any failure")
+    test.add_argument("suites", nargs="+", metavar="PATH", help="suite files, or directories to search")
+    test.add_argument("-o", "--output", default="text", choices=["text", "junit"])
+    test.set_defaults(run=_test)
     return parser
 
 
@@ -195,6 +201,17 @@ def _apply(args: argparse.Namespace) -> int:
         print(f"Warning: {warning}", file=sys.stderr)
     sys.stdout.write(render(report, args.output))
     return 1 if report.problems else 0
+
+
+def _test(args: argparse.Namespace) -> int:
+    _quiet_policy_log()
+    suites = find_suites(args.suites)
+    if not suites:
+        print(f"placer test: no *-test.yaml under {', '.join(args.suites)}", file=sys.stderr)
+        return 1
+    cases = [case for suite in suites for case in run_suite(suite)]
+    sys.stdout.write(render_junit(cases) if args.output == "junit" else render_text(cases))
+    return 0 if all(case.passed for case in cases) else 1
 
 
 if __name__ == "__main__":
