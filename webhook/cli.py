@@ -12,9 +12,12 @@ from typing import Any
 from webhook import __version__
 from webhook.certs import ensure_dev_certificates, issue, service_names
 from webhook.config import CEL_LEAK_BUDGET_MIB, DEFAULT_CERTS, DEFAULT_POLICIES, READ_TIMEOUT_SECONDS, Settings
-from webhook.kube.connection import in_cluster
+from webhook.kube.api import KubeApi, TransportError
+from webhook.kube.connection import ConnectionSetupError, connect, in_cluster
+from webhook.kube.live import LiveError, cluster_snapshot, read_namespaces, read_object
 from webhook.logs import configure_logging
-from webhook.offline import apply_manifests, load_policies, parse_labels, render
+from webhook.offline import DEFAULT_NAMESPACE, apply_manifests, load_policies, parse_labels, render
+from webhook.policy.compiler import PolicyCompiler
 from webhook.suites import find_suites, render_junit, render_text, run_suite
 
 ENV_PREFIX = "PLACER_"
@@ -73,8 +76,16 @@ def _parser() -> argparse.ArgumentParser:
     certs.set_defaults(run=_certs)
 
     apply = commands.add_parser("apply", help="show offline what the policies do to manifests")
+    apply.add_argument("targets", nargs="*", metavar="KIND/NAME", help="live objects (with --kube)")
     apply.add_argument("--policies", action="append", required=False, metavar="PATH")
     apply.add_argument("-f", "--filename", action="append", dest="manifests", metavar="MANIFEST")
+    apply.add_argument(
+        "--kube", action="store_true", default=False,
+        help="the cluster's SchedulingPolicies and namespaces, and live objects (read, never written)",
+    )
+    apply.add_argument("--kubeconfig", metavar="FILE")
+    apply.add_argument("--context", metavar="NAME", help="kubeconfig context (with --kube)")
+    apply.add_argument("-n", "--namespace", metavar="NS", help="namespace of live objects and of manifests without one")
     apply.add_argument("--namespace-labels", metavar="k=v,...", help="labels of the manifests' namespace")
     apply.add_argument("--operation", default="CREATE", choices=["CREATE", "UPDATE"])
     apply.add_argument("-o", "--output", default="yaml", choices=["yaml", "json", "patch", "explain"])
@@ -181,20 +192,42 @@ def _lint(args: argparse.Namespace) -> int:
 
 def _apply(args: argparse.Namespace) -> int:
     _quiet_policy_log()
-    if not args.manifests:
-        print("placer apply: -f MANIFEST is required", file=sys.stderr)
+    if not args.manifests and not args.targets:
+        print("placer apply: -f MANIFEST (or, with --kube, KIND/NAME) is required", file=sys.stderr)
+        return 2
+    if args.targets and not args.kube:
+        print("placer apply: KIND/NAME reads a live object: add --kube", file=sys.stderr)
+        return 2
+    if args.kube and args.policies:
+        print("placer apply: --kube evaluates the cluster's policies; --policies is for files", file=sys.stderr)
         return 2
     try:
         labels = parse_labels(args.namespace_labels or "")
     except ValueError as error:
         print(f"placer apply: --namespace-labels: {error}", file=sys.stderr)
         return 2
-    report = apply_manifests(
-        policy_paths=args.policies or [DEFAULT_POLICIES],
-        manifest_paths=args.manifests,
-        namespace_labels=labels,
-        operation=args.operation,
-    )
+    namespace = args.namespace or DEFAULT_NAMESPACE
+    if args.kube:
+        try:
+            api = KubeApi(connect(Path(args.kubeconfig) if args.kubeconfig else None, context=args.context))
+            snapshot = cluster_snapshot(api, PolicyCompiler())
+            objects = [(f"{target} (live)", read_object(api, target, namespace)) for target in args.targets]
+            report = apply_manifests(
+                policy_paths=[], manifest_paths=args.manifests or [], namespace_labels=labels,
+                operation=args.operation, snapshot=snapshot, objects=objects,
+                read_namespaces=lambda names: read_namespaces(api, names), default_namespace=namespace,
+            )
+        except (ConnectionSetupError, LiveError, TransportError) as error:
+            print(f"placer apply: {error}", file=sys.stderr)
+            return 1
+    else:
+        report = apply_manifests(
+            policy_paths=args.policies or [DEFAULT_POLICIES],
+            manifest_paths=args.manifests,
+            namespace_labels=labels,
+            operation=args.operation,
+            default_namespace=namespace,
+        )
     for problem in report.problems:
         print(f"error: {problem}", file=sys.stderr)
     for warning in report.warnings:
@@ -212,6 +245,27 @@ def _test(args: argparse.Namespace) -> int:
     cases = [case for suite in suites for case in run_suite(suite)]
     sys.stdout.write(render_junit(cases) if args.output == "junit" else render_text(cases))
     return 0 if all(case.passed for case in cases) else 1
+
+
+def kubectl_main(argv: Sequence[str] | None = None) -> int:
+    """`kubectl placer explain KIND/NAME... [-f FILE] [-n NS] [--context C] [--kubeconfig F] [-o FORMAT]`: the
+    kubectl plugin (installed as `kubectl-placer`), `placer apply --kube` with kubectl's flag conventions."""
+    parser = argparse.ArgumentParser(prog="kubectl placer", description="Which Placer policy does what, live.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    explain = commands.add_parser("explain", help="what the cluster's SchedulingPolicies do to objects now")
+    explain.add_argument("targets", nargs="*", metavar="KIND/NAME")
+    explain.add_argument("-f", "--filename", action="append", default=[], metavar="FILE")
+    explain.add_argument("-n", "--namespace", metavar="NS")
+    explain.add_argument("--context", metavar="NAME")
+    explain.add_argument("--kubeconfig", metavar="FILE")
+    explain.add_argument("-o", "--output", default="explain", choices=["explain", "yaml", "json", "patch"])
+    args = parser.parse_args(argv)
+    forwarded = ["apply", "--kube", "-o", args.output, *args.targets]
+    forwarded += [item for path in args.filename for item in ("-f", path)]
+    for flag, value in (("-n", args.namespace), ("--context", args.context), ("--kubeconfig", args.kubeconfig)):
+        if value:
+            forwarded += [flag, value]
+    return main(forwarded)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ shows is what a real create would store.
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,17 +74,29 @@ def parse_labels(text: str) -> dict[str, str]:
     return labels
 
 
+NamespaceReader = Callable[[Iterable[str]], Mapping[str, NamespaceInfo]]
+
+
 def apply_manifests(
     *,
     policy_paths: Sequence[str],
     manifest_paths: Sequence[str],
     namespace_labels: Mapping[str, str],
     operation: str = "CREATE",
+    snapshot: PolicySnapshot | None = None,
+    objects: Sequence[tuple[str, JSONObject]] = (),
+    read_namespaces: NamespaceReader | None = None,
+    default_namespace: str = DEFAULT_NAMESPACE,
 ) -> ApplyReport:
-    snapshot = load_policies(policy_paths, required=True)
+    """Run the engine on manifests (files, and `objects` as (origin, object)) with the policies of
+    `policy_paths`, or of `snapshot` (the cluster's) when given. `read_namespaces` supplies the namespaces
+    the manifests are in (the cluster's); Namespace manifests among the files take precedence."""
+    if snapshot is None:
+        snapshot = load_policies(policy_paths, required=True)
     report = ApplyReport(snapshot, problems=[str(error) for error in snapshot.errors])
-    manifests: list[tuple[str, JSONObject]] = []
+    manifests: list[tuple[str, JSONObject]] = list(objects)
     namespaces = dict(snapshot.namespaces)
+    declared: dict[str, NamespaceInfo] = {}
     default_class = snapshot.default_priority_class
     for path in manifest_paths:
         try:
@@ -96,17 +108,21 @@ def apply_manifests(
             namespace = namespace_from(document.content)
             default_class = global_default_class_from(document.content) or default_class
             if namespace is not None:
-                namespaces[namespace.name] = namespace
+                declared[namespace.name] = namespace
             elif global_default_class_from(document.content) is not None:
                 continue
             elif isinstance(document.content, dict) and not is_policy(document.content):
                 manifests.append((f"{path}:{document.line}", _as_json(document.content)))
+    if read_namespaces is not None:
+        wanted = (str(as_map(obj.get("metadata")).get("namespace") or default_namespace) for _, obj in manifests)
+        namespaces.update(read_namespaces([name for name in wanted if name not in declared]))
+    namespaces.update(declared)
     snapshot = dataclasses.replace(snapshot, namespaces=namespaces, default_priority_class=default_class)
     report.snapshot = snapshot
     workloads = default_workload_table()
     for index, (origin, obj) in enumerate(manifests):
         metadata = as_map(obj.get("metadata"))
-        namespace = snapshot.namespace(str(metadata.get("namespace") or DEFAULT_NAMESPACE))
+        namespace = snapshot.namespace(str(metadata.get("namespace") or default_namespace))
         if namespace_labels:
             namespace = dataclasses.replace(namespace, labels={**namespace.labels, **namespace_labels})
         request = _request_for(obj, namespace.name, operation, index)

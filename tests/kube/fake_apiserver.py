@@ -72,6 +72,8 @@ class FakeApiServer:
     status_patches: list[tuple[str, dict[str, Any], str]] = field(default_factory=list)
     """(policy name, patch body, the bearer token that sent it)."""
     failures: list[Failure] = field(default_factory=list)
+    other: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    """Objects that are only read by name (GET), by collection path, e.g. /apis/apps/v1/namespaces/a/deployments."""
     silenced: tuple[str, ...] = ()
     """Name prefixes whose watch events are never sent (objects a watch has not delivered yet)."""
     delays: dict[str, float] = field(default_factory=dict)
@@ -135,6 +137,14 @@ class FakeApiServer:
                     "annotations": {"node.alpha.kubernetes.io/ttl": "0",
                                     "volumes.kubernetes.io/controller-managed-attach-detach": "true"}}
         return self.put(NODES, {"metadata": metadata, "spec": spec, "status": status})
+
+    def put_readable(self, collection: str, obj: dict[str, Any]) -> None:
+        """An object a client reads by name only (a live Deployment, say), as the API server returns it."""
+        stored = copy.deepcopy(obj)
+        with self.condition:
+            self.revision += 1
+            stored.setdefault("metadata", {}).update(resourceVersion=str(self.revision), uid=str(uuid.uuid4()))
+            self.other.setdefault(collection, {})[stored["metadata"]["name"]] = stored
 
     def delete(self, collection: str, name: str) -> None:
         with self.condition:
@@ -295,6 +305,12 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             collection, _, name = path.rpartition("/")
             if method == "GET" and collection in _KINDS:
                 return self._get(collection, name)
+            if method == "GET" and collection in api.other:
+                found = copy.deepcopy(api.other[collection].get(name))
+                if found is None:
+                    resource = collection.rsplit("/", 1)[-1]
+                    return self._send(404, status(404, "NotFound", f'{resource} "{name}" not found'))
+                return self._send(200, found)
             return self._send(404, status(404, "NotFound", "the server could not find the requested resource"))
 
         def _body(self) -> Any:

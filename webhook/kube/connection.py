@@ -34,8 +34,9 @@ def in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
 
-def connect(kubeconfig: Path | None) -> ClusterConnection:
-    """Credentials from `kubeconfig`, else in-cluster ones when running in a Pod, else the default kubeconfig.
+def connect(kubeconfig: Path | None, *, context: str | None = None) -> ClusterConnection:
+    """Credentials from `kubeconfig`, else in-cluster ones when running in a Pod, else the default kubeconfig;
+    `context` picks a kubeconfig context other than the current one (as kubectl's `--context`).
 
     Raises `ConnectionSetupError` with the loader's message when no usable configuration is found.
     """
@@ -43,15 +44,17 @@ def connect(kubeconfig: Path | None) -> ClusterConnection:
 
     configuration = client.Configuration()
     try:
-        if kubeconfig is None and in_cluster():
+        if kubeconfig is None and context is None and in_cluster():
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
             namespace = _service_account_namespace()
         else:
             path = str(kubeconfig) if kubeconfig else None
             config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=path, client_configuration=configuration, persist_config=False
+                config_file=path, context=context, client_configuration=configuration, persist_config=False
             )
-            _, active = config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
+            contexts, active = config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
+            if context is not None:
+                active = next((c for c in contexts or [] if c.get("name") == context), active)
             namespace = str((active or {}).get("context", {}).get("namespace") or "default")
     except (config.ConfigException, OSError, ValueError, TypeError) as error:
         raise ConnectionSetupError(f"no usable Kubernetes configuration: {error}") from None
