@@ -26,8 +26,8 @@ class _Readable(Protocol):
 def raw_body(response: Any) -> tuple[_Readable, Any] | None:
     """The socket file (and its socket) under a urllib3 response whose body is chunked and not yet read, or
     None (then the caller reads through urllib3)."""
-    if not getattr(response, "chunked", False):
-        return None
+    if not getattr(response, "chunked", False) or response.headers.get("Content-Encoding"):
+        return None  # not chunked, or compressed: urllib3 decodes it
     inner = getattr(response, "_fp", None)  # http.client.HTTPResponse
     socket_file = getattr(inner, "fp", None)  # its buffered socket file (headers already consumed)
     sock = getattr(getattr(socket_file, "raw", None), "_sock", None)
