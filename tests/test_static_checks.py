@@ -18,7 +18,7 @@ def test_mypy_strict_is_clean() -> None:
 
 LAYERS = [
     {"typing", "names", "quantity", "selectors", "resources", "patches", "config", "logs", "metrics", "certs",
-     "json_bytes", "json_copy",
+     "json_bytes", "json_copy", "node_fit",
      "review", "__init__"},
     {"workloads"}, {"gang"}, {"actions"}, {"policy"}, {"engine"}, {"pipeline", "offline", "validation", "suites"},
     {"kube"}, {"server"}, {"cli", "__main__"},

@@ -14,7 +14,7 @@ from webhook.certs import ensure_dev_certificates, issue, service_names
 from webhook.config import CEL_LEAK_BUDGET_MIB, DEFAULT_CERTS, DEFAULT_POLICIES, READ_TIMEOUT_SECONDS, Settings
 from webhook.kube.api import KubeApi, TransportError
 from webhook.kube.connection import ConnectionSetupError, connect, in_cluster
-from webhook.kube.live import LiveError, cluster_snapshot, read_namespaces, read_object
+from webhook.kube.live import LiveError, cluster_snapshot, read_namespaces, read_nodes, read_object
 from webhook.logs import configure_logging
 from webhook.offline import DEFAULT_NAMESPACE, apply_manifests, load_policies, parse_labels, render
 from webhook.policy.compiler import PolicyCompiler
@@ -212,10 +212,14 @@ def _apply(args: argparse.Namespace) -> int:
             api = KubeApi(connect(Path(args.kubeconfig) if args.kubeconfig else None, context=args.context))
             snapshot = cluster_snapshot(api, PolicyCompiler())
             objects = [(f"{target} (live)", read_object(api, target, namespace)) for target in args.targets]
+            nodes = read_nodes(api)
+            if nodes is None:
+                print("Warning: nodes cannot be listed with these credentials: no node fit shown", file=sys.stderr)
             report = apply_manifests(
                 policy_paths=[], manifest_paths=args.manifests or [], namespace_labels=labels,
                 operation=args.operation, snapshot=snapshot, objects=objects,
                 read_namespaces=lambda names: read_namespaces(api, names), default_namespace=namespace,
+                nodes=nodes,
             )
         except (ConnectionSetupError, LiveError, TransportError) as error:
             print(f"placer apply: {error}", file=sys.stderr)

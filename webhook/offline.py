@@ -16,6 +16,7 @@ import jsonpatch
 import yaml
 
 from webhook.engine.mutate import Mutation, mutate
+from webhook.node_fit import node_fit
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.documents import (
     ManifestError,
@@ -55,6 +56,8 @@ class ApplyReport:
     results: list[ManifestResult] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    nodes: Sequence[tuple[str, Mapping[str, Any]]] | None = None
+    """The cluster's nodes (name, facts), when known: `-o explain` says which can host each template's pods."""
 
 
 def load_policies(paths: Sequence[str], *, required: bool) -> PolicySnapshot:
@@ -87,13 +90,14 @@ def apply_manifests(
     objects: Sequence[tuple[str, JSONObject]] = (),
     read_namespaces: NamespaceReader | None = None,
     default_namespace: str = DEFAULT_NAMESPACE,
+    nodes: Sequence[tuple[str, Mapping[str, Any]]] | None = None,
 ) -> ApplyReport:
     """Run the engine on manifests (files, and `objects` as (origin, object)) with the policies of
     `policy_paths`, or of `snapshot` (the cluster's) when given. `read_namespaces` supplies the namespaces
     the manifests are in (the cluster's); Namespace manifests among the files take precedence."""
     if snapshot is None:
         snapshot = load_policies(policy_paths, required=True)
-    report = ApplyReport(snapshot, problems=[str(error) for error in snapshot.errors])
+    report = ApplyReport(snapshot, problems=[str(error) for error in snapshot.errors], nodes=nodes)
     manifests: list[tuple[str, JSONObject]] = list(objects)
     namespaces = dict(snapshot.namespaces)
     declared: dict[str, NamespaceInfo] = {}
@@ -148,10 +152,12 @@ def render(report: ApplyReport, output: str) -> str:
     if output == "patch":
         patches = [{"object": r.title, "source": r.origin, "patch": r.mutation.patch} for r in report.results]
         return json.dumps(patches, indent=2) + "\n"
-    return "".join(_explain(report.snapshot, result) for result in report.results)
+    return "".join(_explain(report.snapshot, result, report.nodes) for result in report.results)
 
 
-def _explain(snapshot: PolicySnapshot, result: ManifestResult) -> str:
+def _explain(
+    snapshot: PolicySnapshot, result: ManifestResult, nodes: Sequence[tuple[str, Mapping[str, Any]]] | None
+) -> str:
     lines = [f"{result.title} ({result.origin})"]
     mutation = result.mutation
     if mutation.passed_through:
@@ -181,7 +187,26 @@ def _explain(snapshot: PolicySnapshot, result: ManifestResult) -> str:
     if mutation.denial:
         lines.append(f"  DENIED: {mutation.denial}")
     lines.append(f"  patch: {len(mutation.patch)} operation(s)")
+    if nodes is not None:
+        lines.extend(_fit_lines(result.mutated, nodes))
     return "\n".join(lines) + "\n\n"
+
+
+def _fit_lines(obj: JSONObject, nodes: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """Per pod template of the mutated object, which of the cluster's nodes its pods could land on."""
+    group = str(obj.get("apiVersion") or "").rpartition("/")[0]
+    kind = default_workload_table().lookup(group, str(obj.get("kind") or ""))
+    if kind is None:
+        return []
+    lines = []
+    for slot in kind.templates(obj):
+        raw = slot.read(obj)
+        if raw is None:
+            continue
+        spec = as_map(slot.view(obj, raw).get("spec"))
+        where = f" [{slot.name}]" if slot.name else ""
+        lines.append(f"  nodes{where}: {node_fit(spec, nodes).describe()}")
+    return lines
 
 
 def _request_for(obj: JSONObject, namespace: str, operation: str, index: int) -> AdmissionRequest:

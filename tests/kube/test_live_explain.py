@@ -105,3 +105,19 @@ def test_installed_as_a_kubectl_plugin() -> None:
     assert plugin.exists() or shutil.which("kubectl-placer"), "kubectl-placer is not installed"
     result = subprocess.run([str(plugin), "explain", "--help"], capture_output=True, text=True, check=False)
     assert result.returncode == 0 and "--context" in result.stdout and "-n NS, --namespace NS" in result.stdout
+
+
+def test_explain_says_which_nodes_can_host_the_mutated_pods(
+        cluster: FakeApiServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster.put_node("gpu-1", {"node-pool": "gpu"})
+    cluster.put_node("cpu-1", {"node-pool": "general"})
+    cluster.put_node("cpu-2", {"node-pool": "general"}, unschedulable=True)
+    assert main(["apply", "--kube", "--kubeconfig", str(kubeconfig), "deployment/web", "-n", "team-a"]
+                + ["-o", "explain"]) == 0
+    assert "  nodes: 1 of 3 nodes can host its pods" in capsys.readouterr().out
+
+    cluster.delete("/api/v1/nodes", "gpu-1")  # the pool the policy selects is gone: every pod would be Pending
+    assert main(["apply", "--kube", "--kubeconfig", str(kubeconfig), "deployment/web", "-n", "team-a"]
+                + ["-o", "explain"]) == 0
+    assert "  nodes: no node can host its pods (1 without label node-pool=gpu, 1 cordoned; 0 of 2 nodes)" in (
+        capsys.readouterr().out)

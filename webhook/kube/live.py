@@ -1,9 +1,10 @@
 """`placer apply --kube`: what the cluster's policies do now, read from the cluster and never written to it.
 
 "Which policy did this, and what would it do now?" is asked of a live cluster: its SchedulingPolicies (the
-ones that compile, as the webhook serves them), the namespace's real labels, and the live object itself
-(`deployment/web -n team-a`: its current spec, evaluated as a create, as if applied again). Only GETs and
-lists are sent, so read-only credentials suffice.
+ones that compile, as the webhook serves them), the namespace's real labels, the live object itself
+(`deployment/web -n team-a`: its current spec, evaluated as a create, as if applied again), and its nodes
+(which of them the mutated pods could land on). Only GETs and lists are sent, so read-only credentials
+suffice.
 """
 
 from collections.abc import Iterable
@@ -16,6 +17,7 @@ from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.documents import namespace_info
 from webhook.policy.errors import PolicyError
 from webhook.policy.model import Policy
+from webhook.policy.node_facts import node_facts
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.typing import JSONObject
 from webhook.workloads import WorkloadKind, all_kinds
@@ -45,6 +47,19 @@ def cluster_snapshot(api: KubeApi, compiler: PolicyCompiler) -> PolicySnapshot:
         if result.policy is not None:
             policies.append(result.policy)
     return PolicySnapshot.build(policies, {}, errors, compiler.environment)
+
+
+def read_nodes(api: KubeApi) -> list[tuple[str, dict[str, Any]]] | None:
+    """Every node as the scheduler's filters read it (`node_facts`); None when the credentials may not list
+    nodes (then no node fit is shown)."""
+    try:
+        listed = api.get("/api/v1/nodes")
+    except ApiError as error:
+        if error.code == 403:
+            return None
+        raise LiveError(f"cannot list nodes: {error}") from None
+    items = [item for item in listed.get("items") or [] if isinstance(item, dict)]
+    return [(str((item.get("metadata") or {}).get("name") or ""), node_facts(item)) for item in items]
 
 
 def read_namespaces(api: KubeApi, names: Iterable[str]) -> dict[str, NamespaceInfo]:

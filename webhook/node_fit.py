@@ -1,0 +1,124 @@
+"""Which nodes could ever host a pod: the scheduler's node filters that depend only on the pod and the node.
+
+The kube-scheduler filters nodes in order: NodeUnschedulable (a cordoned node, unless the pod tolerates
+`node.kubernetes.io/unschedulable:NoSchedule`), NodeAffinity (`nodeSelector`, then required node affinity:
+terms ORed, expressions ANDed, `matchFields` on `metadata.name`), TaintToleration (every NoSchedule and
+NoExecute taint tolerated). These are checked here against what Placer keeps of each Node
+(`webhook.policy.node_facts`); resources, ports and volumes depend on what runs where and are left to the
+scheduler. Counting, per node, the first filter that rejects it names the constraint no node satisfies.
+"""
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+_REJECTING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    hosts: int
+    """Nodes that pass every filter."""
+    total: int
+    rejections: Counter[str] = field(default_factory=Counter)
+    """Why the other nodes do not: the first filter each one fails, as a sentence, with its count."""
+
+    def describe(self) -> str:
+        if self.hosts:
+            return f"{self.hosts} of {self.total} nodes can host its pods"
+        reasons = ", ".join(f"{count} {reason}" for reason, count in self.rejections.most_common())
+        return f"no node can host its pods ({reasons}; 0 of {self.total} nodes)"
+
+
+def node_fit(pod_spec: Mapping[str, Any], nodes: Iterable[tuple[str, Mapping[str, Any]]]) -> Fit:
+    """Count the nodes (name, facts) on which a pod with `pod_spec` passes the scheduler's node filters."""
+    tolerations = [t for t in pod_spec.get("tolerations") or [] if isinstance(t, dict)]
+    selector = pod_spec.get("nodeSelector") if isinstance(pod_spec.get("nodeSelector"), dict) else {}
+    terms = _required_terms(pod_spec)
+    hosts, total, rejections = 0, 0, Counter[str]()
+    for name, facts in nodes:
+        total += 1
+        reason = _rejection(name, facts, tolerations, selector or {}, terms)
+        if reason is None:
+            hosts += 1
+        else:
+            rejections[reason] += 1
+    return Fit(hosts, total, rejections)
+
+
+def _rejection(
+    name: str,
+    facts: Mapping[str, Any],
+    tolerations: list[dict[str, Any]],
+    selector: Mapping[str, Any],
+    terms: list[Mapping[str, Any]] | None,
+) -> str | None:
+    labels = facts.get("labels") or {}
+    if facts.get("unschedulable") and not any(_tolerates(t, UNSCHEDULABLE_TAINT) for t in tolerations):
+        return "cordoned"
+    for key, value in selector.items():
+        if labels.get(key) != value:
+            return f"without label {key}={value}"
+    if terms is not None and not any(_term_matches(term, name, labels) for term in terms):
+        return "outside the required node affinity"
+    for taint in facts.get("taints") or []:
+        if taint.get("effect") in _REJECTING_EFFECTS and not any(_tolerates(t, taint) for t in tolerations):
+            value = f"={taint['value']}" if taint.get("value") else ""
+            return f"with untolerated taint {taint.get('key')}{value}:{taint.get('effect')}"
+    return None
+
+
+def _required_terms(pod_spec: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
+    """The required nodeSelectorTerms, or None when there are none (no constraint: every node passes)."""
+    affinity = pod_spec.get("affinity") or {}
+    required = ((affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")) or {}
+    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+    return [t for t in terms if isinstance(t, dict)] if isinstance(terms, list) else None
+
+
+def _term_matches(term: Mapping[str, Any], name: str, labels: Mapping[str, str]) -> bool:
+    """A term with neither expressions nor fields matches no node (as in the scheduler)."""
+    expressions = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not expressions and not fields:
+        return False
+    return all(_requirement(r, labels) for r in expressions) and all(
+        _requirement(r, {"metadata.name": name}) for r in fields
+    )
+
+
+def _requirement(requirement: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key, operator = requirement.get("key"), requirement.get("operator")
+    values = [str(v) for v in requirement.get("values") or []]
+    present = key in labels
+    value = labels.get(str(key))
+    if operator == "In":
+        return present and value in values
+    if operator == "NotIn":
+        return not present or value not in values
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    if operator in ("Gt", "Lt") and present and len(values) == 1:
+        try:
+            label, bound = int(str(value)), int(values[0])
+        except ValueError:
+            return False
+        return label > bound if operator == "Gt" else label < bound
+    return False
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """corev1 Toleration.ToleratesTaint: effect (empty: all), key (empty with Exists: all), operator."""
+    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
+        return False
+    key = toleration.get("key") or ""
+    if key and key != taint.get("key"):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return True
+    return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
