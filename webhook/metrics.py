@@ -60,6 +60,12 @@ class Metrics:
             ["result"],
             registry=registry,
         )
+        self.unplaceable = Counter(
+            "placer_unplaceable_templates",
+            "Pod templates Placer left with no node to land on (each one a warning in the response), by kind.",
+            ["kind"],
+            registry=registry,
+        )
         self._rule_counters: dict[tuple[str, str, str], Any] = {}
         """Labelled children of rule_evaluations: `labels()` costs microseconds and runs ~50 times a request."""
 
@@ -76,6 +82,9 @@ class Metrics:
                     counters.clear()  # policies were renamed many times: let the old children go
                 counter = counters[key] = self.rule_evaluations.labels(*key)
             counter.inc()
+
+    def observe_unplaceable(self, kind: str, templates: int) -> None:
+        self.unplaceable.labels(kind).inc(templates)
 
     def observe_namespace_lookup(self, result: str) -> None:
         self.namespace_lookups.labels(result).inc()

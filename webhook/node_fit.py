@@ -32,8 +32,13 @@ class Fit:
         return f"no node can host its pods ({reasons}; 0 of {self.total} nodes)"
 
 
-def node_fit(pod_spec: Mapping[str, Any], nodes: Iterable[tuple[str, Mapping[str, Any]]]) -> Fit:
-    """Count the nodes (name, facts) on which a pod with `pod_spec` passes the scheduler's node filters."""
+def node_fit(
+    pod_spec: Mapping[str, Any], nodes: Iterable[tuple[str, Mapping[str, Any]]], *, any_host: bool = False
+) -> Fit:
+    """Count the nodes (name, facts) on which a pod with `pod_spec` passes the scheduler's node filters.
+
+    `any_host`: stop at the first node that passes (`hosts` is then 0 or 1, `total` what was looked at):
+    whether a pod can land anywhere at all costs a scan only when it cannot."""
     tolerations = [t for t in pod_spec.get("tolerations") or [] if isinstance(t, dict)]
     selector = pod_spec.get("nodeSelector") if isinstance(pod_spec.get("nodeSelector"), dict) else {}
     terms = _required_terms(pod_spec)
@@ -43,6 +48,8 @@ def node_fit(pod_spec: Mapping[str, Any], nodes: Iterable[tuple[str, Mapping[str
         reason = _rejection(name, facts, tolerations, selector or {}, terms)
         if reason is None:
             hosts += 1
+            if any_host:
+                break
         else:
             rejections[reason] += 1
     return Fit(hosts, total, rejections)

@@ -7,6 +7,7 @@ from typing import Literal
 
 from webhook.config import OptIn
 from webhook.engine.mutate import INJECT_LABEL, Mutation, mutate
+from webhook.feasibility import PlacementCheck
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, UnknownNamespace
 from webhook.review import AdmissionRequest, build_response
 from webhook.typing import JSONObject, JSONPatch
@@ -27,6 +28,8 @@ class Admission:
     response: JSONObject
     result: Result
     mutation: Mutation = field(default_factory=Mutation)
+    unplaceable: int = 0
+    """Templates Placer left with no node to land on (each one a warning in the response)."""
 
 
 def admit(
@@ -37,6 +40,7 @@ def admit(
     opt_in: OptIn = "api-server",
     deadline: float | None = None,
     resolve_namespace: NamespaceResolver | None = None,
+    placement: PlacementCheck | None = None,
 ) -> Admission:
     """Decide one admission. Fails open: only a policy with `failurePolicy: Fail` can deny."""
     namespace = _namespace(request, snapshot, workloads, deadline, resolve_namespace)
@@ -54,8 +58,24 @@ def admit(
     if mutation.passed_through is not None:
         return Admission(request, _respond(request, warnings=mutation.warnings), "skipped", mutation)
     audit = {"applied": ",".join(mutation.applied)} if mutation.applied else None
+    unplaceable = _placement_warnings(placement, mutation, snapshot, request)
     response = _respond(request, patch=mutation.patch, warnings=mutation.warnings, audit_annotations=audit)
-    return Admission(request, response, "patched" if mutation.patch else "unchanged", mutation)
+    return Admission(request, response, "patched" if mutation.patch else "unchanged", mutation, unplaceable)
+
+
+def _placement_warnings(
+    placement: PlacementCheck | None, mutation: Mutation, snapshot: PolicySnapshot, request: AdmissionRequest
+) -> int:
+    """Add a warning per template left with nowhere to land; a failing check never fails the admission."""
+    if placement is None or not mutation.placed:
+        return 0
+    try:
+        found = placement.warnings(mutation, snapshot)
+    except Exception:
+        log.exception("placement check of admission %s failed; admitted without it", request.uid)
+        return 0
+    mutation.warnings.extend(found)
+    return len(found)
 
 
 def _respond(

@@ -192,3 +192,29 @@ def _node_selector_in(server: RunningServer, namespace: str) -> dict[str, str]:
         if op["path"] == "/spec/nodeSelector":
             return dict(op["value"])
     return {}
+
+
+def test_a_placement_no_node_can_take_is_admitted_with_a_warning_until_a_node_can(
+        apiserver: FakeApiServer, kubeconfig: Path, certificates: Any, tmp_path: Path) -> None:
+    apiserver.put_namespace("team-a", {"team": "ml"})
+    apiserver.put_node("cpu-1", {"pool": "general"})
+    apiserver.put_node("gpu-1", {"pool": "gpu"}, taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}])
+    apiserver.put_policy(pool_policy("ml", selector={"team": "ml"}))
+    empty = tmp_path / "no-policies"
+    empty.mkdir()
+    with running_server(tmp_path, certificates, policies=empty,
+                        extra=["--kube", "--kubeconfig", str(kubeconfig)]) as server:
+        wait_for(lambda: served_by_all_workers(server, {"pool": "ml"}), timeout=10, what="every worker")
+
+        def warnings() -> list[str]:
+            review = server.post("/mutate", json=fixture_request("pod-bare-create-dryrun")).json()["response"]
+            assert review["allowed"] is True
+            return list(review.get("warnings") or [])
+
+        expected = ("placer: no node can host the pods (2 without label pool=ml; 0 of 2 nodes), "
+                    "placed by rule pool/pool")
+        wait_for(lambda: all(expected in warnings() for _ in range(6)), timeout=10, what="the warning")
+        assert 'placer_unplaceable_templates_total{kind="Pod"}' in server.get("/metrics").text
+
+        apiserver.put_node("ml-1", {"pool": "ml"})  # a node of the pool arrives: the pods can land
+        wait_for(lambda: all(not warnings() for _ in range(6)), timeout=10, what="the warning to go")

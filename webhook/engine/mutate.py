@@ -64,6 +64,8 @@ class Mutation:
     """Why no policy was evaluated (kind not handled, opted out, owned by a controller...), else None."""
     notes: list[str] = field(default_factory=list)
     """What was left alone and why, short of passing the whole object through (explain and logs)."""
+    placed: dict[str, tuple[JSONObject, JSONObject]] = field(default_factory=dict)
+    """Per template Placer changed: (the template as it came, as Placer leaves it), for placement checks."""
 
 
 class _DenyRequest(Exception):
@@ -262,6 +264,8 @@ class _Run:
                     continue
                 template = self._one_pass(slot, current, view)
                 if template != view:
+                    first_seen = self.mutation.placed.get(slot.name, (view, template))[0]
+                    self.mutation.placed[slot.name] = (first_seen, template)
                     if self.selector_rules and self.kind.own_pods(current, view) != self.kind.own_pods(
                         current, template
                     ):

@@ -13,6 +13,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from webhook.config import Settings
+from webhook.feasibility import PlacementCheck
 from webhook.json_bytes import encode_json
 from webhook.kube.namespace_lookup import NamespaceLookup
 from webhook.logs import ADMISSION_LOGGER
@@ -38,6 +39,7 @@ def create_app(
     workloads: WorkloadTable | None = None,
     compiler: PolicyCompiler | None = None,
     namespaces: NamespaceLookup | None = None,
+    placement: PlacementCheck | None = None,
 ) -> Flask:
     """Build the application around a snapshot holder that a policy source keeps current."""
     app = Flask("placer")
@@ -53,8 +55,11 @@ def create_app(
             opt_in=settings.opt_in,
             deadline=deadline,
             resolve_namespace=namespaces.resolve if namespaces is not None else None,
+            placement=placement,
         )
         _record(metrics, admission, time.monotonic() - started)
+        if admission.unplaceable:
+            metrics.observe_unplaceable(review.kind, admission.unplaceable)
         return admission.response
 
     def validate(review: AdmissionRequest, _started: float, _deadline: float | None) -> Any:

@@ -16,15 +16,17 @@ from gunicorn.arbiter import Arbiter
 from gunicorn.glogging import Logger as GunicornLogger
 
 from webhook.config import Settings
+from webhook.feasibility import PlacementCheck
 from webhook.kube.api import KubeApi
 from webhook.kube.connection import ConnectionSetupError, connect
 from webhook.kube.namespace_lookup import NamespaceLookup
 from webhook.logs import JsonFormatter
 from webhook.metrics import Metrics, mark_worker_dead
 from webhook.policy.cel_libraries.leaks import LeakAccount
-from webhook.policy.cluster_state import ClusterStateSource
+from webhook.policy.cluster_state import ClusterStateSource, nodes_directory
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.files import FilePolicySource
+from webhook.policy.node_facts import NodeFactsReader
 from webhook.policy.snapshot import PolicySnapshot, SnapshotHolder
 from webhook.policy.sources import PolicyReloader, PolicySource
 from webhook.server.app import create_app
@@ -59,7 +61,19 @@ def build_worker_app(settings: Settings) -> Any:
     reloader.start()
     log.info("worker %d ready with %d policies", os.getpid(), len(holder.current.policies))
     namespaces = _namespace_lookup(settings, metrics)
-    app = create_app(holder=holder, settings=settings, metrics=metrics, compiler=compiler, namespaces=namespaces)
+    placement = (
+        PlacementCheck(NodeFactsReader(nodes_directory(settings.cluster_state)))
+        if settings.cluster_state is not None
+        else None
+    )
+    app = create_app(
+        holder=holder,
+        settings=settings,
+        metrics=metrics,
+        compiler=compiler,
+        namespaces=namespaces,
+        placement=placement,
+    )
     app.extensions[LEAKS_EXTENSION] = compiler.leaks
     return app
 
