@@ -51,3 +51,12 @@ def test_scale_benchmark_publishes_every_relabel_and_counts_every_placer_process
     assert sorted(row["cpu_s_per_min"]) == ["arbiter", "controller", "worker-0", "worker-1"], row
     assert row["shards_kb"] > 50 and row["policies_kb"] > 0, row
     assert row["policy_ms"][0] > 0 and row["admission_p50_ms"] > 0, row
+
+
+def test_placement_benchmark_measures_both_cases_with_the_check_answering() -> None:
+    from tests.bench.bench_placement import run as run_placement  # noqa: PLC0415
+
+    figures = run_placement(200, 2)
+    assert set(figures) == {"feasible without", "feasible with", "unplaceable without", "unplaceable with",
+                            "first unplaceable ms"}
+    assert all(value > 0 for value in figures.values()), figures
