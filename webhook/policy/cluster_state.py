@@ -18,8 +18,6 @@ compile); workers recompile them for their own CEL environment, which is determi
 """
 
 import logging
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +31,7 @@ from webhook.policy.errors import PolicyError
 from webhook.policy.files import Fingerprint, file_fingerprint
 from webhook.policy.model import Policy
 from webhook.policy.namespace_shards import NamespaceShards
+from webhook.policy.shards import write_atomically
 from webhook.policy.sources import SourceContent
 
 log = logging.getLogger(__name__)
@@ -83,16 +82,8 @@ def write_state(directory: Path, state: ClusterState) -> None:
         ],
         "defaultPriorityClass": state.default_priority_class,
     }
-    path = policies_path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "wb") as output:
-            output.write(encode_json(payload))
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_atomically(policies_path(directory), encode_json(payload))
 
 
 def read_state(directory: Path) -> ClusterState:

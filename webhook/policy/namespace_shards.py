@@ -5,7 +5,6 @@ The controller process watches every Namespace; each worker needs one per admiss
 shard of the namespace it is admitting and parses it only when it changed.
 """
 
-import logging
 import os
 import threading
 from collections import OrderedDict
@@ -13,15 +12,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from webhook.policy.shards import SHARDS, Entry, shard_of, shard_path
+from webhook.policy.shards import SHARDS, Entry, Stamp, read_shard, shard_of, shard_path, stamp_of
 from webhook.policy.snapshot import NamespaceInfo
 
 PARSED_SHARDS_KEPT = 64
 """Parsed shards a worker keeps (a quarter of the state at most); a shard not kept costs one parse of ~16 KB."""
-
-log = logging.getLogger(__name__)
 
 
 def entry_of(info: NamespaceInfo) -> Entry:
@@ -37,7 +32,7 @@ def info_of(name: str, entry: Mapping[str, Any]) -> NamespaceInfo:
 class _ParsedShard:
     __slots__ = ("entries", "infos", "stamp")
 
-    def __init__(self, stamp: tuple[int, int, int], entries: dict[str, Entry]) -> None:
+    def __init__(self, stamp: Stamp, entries: dict[str, Entry]) -> None:
         self.stamp = stamp
         self.entries = entries
         self.infos: dict[str, NamespaceInfo] = {}
@@ -87,30 +82,18 @@ class NamespaceShards(Mapping[str, NamespaceInfo]):
     def _shard(self, index: int) -> _ParsedShard | None:
         path = shard_path(self._directory, index)
         try:
-            stat = os.stat(path)
+            stamp = stamp_of(os.stat(path))
         except FileNotFoundError:
             return None
-        stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
         with self._lock:
             cached = self._parsed.get(index)
             if cached is not None and cached.stamp == stamp:
                 self._parsed.move_to_end(index)
                 return cached
-        try:
-            with open(path, "rb") as shard_file:  # the stamp of what is read, even if replaced since the stat
-                stat = os.fstat(shard_file.fileno())
-                data = shard_file.read()
-            entries = orjson.loads(data)
-        except FileNotFoundError:  # deleted since the stat: the shard's last namespace went away
+        read = read_shard(path, "its namespaces are read from the API server")
+        if read is None:
             return None
-        except (OSError, ValueError) as error:  # never written so by the controller (it replaces by rename)
-            log.error("namespace shard %s unreadable (%s); its namespaces are read from the API server", path, error)
-            return None
-        if not isinstance(entries, dict):
-            log.error("namespace shard %s is not a JSON object; its namespaces are read from the API server", path)
-            return None
-        stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-        parsed = _ParsedShard(stamp, entries)
+        parsed = _ParsedShard(*read)
         with self._lock:
             self._parsed[index] = parsed
             self._parsed.move_to_end(index)

@@ -6,18 +6,13 @@ heartbeats, images, addresses, daemon endpoints, node info): an update that chan
 the same facts, and the controller drops it right after the watch (it costs one JSON decode, nothing after).
 """
 
-import logging
 import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from webhook.policy.shards import SHARDS, Entry, shard_path
-
-log = logging.getLogger(__name__)
+from webhook.policy.shards import SHARDS, Entry, Stamp, read_shard, shard_path, stamp_of
 
 
 def node_facts(node: Mapping[str, Any]) -> Entry:
@@ -55,7 +50,7 @@ class NodeFactsReader:
         self._directory = directory
         self._lock = threading.Lock()
         self._stamp: int | None = None
-        self._shards: dict[int, tuple[tuple[int, int, int], list[tuple[str, Entry]]]] = {}
+        self._shards: dict[int, tuple[Stamp, list[tuple[str, Entry]]]] = {}
         self._nodes: list[tuple[str, Entry]] = []
         self.version = 0
         """Grows whenever the nodes changed: a cache of answers about them keys on it."""
@@ -73,25 +68,20 @@ class NodeFactsReader:
             return self._nodes
 
     def _reload(self) -> None:
-        shards: dict[int, tuple[tuple[int, int, int], list[tuple[str, Entry]]]] = {}
+        shards: dict[int, tuple[Stamp, list[tuple[str, Entry]]]] = {}
         for index in range(SHARDS):
             path = shard_path(self._directory, index)
             try:
-                with open(path, "rb") as shard_file:
-                    stat = os.fstat(shard_file.fileno())
-                    stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-                    known = self._shards.get(index)
-                    if known is not None and known[0] == stamp:
-                        shards[index] = known
-                        continue
-                    entries = orjson.loads(shard_file.read())
+                stamp = stamp_of(os.stat(path))
             except FileNotFoundError:
                 continue
-            except (OSError, ValueError) as error:
-                log.error("node shard %s unreadable (%s); its nodes are left out", path, error)
+            known = self._shards.get(index)
+            if known is not None and known[0] == stamp:
+                shards[index] = known
                 continue
-            if isinstance(entries, dict):
-                shards[index] = (stamp, [(str(name), facts) for name, facts in entries.items()])
+            read = read_shard(path, "its nodes are left out")
+            if read is not None:
+                shards[index] = (read[0], [(str(name), facts) for name, facts in read[1].items()])
         self._shards = shards
         self._nodes = [node for _, nodes in shards.values() for node in nodes]
         self.version += 1

@@ -10,6 +10,7 @@ rewrite and re-parse everything (a quarter of a core at 3,000 namespaces and 3 c
 Each shard is replaced by rename, so a reader sees the old shard or the new one, never a part.
 """
 
+import logging
 import os
 import tempfile
 import zlib
@@ -17,11 +18,51 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from webhook.json_bytes import encode_json
 
 SHARDS = 256
 
 Entry = dict[str, Any]
+Stamp = tuple[int, int, int]
+"""inode, mtime and size: a file replaced by rename has a new one."""
+
+log = logging.getLogger(__name__)
+
+
+def stamp_of(stat: os.stat_result) -> Stamp:
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """A temporary file in the same directory, then renamed over `path`: readers see old or new, never a part."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "wb") as output:
+            output.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def read_shard(path: Path, consequence: str) -> tuple[Stamp, dict[str, Entry]] | None:
+    """The shard's entries with the stamp of what was read (even if replaced since); None when it is gone, or
+    unreadable (never written so by the controller, which replaces by rename: logged with `consequence`)."""
+    try:
+        with open(path, "rb") as shard_file:
+            stamp = stamp_of(os.fstat(shard_file.fileno()))
+            entries = orjson.loads(shard_file.read())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        log.error("shard %s unreadable (%s); %s", path, error, consequence)
+        return None
+    if not isinstance(entries, dict):
+        log.error("shard %s unreadable (not a JSON object); %s", path, consequence)
+        return None
+    return stamp, entries
 
 
 def shard_of(name: str) -> int:
@@ -41,7 +82,6 @@ class ShardWriter:
         self._shards: list[dict[str, Entry]] = [{} for _ in range(SHARDS)]
         self._on_disk_known = False
         """False until the first `replace`: shard files a previous controller left are unknown until then."""
-        self.shard_writes = 0
 
     def __len__(self) -> int:
         return sum(len(shard) for shard in self._shards)
@@ -78,24 +118,11 @@ class ShardWriter:
         self._write(index)
         return True
 
-    def size_bytes(self) -> int:
-        """What the shards hold on disk (the JSON, not the filesystem's pages)."""
-        paths = (shard_path(self._directory, index) for index in range(SHARDS))
-        return sum(path.stat().st_size for path in paths if path.exists())
-
     def _write(self, index: int) -> None:
         path = shard_path(self._directory, index)
         shard = self._shards[index]
-        self.shard_writes += 1
         if not shard:
             path.unlink(missing_ok=True)
             return
         self._directory.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=self._directory, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(handle, "wb") as output:
-                output.write(encode_json(shard))
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        write_atomically(path, encode_json(shard))
