@@ -88,16 +88,10 @@ class KubeApi:
     def delete(self, path: str) -> dict[str, Any]:
         return self._request("DELETE", path, None)
 
-    def watch(self, path: str, query: Mapping[str, str]) -> Iterator[dict[str, Any]]:
-        """The events of a watch stream, one JSON object per line, until the server ends the stream.
-
-        A stream that breaks mid-line, or stays silent longer than `watch_idle`, raises TransportError.
-        """
-        for line in self.watch_lines(path, query):
-            yield decode_event(line)
-
     def watch_lines(self, path: str, query: Mapping[str, str], *, pace: float = 0.0) -> Iterator[bytes]:
-        """The raw lines (events) of a watch stream, for a caller that can tell some apart before decoding.
+        """The lines (events, one JSON object each, see `decode_event`) of a watch stream until the server ends
+        it; raw, so that a caller can tell some apart before decoding. A stream that breaks mid-line, or stays
+        silent longer than `watch_idle`, raises TransportError.
 
         A chunked stream (what the API server sends) is read from the socket in blocks (`watch_stream`);
         anything else through urllib3. `pace` > 0: when no event is waiting, wait that long before reading,

@@ -39,7 +39,7 @@ from webhook.policy.cluster_state import (
     write_state,
 )
 from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.documents import namespace_info
+from webhook.policy.documents import namespace_info, served_document
 from webhook.policy.errors import PolicyError
 from webhook.policy.namespace_shards import entry_of
 from webhook.policy.node_facts import node_facts
@@ -264,7 +264,7 @@ class ClusterController:
         cached = self._compiled.get(name)
         if cached is not None and cached.key == key:
             return cached
-        document = _served_document(obj)
+        document = served_document(obj)
         result = self._compiler.compile(document, CLUSTER_SOURCE)
         good = self._last_good.get(name)
         if good is not None and good[0] != uid:  # deleted and re-created: the old object's version is gone
@@ -318,12 +318,6 @@ def global_default_priority_class(classes: Store) -> str | None:
     """The PriorityClass with `globalDefault: true` (the API server allows one; the lowest name if several)."""
     defaults = sorted(name for name, obj in classes.items() if obj.get("globalDefault") is True)
     return defaults[0] if defaults else None
-
-
-def _served_document(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The object without what only the API server needs (managed fields) and without status."""
-    metadata = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
-    return {k: v for k, v in obj.items() if k != "status"} | {"metadata": metadata}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

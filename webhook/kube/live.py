@@ -13,8 +13,9 @@ from urllib.parse import quote
 
 from webhook.kube.api import ApiError, KubeApi
 from webhook.offline import DEFAULT_NAMESPACE
+from webhook.policy.cluster_state import CLUSTER_SOURCE
 from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.documents import namespace_info
+from webhook.policy.documents import namespace_info, served_document
 from webhook.policy.errors import PolicyError
 from webhook.policy.model import Policy
 from webhook.policy.node_facts import node_facts
@@ -41,8 +42,7 @@ def cluster_snapshot(api: KubeApi, compiler: PolicyCompiler) -> PolicySnapshot:
     policies: list[Policy] = []
     errors: list[PolicyError] = []
     for item in listed.get("items") or []:
-        document = {k: v for k, v in item.items() if k != "status"}
-        result = compiler.compile(document, "cluster")
+        result = compiler.compile(served_document(item), CLUSTER_SOURCE)
         errors.extend(result.errors)
         if result.policy is not None:
             policies.append(result.policy)

@@ -106,7 +106,7 @@ def read_state(directory: Path) -> ClusterState:
 class ClusterStateSource:
     """A worker's view of the cluster: `policies.json`, recompiled where it changed, and the namespace shards."""
 
-    interval = POLL_INTERVAL
+    interval: float | None = POLL_INTERVAL
 
     def __init__(self, directory: Path, *, compiler: PolicyCompiler) -> None:
         self._path = policies_path(directory)

@@ -85,6 +85,13 @@ def global_default_class_from(content: Any) -> str | None:
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
+def served_document(obj: Any) -> dict[str, Any]:
+    """A SchedulingPolicy read from the API server as it serves: without status and managed fields (what only
+    the API server needs)."""
+    metadata = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    return {k: v for k, v in obj.items() if k != "status"} | {"metadata": metadata}
+
+
 def namespace_info(name: str, namespace: Any, *, drop_annotations: Iterable[str] = (LAST_APPLIED,)) -> NamespaceInfo:
     """What `namespaceObject` shows of a Namespace object (a manifest, a watched or read object), without
     kubectl's last-applied annotation (a copy of the whole manifest)."""

@@ -58,6 +58,9 @@ def policy_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 class FilePolicySource:
     """Loads the policy files and rebuilds the snapshot when any of them changes."""
 
+    interval: float | None = None
+    """Refreshed at the reloader's interval (`--reload-interval`)."""
+
     def __init__(
         self,
         paths: Iterable[str | os.PathLike[str]],

@@ -33,17 +33,15 @@ class SourceContent:
 
 
 class PolicySource(Protocol):
+    interval: float | None
+    """How often to refresh it when shorter than the reloader's own interval (None: the reloader's)."""
+
     def refresh(self) -> bool:
         """Re-read what changed; True when the snapshot must be rebuilt."""
 
     def content(self) -> SourceContent:
         """Everything the source serves now."""
 
-
-def _interval(source: PolicySource, default: float) -> float:
-    """How often `source` is refreshed: its own `interval` when it has one shorter than the reloader's."""
-    own = getattr(source, "interval", None)
-    return min(own, default) if isinstance(own, int | float) else default
 
 
 def combine(contents: Iterable[SourceContent], environment: Any) -> PolicySnapshot:
@@ -109,7 +107,7 @@ class PolicyReloader:
         self._stop.set()
 
     def _run(self) -> None:
-        intervals = [_interval(source, self._interval) for source in self._sources]
+        intervals = [min(source.interval or self._interval, self._interval) for source in self._sources]
         due = [time.monotonic() + interval for interval in intervals]
         while not self._stop.wait(max(0.0, min(due, default=self._interval) - time.monotonic())):
             try:
