@@ -109,3 +109,12 @@ def test_layers_answer_first_wins_without_copying(tmp_path: Path) -> None:
     assert sorted(layered) == ["both", "cluster-only", "file-only"]
     with pytest.raises(KeyError):
         layered["nowhere"]
+
+
+def test_layers_are_reduced_to_the_fewest_that_answer_the_same(tmp_path: Path) -> None:
+    shards = NamespaceShards(tmp_path)
+    first, second = {"a": info("a", "first")}, {"a": info("a", "second"), "b": info("b")}
+    merged = LayeredNamespaces.of([first, LayeredNamespaces([second, {}])])
+    assert isinstance(merged, dict) and merged["a"].labels == {"team": "first"} and set(merged) == {"a", "b"}
+    layered = LayeredNamespaces.of([shards, first, second])
+    assert isinstance(layered, LayeredNamespaces) and layered._layers[0] is shards and len(layered._layers) == 2

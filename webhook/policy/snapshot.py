@@ -55,6 +55,21 @@ class LayeredNamespaces(Mapping[str, NamespaceInfo]):
     def __init__(self, layers: Sequence[Mapping[str, NamespaceInfo]]) -> None:
         self._layers = tuple(layers)
 
+    @classmethod
+    def of(cls, layers: Sequence[Mapping[str, NamespaceInfo]]) -> Mapping[str, NamespaceInfo]:
+        """The fewest layers that answer the same: nested layers opened up, neighbouring plain dicts merged
+        into one (an admission's lookup then costs one dict lookup per layer that is not a dict)."""
+        flat: list[Mapping[str, NamespaceInfo]] = []
+        for layer in layers:
+            for part in layer._layers if isinstance(layer, LayeredNamespaces) else (layer,):
+                if isinstance(part, dict) and flat and isinstance(flat[-1], dict):
+                    flat[-1] = {**part, **flat[-1]}  # the earlier layer wins
+                else:
+                    flat.append(dict(part) if isinstance(part, dict) else part)
+        if len(flat) == 1:
+            return flat[0]
+        return cls(flat) if flat else {}
+
     def get(self, name: str, default: Any = None) -> Any:  # Mapping.get would ask every layer twice
         for layer in self._layers:
             found = layer.get(name)

@@ -63,9 +63,13 @@ def combine(contents: Iterable[SourceContent], environment: Any) -> PolicySnapsh
                 )
             else:
                 policies[name] = policy
-    layered = namespaces[0] if len(namespaces) == 1 else LayeredNamespaces(namespaces)
     return PolicySnapshot.build(
-        policies.values(), layered, errors, environment, ready=ready, default_priority_class=default_class
+        policies.values(),
+        LayeredNamespaces.of(namespaces),
+        errors,
+        environment,
+        ready=ready,
+        default_priority_class=default_class,
     )
 
 
