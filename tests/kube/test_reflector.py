@@ -173,7 +173,7 @@ def _policy(name: str) -> dict[str, Any]:
         {"name": "pool", "action": "add-node-selector", "parameters": {"pool": "general"}}]}}
 
 
-def test_a_paced_watch_reads_in_bursts_and_loses_no_event(apiserver: FakeApiServer, api: KubeApi) -> None:
+def test_a_paced_watch_loses_no_event(apiserver: FakeApiServer, api: KubeApi) -> None:
     recorder = Recorder()
     reflector = Reflector(api, Resource(NAMESPACES, "Namespace"), recorder, pace=0.05)
     stop = threading.Event()
