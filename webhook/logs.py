@@ -14,26 +14,112 @@ from webhook.json_bytes import encode_json
 ADMISSION_LOGGER = "placer.admission"
 
 
+class Timestamps:
+    """RFC 3339 UTC times with milliseconds; the part up to the second is formatted once a second
+    (`strftime` costs a few µs, a tenth of an admission's whole log line)."""
+
+    __slots__ = ("_prefix", "_second")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._prefix = ""
+
+    def __call__(self, created: float) -> str:
+        second = int(created)
+        if second != self._second:
+            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = second
+        return f"{self._prefix}.{int((created - second) * 1000):03d}Z"
+
+
+def json_entry(time_text: str, level: str, logger: str, message: str, fields: dict[str, Any] | None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"time": time_text, "level": level, "logger": logger, "message": message}
+    if fields:
+        entry.update(fields)
+    return entry
+
+
+def _line(entry: dict[str, Any]) -> str:
+    return encode_json(entry, default=str).decode()
+
+
 class JsonFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.timestamps = Timestamps()
+
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
         fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            entry.update(fields)
+        entry = json_entry(self.timestamps(record.created), record.levelname.lower(), record.name, record.getMessage(),
+                           fields if isinstance(fields, dict) else None)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return encode_json(entry, default=str).decode()
+        return _line(entry)
+
+
+class JsonLineHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream of JSON lines that also takes lines already formatted (`AdmissionLog`)."""
+
+    def __init__(self, stream: Any = None) -> None:
+        super().__init__(stream)
+        self.setFormatter(JsonFormatter())
+
+    def write_line(self, line: str) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            try:
+                self.stream.write(line + self.terminator)
+                self.flush()
+            except Exception:
+                self.handleError(logging.makeLogRecord({"msg": line}))
+
+
+class AdmissionLog:
+    """The line written for every admission, at a fraction of the logging module's cost per record.
+
+    `logger.info` builds a LogRecord, looks up its caller, takes the handler's lock and formats it: about
+    40 µs, as much as a 2-rule admission's rules. When every handler the admission logger reaches writes
+    JSON lines (as `configure_logging` sets up), the line is formatted once and written to them directly;
+    with any other handler, filter or formatter (a test's, an embedding application's) it goes through
+    `logger.info` as before. Levels are honoured either way.
+    """
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.logger = logger or logging.getLogger(ADMISSION_LOGGER)
+        self.timestamps = Timestamps()
+
+    def info(self, message: str, fields: dict[str, Any]) -> None:
+        logger = self.logger
+        if not logger.isEnabledFor(logging.INFO):
+            return
+        handlers = _json_line_handlers(logger)
+        if handlers is None:
+            logger.info(message, extra={"fields": fields})
+            return
+        line = _line(json_entry(self.timestamps(time.time()), "info", logger.name, message, fields))
+        for handler in handlers:
+            handler.write_line(line)
+
+
+def _json_line_handlers(logger: logging.Logger) -> list[JsonLineHandler] | None:
+    """The handlers a record of `logger` at INFO reaches, when all of them are plain JSON line writers."""
+    handlers: list[JsonLineHandler] = []
+    current: logging.Logger | None = logger
+    while current is not None:
+        if current.filters:
+            return None
+        for handler in current.handlers:
+            if (type(handler) is not JsonLineHandler or handler.filters or handler.level > logging.INFO
+                    or type(handler.formatter) is not JsonFormatter):
+                return None
+            handlers.append(handler)
+        if not current.propagate:
+            break
+        current = current.parent
+    return handlers
 
 
 def configure_logging(level: str) -> None:
     """Send every logger, gunicorn's included, to stderr as JSON lines."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [JsonLineHandler(sys.stderr)]
     root.setLevel(level.upper())

@@ -68,11 +68,16 @@ class Metrics:
         )
         self._rule_counters: dict[tuple[str, str, str], Any] = {}
         """Labelled children of rule_evaluations: `labels()` costs microseconds and runs ~50 times a request."""
+        self._request_counters: dict[tuple[str, str, str], Any] = {}
 
     def observe_admission(
         self, kind: str, operation: str, result: str, seconds: float, rules: Iterable[tuple[str, str, str]]
     ) -> None:
-        self.requests.labels(kind, operation, result).inc()
+        key = (kind, operation, result)
+        counter = self._request_counters.get(key)
+        if counter is None:  # bounded: kinds are the workload table's, operations and results fixed sets
+            counter = self._request_counters[key] = self.requests.labels(*key)
+        counter.inc()
         self.duration.observe(seconds)
         counters = self._rule_counters
         for key in rules:

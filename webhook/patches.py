@@ -22,11 +22,10 @@ def diff(old: Any, new: Any, pointer: str = "") -> JSONPatch:
     if isinstance(old, dict) and isinstance(new, dict):
         ops: JSONPatch = [{"op": "remove", "path": f"{pointer}/{escape(key)}"} for key in old if key not in new]
         for key, value in new.items():
-            path = f"{pointer}/{escape(key)}"
             if key not in old:
-                ops.append({"op": "add", "path": path, "value": value})
+                ops.append({"op": "add", "path": f"{pointer}/{escape(key)}", "value": value})
             elif old[key] != value:
-                ops.extend(diff(old[key], value, path))
+                ops.extend(diff(old[key], value, f"{pointer}/{escape(key)}"))
         return ops
     if isinstance(old, list) and isinstance(new, list):
         if len(new) >= len(old) and new[: len(old)] == old:

@@ -49,11 +49,12 @@ def parse_quantity(value: object) -> float:
     if isinstance(value, int | float):
         number = float(value)
     elif isinstance(value, str):
-        match = _QUANTITY.match(value.strip())
-        if match is None:
+        plain = value.isascii() and value.isdigit()
+        match = None if plain else _QUANTITY.match(value.strip())
+        if match is None and not plain:
             raise InvalidQuantityError(f"not a quantity: {value[:40]!r}")
-        mantissa, exponent, suffix = match.groups()
-        try:
+        mantissa, exponent, suffix = match.groups() if match is not None else (value, None, None)
+        try:  # a plain "4" (the common case) skips the grammar
             number = float(mantissa + exponent) if exponent else float(mantissa) * _SUFFIX_FACTORS[suffix or ""]
         except OverflowError as error:
             raise InvalidQuantityError(f"quantity out of range: {value[:40]!r}") from error

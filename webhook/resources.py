@@ -16,30 +16,39 @@ Totals = dict[str, float]
 
 
 def effective_resources(spec: JSONObject) -> tuple[dict[str, Totals], list[str]]:
-    """`{requests, limits}` maps of resource name -> number, and a note per unreadable quantity."""
+    """`{requests, limits}` maps of resource name -> number, and a note per unreadable quantity.
+
+    Every quantity is parsed once. Runs on every admission that reads `resources`: the common pod (app
+    containers only) is one sum per map.
+    """
     notes: list[str] = []
-    # every quantity is parsed once: (requests, limits) of each container and of the pod
-    app = [_needs(container, notes) for container in _containers(spec.get("containers"))]
-    init = [(container.get("restartPolicy") == "Always", _needs(container, notes))
-            for container in _containers(spec.get("initContainers"))]
-    pod_level = _needs(spec, notes, where="pod resources")
-    result: dict[str, Totals] = {}
-    for index, kind in enumerate(("requests", "limits")):
-        sidecars: Totals = {}
-        peak: Totals = {}
-        for restartable, needs in init:
-            if restartable:
-                sidecars = _sum([sidecars, needs[index]])
-            else:
-                peak = _max(peak, _sum([sidecars, needs[index]]))
-        total = _max(_sum([_sum(needs[index] for needs in app), sidecars]), peak)
-        total.update(pod_level[index])
-        if kind == "requests":
-            overhead = spec.get("overhead")
-            if isinstance(overhead, dict):
-                total = _sum([total, _parse_map(overhead, "overhead", notes)])
-        result[kind] = total
-    return result, notes
+    requests: Totals = {}
+    limits: Totals = {}
+    for container in _containers(spec.get("containers")):
+        needs = _needs(container, notes)
+        _add(requests, needs[0])
+        _add(limits, needs[1])
+    totals = [requests, limits]
+    if spec.get("initContainers"):
+        init = [(container.get("restartPolicy") == "Always", _needs(container, notes))
+                for container in _containers(spec.get("initContainers"))]
+        for index in (0, 1):
+            sidecars: Totals = {}
+            peak: Totals = {}
+            for restartable, needs in init:
+                if restartable:
+                    sidecars = _sum([sidecars, needs[index]])
+                else:
+                    peak = _max(peak, _sum([sidecars, needs[index]]))
+            totals[index] = _max(_sum([totals[index], sidecars]), peak)
+    if "resources" in spec:
+        pod_level = _needs(spec, notes, where="pod resources")
+        totals[0].update(pod_level[0])
+        totals[1].update(pod_level[1])
+    overhead = spec.get("overhead")
+    if isinstance(overhead, dict):
+        totals[0] = _sum([totals[0], _parse_map(overhead, "overhead", notes)])
+    return {"requests": totals[0], "limits": totals[1]}, notes
 
 
 def _containers(value: Any) -> Iterable[JSONObject]:
@@ -52,13 +61,13 @@ def _needs(container: JSONObject, notes: list[str], *, where: str = "") -> tuple
     resources = container.get("resources")
     if not isinstance(resources, dict):
         return {}, {}
-    where = where or f"container {str(container.get('name', '?'))[:30]}"
-    limits = _parse_map(resources.get("limits"), where, notes)
-    requests = _parse_map(resources.get("requests"), where, notes)
+    limits = _parse_map(resources.get("limits"), where or container, notes)
+    requests = _parse_map(resources.get("requests"), where or container, notes)
     return {**limits, **requests}, limits
 
 
-def _parse_map(raw: Any, where: str, notes: list[str]) -> Totals:
+def _parse_map(raw: Any, where: str | JSONObject, notes: list[str]) -> Totals:
+    """Parsed quantities; `where` (a place, or the container, named only when a quantity is unreadable)."""
     parsed: Totals = {}
     if not isinstance(raw, dict):
         return parsed
@@ -66,15 +75,20 @@ def _parse_map(raw: Any, where: str, notes: list[str]) -> Totals:
         try:
             parsed[str(name)] = parse_quantity(value)
         except InvalidQuantityError as error:
-            notes.append(f"{where}: {str(name)[:40]}: {error}")
+            place = where if isinstance(where, str) else f"container {str(where.get('name', '?'))[:30]}"
+            notes.append(f"{place}: {str(name)[:40]}: {error}")
     return parsed
+
+
+def _add(total: Totals, item: Totals) -> None:
+    for name, value in item.items():
+        total[name] = total.get(name, 0.0) + value
 
 
 def _sum(items: Iterable[Totals]) -> Totals:
     total: Totals = {}
     for item in items:
-        for name, value in item.items():
-            total[name] = total.get(name, 0.0) + value
+        _add(total, item)
     return total
 
 

@@ -9,13 +9,15 @@ from webhook.resources import effective_resources
 @pytest.mark.parametrize(
     ("text", "value"),
     [("500m", 0.5), ("2", 2.0), ("1Gi", 2**30), ("1e3", 1000.0), ("1.5", 1.5), ("100M", 1e8), ("64Ki", 65536.0),
-     ("1E3", 1000.0), ("250u", 0.00025), (".5", 0.5), (3, 3.0), (0.5, 0.5), ("12n", 12e-9), ("+1k", 1000.0)],
+     ("1E3", 1000.0), ("250u", 0.00025), (".5", 0.5), (3, 3.0), (0.5, 0.5), ("12n", 12e-9), ("+1k", 1000.0),
+     ("007", 7.0), ("16", 16.0)],
 )
 def test_quantities(text: object, value: float) -> None:
     assert parse_quantity(text) == pytest.approx(value)
 
 
-@pytest.mark.parametrize("text", ["1.5.5", "abc", "", "1Gb", "1e400", "1 Gi", "--1", True, None, [1], "1e", "Mi"])
+@pytest.mark.parametrize("text", ["1.5.5", "abc", "", "1Gb", "1e400", "1 Gi", "--1", True, None, [1], "1e", "Mi",
+                                  "٣", "９", "9" * 400])
 def test_invalid_quantities(text: object) -> None:
     with pytest.raises(InvalidQuantityError):
         parse_quantity(text)

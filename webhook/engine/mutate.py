@@ -398,13 +398,11 @@ def _run_rule(
     mutation: Mutation,
     context: "_ContextParts",
 ) -> RuleTrace:
-    rule_id = f"{policy.name}/{rule.name}"
-
     def trace(outcome: Outcome, detail: str = "", changed: bool = False) -> RuleTrace:
         return RuleTrace(policy.name, rule.name, slot.name, outcome, detail, changed)
 
     def fail(detail: str) -> RuleTrace:
-        mutation.warnings.append(f"{rule_id}: {detail}")
+        mutation.warnings.append(f"{policy.name}/{rule.name}: {detail}")
         if policy.failure_policy == "Fail":
             raise _DenyRequest(f"policy {policy.name}, rule {rule.name}: {detail}")
         return trace("error", detail)
@@ -444,10 +442,11 @@ def _run_rule(
     try:
         changed = rule.action.apply(template, parameters, action_context)
     except ActionSkipped as skipped:
-        mutation.warnings.append(f"{rule_id}: skipped: {skipped}")
+        mutation.warnings.append(f"{policy.name}/{rule.name}: skipped: {skipped}")
         return trace("skipped", str(skipped))
-    mutation.warnings.extend(f"{rule_id}: {conflict}" for conflict in action_context.conflicts)
-    return trace("applied", "; ".join(action_context.conflicts), changed)
+    if action_context.conflicts:
+        mutation.warnings.extend(f"{policy.name}/{rule.name}: {conflict}" for conflict in action_context.conflicts)
+    return RuleTrace(policy.name, rule.name, slot.name, "applied", "; ".join(action_context.conflicts), changed)
 
 
 @dataclass(frozen=True, slots=True)

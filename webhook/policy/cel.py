@@ -201,6 +201,12 @@ def evaluate(program: Program, bound: "Activation") -> Result:
         if BUDGET_EXCEEDED in str(error):
             return _stepwise(program, bound)
         return Result(error=clean_runtime_message(str(error)))
+    if program.returns in _BOOLEAN_RESULTS:
+        # A condition's value: converted without asking its type first (a third of an evaluation's cost).
+        # A bool (or list of bools) is the value; an error converts to its message, a string, classified below.
+        converted = value.plain_value()
+        if converted is True or converted is False or isinstance(converted, list):
+            return Result(value=converted)
     try:
         return _classify(value, program.plain_result)
     except _Unusable as unusable:
@@ -215,6 +221,9 @@ def _stepwise(program: Program, bound: "Activation") -> Result:
     if isinstance(outcome, stepwise.Failure):
         return Result(missing=outcome.message) if outcome.missing else Result(error=outcome.message)
     return Result(value=outcome)  # converted by _bindable: no optional, type, timestamp or duration in it
+
+
+_BOOLEAN_RESULTS = frozenset({"bool", "list<bool>"})
 
 
 class _Unusable(Exception):

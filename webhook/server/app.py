@@ -16,7 +16,7 @@ from webhook.config import Settings
 from webhook.feasibility import PlacementCheck
 from webhook.json_bytes import encode_json
 from webhook.kube.namespace_lookup import NamespaceLookup
-from webhook.logs import ADMISSION_LOGGER
+from webhook.logs import AdmissionLog
 from webhook.metrics import Metrics
 from webhook.pipeline import Admission, admit
 from webhook.policy.compiler import PolicyCompiler
@@ -28,7 +28,6 @@ from webhook.validation import validate_policy_review
 from webhook.workloads import WorkloadTable, default_workload_table
 
 log = logging.getLogger(__name__)
-admission_log = logging.getLogger(ADMISSION_LOGGER)
 
 
 def create_app(
@@ -46,6 +45,7 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     table = workloads or default_workload_table()
     policy_compiler = compiler or PolicyCompiler()
+    admission_log = AdmissionLog()
 
     def mutate(review: AdmissionRequest, started: float, deadline: float | None) -> Any:
         admission = admit(
@@ -57,7 +57,7 @@ def create_app(
             resolve_namespace=namespaces.resolve if namespaces is not None else None,
             placement=placement,
         )
-        _record(metrics, admission, time.monotonic() - started)
+        _record(metrics, admission_log, admission, time.monotonic() - started)
         if admission.unplaceable:
             metrics.observe_unplaceable(review.kind, admission.unplaceable)
         return admission.response
@@ -104,7 +104,7 @@ def create_app(
     return app
 
 
-def _record(metrics: Metrics, admission: Admission, seconds: float) -> None:
+def _record(metrics: Metrics, admission_log: AdmissionLog, admission: Admission, seconds: float) -> None:
     review, mutation = admission.request, admission.mutation
     metrics.observe_admission(
         review.kind,
@@ -115,20 +115,18 @@ def _record(metrics: Metrics, admission: Admission, seconds: float) -> None:
     )
     admission_log.info(
         "admission",
-        extra={
-            "fields": {
-                "uid": review.uid,
-                "kind": review.kind,
-                "namespace": review.namespace,
-                "name": review.name or _generate_name(review.object),
-                "operation": review.operation,
-                "dryRun": review.dry_run,
-                "result": admission.result,
-                "applied": mutation.applied,
-                "warnings": _capped(mutation.warnings),
-                "reason": mutation.passed_through or mutation.denial,
-                "durationMs": round(seconds * 1000, 3),
-            }
+        {
+            "uid": review.uid,
+            "kind": review.kind,
+            "namespace": review.namespace,
+            "name": review.name or _generate_name(review.object),
+            "operation": review.operation,
+            "dryRun": review.dry_run,
+            "result": admission.result,
+            "applied": mutation.applied,
+            "warnings": _capped(mutation.warnings),
+            "reason": mutation.passed_through or mutation.denial,
+            "durationMs": round(seconds * 1000, 3),
         },
     )
 
