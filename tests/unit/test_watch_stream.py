@@ -1,10 +1,14 @@
 """Watch lines cut from a chunked body read in arbitrary blocks, and every way such a stream can break."""
 
 import io
+import socket
+import threading
+import time
+from collections.abc import Iterator
 
 import pytest
 
-from webhook.kube.watch_stream import ChunkedStreamError, chunked_lines
+from webhook.kube.watch_stream import BLOCK, ChunkedStreamError, PacedBody, chunked_lines
 
 
 class Blocks(io.RawIOBase):
@@ -52,8 +56,51 @@ def test_an_event_over_the_limit_is_refused() -> None:
         list(chunked_lines(Blocks(split(chunked(b"x" * 5000), 512)), 1000))
 
 
-def test_before_read_runs_before_every_read_but_the_first() -> None:
-    calls = []
-    body = chunked(b"a\n", b"b\n")
-    list(chunked_lines(Blocks(split(body, 4)), 1 << 20, lambda: calls.append(1)))
-    assert len(calls) == len(split(body, 4)) - 1
+@pytest.fixture
+def connected() -> Iterator[tuple[socket.socket, socket.socket]]:
+    reader, writer = socket.socketpair()
+    reader.settimeout(1.0)
+    try:
+        yield reader, writer
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_a_paced_body_reads_what_gathered_while_it_slept(connected: tuple[socket.socket, socket.socket]) -> None:
+    reader, writer = connected
+    writer.sendall(b"first")
+    body = PacedBody(reader.makefile("rb"), reader, pace=0.2)
+    assert body.read1(BLOCK) == b"first"
+    # nothing waits: the reader sleeps its pace, and what is sent meanwhile comes out in one read
+    threading.Timer(0.05, writer.sendall, [b"a"]).start()
+    threading.Timer(0.10, writer.sendall, [b"b"]).start()
+    assert body.read1(BLOCK) == b"ab"
+    writer.sendall(b"c")
+    time.sleep(0.05)
+    assert body.read1(BLOCK) == b"c"  # already there: read at once
+    writer.close()
+    assert body.read1(BLOCK) == b""  # the end of the stream
+
+
+def test_a_paced_body_waits_for_a_late_event_up_to_the_idle_limit(
+    connected: tuple[socket.socket, socket.socket],
+) -> None:
+    reader, writer = connected
+    writer.sendall(b"x")
+    body = PacedBody(reader.makefile("rb"), reader, pace=0.01)
+    body.read1(BLOCK)
+    threading.Timer(0.3, writer.sendall, [b"late"]).start()
+    assert body.read1(BLOCK) == b"late"
+    began = time.monotonic()
+    with pytest.raises(TimeoutError):
+        body.read1(BLOCK)
+    assert 0.9 < time.monotonic() - began < 3.0
+
+
+@pytest.mark.parametrize("block", [2, 9, 10_000])
+def test_blank_chunks_are_dropped_and_whole_chunks_follow_a_split_event(block: int) -> None:
+    body = chunked(b"\n", b'{"a":', b'1}\n', b"  \n", b'{"b":2}\n', b'{"c":3}\n{"d":4}\n', b'{"e":5}\n')
+    assert list(chunked_lines(Blocks(split(body, block)), 1 << 20)) == [
+        b'{"a":1}', b'{"b":2}', b'{"c":3}', b'{"d":4}', b'{"e":5}'
+    ]

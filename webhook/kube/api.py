@@ -19,7 +19,7 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from webhook import __version__
 from webhook.kube.connection import ClusterConnection
-from webhook.kube.watch_stream import ChunkedStreamError, chunked_lines, gather_when_idle, raw_body
+from webhook.kube.watch_stream import ChunkedStreamError, PacedBody, chunked_lines, raw_body
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -104,8 +104,8 @@ class KubeApi:
             if raw is not None:
                 # Read past urllib3: the connection is closed afterwards, never returned to the pool.
                 body, sock = raw
-                before_read = gather_when_idle(sock, pace) if pace > 0 and sock is not None else None
-                yield from chunked_lines(body, _LINE_LIMIT, before_read)
+                paced = pace > 0 and sock is not None and sock.gettimeout() is not None
+                yield from chunked_lines(PacedBody(body, sock, pace) if paced else body, _LINE_LIMIT)
                 return
             buffered = b""
             for chunk in response.stream(64 * 1024):

@@ -2,14 +2,15 @@
 
 The API server sends each watch event as its own HTTP chunk. urllib3 and http.client decode a chunked body
 chunk by chunk, with several Python calls and a buffered read per chunk: for a busy watch (5,000 Nodes
-reporting status) that machinery costs more than the event. Here the body is read with one `read1` per
-TLS record that has arrived (everything already in the socket's buffer, up to 256 KiB per call) and the
-chunk framing is cut with `bytes.find`; complete lines (events) come out in order.
+reporting status) that machinery costs more than the event. Here the body is read one TLS record at a time
+straight from the socket (a busy watch in bursts, `PacedBody`), and the chunk framing is cut with
+`bytes.find`; complete lines (events) come out in order.
 """
 
 import select
+import ssl
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 BLOCK = 256 * 1024
@@ -36,37 +37,61 @@ def raw_body(response: Any) -> tuple[_Readable, Any] | None:
     return socket_file, sock
 
 
-def gather_when_idle(sock: Any, pace: float) -> Callable[[], None]:
-    """Before a read: when nothing has arrived yet, sleep `pace` so that events gather in the socket's
-    buffer and are read in one burst (one wake-up for many events instead of one each)."""
+class PacedBody:
+    """The body of a busy watch read in bursts: everything that has arrived is read without waiting, then,
+    when nothing more is there, the reader sleeps `pace` so that events gather before the next burst.
 
-    def before_read() -> None:
-        pending = getattr(sock, "pending", None)
-        if pending is not None and pending():
-            return  # decrypted bytes wait in the TLS layer
-        try:
-            readable, _, _ = select.select([sock], [], [], 0)
-        except (OSError, ValueError):
-            return
-        if not readable:
-            time.sleep(pace)
+    The socket is switched to non-blocking (the connection is never reused, see `raw_body`): a read either
+    returns what has arrived (one TLS record) or says at once that nothing has, so a burst costs one
+    system call per record and one sleep, not a readiness check per record. Waiting for the next event
+    after a quiet spell is a `select` bounded by the socket's own timeout (the watch's idle limit), as the
+    blocking read was."""
 
-    return before_read
+    def __init__(self, socket_file: _Readable, sock: Any, pace: float) -> None:
+        self._socket_file: _Readable | None = socket_file
+        self._sock = sock
+        self._pace = pace
+        self._idle_limit = sock.gettimeout()
+
+    def read1(self, size: int = BLOCK, /) -> bytes:
+        if self._socket_file is not None:
+            # The first read goes through the buffered file, blocking as before: it holds what arrived with
+            # the headers, and hands all of it over (or reads past its buffer), so it is empty afterwards.
+            socket_file, self._socket_file = self._socket_file, None
+            first = socket_file.read1(size)
+            self._sock.setblocking(False)
+            return first
+        data = _read_now(self._sock, size)
+        if data is not None:
+            return data
+        time.sleep(self._pace)  # the burst is over: let the next one gather
+        data = _read_now(self._sock, size)
+        while data is None:
+            readable, writable, _ = select.select([self._sock], [], [], self._idle_limit)
+            if not readable and not writable:
+                raise TimeoutError(f"no watch event for {self._idle_limit} s")
+            data = _read_now(self._sock, size)
+        return data
 
 
-def chunked_lines(
-    body: _Readable, line_limit: int, before_read: Callable[[], None] | None = None
-) -> Iterator[bytes]:
+def _read_now(source: Any, size: int) -> bytes | None:
+    """What the non-blocking socket `source` has now (b"" at the end of the stream); None when nothing has."""
+    try:
+        data: bytes = source.recv(size)
+    except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+        return None
+    return data
+
+
+def chunked_lines(body: _Readable, line_limit: int) -> Iterator[bytes]:
     """Non-empty lines of a chunked body, until its last chunk; raises ChunkedStreamError when it breaks.
 
-    `before_read` runs before every read but the first (which returns what came with the headers)."""
+    The API server writes each event as one chunk ending in its newline: such a chunk is handed out as it is
+    cut from the buffer (one copy); anything else (an event split over chunks, several in one) is
+    reassembled."""
     pending = b""  # raw bytes not yet cut into chunks
     payload = bytearray()  # de-chunked bytes not yet cut into lines
-    first = True
     while True:
-        if before_read is not None and not first:
-            before_read()
-        first = False
         data = body.read1(BLOCK)
         if not data:
             raise ChunkedStreamError("watch stream ended in the middle of an event")
@@ -84,23 +109,32 @@ def chunked_lines(
             if size == 0:
                 finished = True
                 break
-            end = line_end + 2 + size
+            start = line_end + 2
+            end = start + size
             if len(pending) < end + 2:
                 break
-            payload += pending[line_end + 2 : end]
             position = end + 2
-        pending = pending[position:]
+            if not payload and pending[end - 1] == _NEWLINE and pending.find(b"\n", start, end - 1) < 0:
+                line = pending[start : end - 1]
+                if line and not line.isspace():
+                    yield line
+                continue
+            payload += pending[start:end]
+            if b"\n" in payload:
+                *lines, rest = bytes(payload).split(b"\n")
+                payload = bytearray(rest)
+                for line in lines:
+                    if line.strip():
+                        yield line
+        pending = pending[position:] if position else pending
         if len(pending) > line_limit + 64:
             raise ChunkedStreamError("watch event larger than the limit")
-        if b"\n" in payload:
-            *lines, rest = bytes(payload).split(b"\n")
-            payload = bytearray(rest)
-            for line in lines:
-                if line.strip():
-                    yield line
         if len(payload) > line_limit:
             raise ChunkedStreamError("watch event larger than the limit")
         if finished:
             if payload.strip():
                 raise ChunkedStreamError("watch stream ended in the middle of an event")
             return
+
+
+_NEWLINE = ord("\n")
