@@ -14,13 +14,12 @@ fits ends the scan; only an infeasible placement scans every node, once.
 
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
-from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.engine.mutate import Mutation
-from webhook.node_fit import Fit, node_fit
+from webhook.gang_capacity import GangCapacityCheck, applied_rules
+from webhook.node_fit import Fit, node_fit, placement_key, pod_spec_of
 from webhook.policy.node_facts import NodeFactsReader
 from webhook.policy.snapshot import PolicySnapshot
 
@@ -29,12 +28,27 @@ PLACING_ACTIONS = frozenset({"add-node-selector", "add-node-affinity"})
 CACHED_ANSWERS = 1024
 
 
+@dataclass(frozen=True, slots=True)
+class Findings:
+    unplaceable: list[str] = field(default_factory=list)
+    """A warning per template Placer left with no node to land on."""
+    over_capacity: list[str] = field(default_factory=list)
+    """A warning per gang member template the nodes that may host it can never hold (`gang_capacity`)."""
+
+
 class PlacementCheck:
     def __init__(self, nodes: NodeFactsReader) -> None:
         self._nodes = nodes
+        self._gangs = GangCapacityCheck(nodes)
         self._answers: OrderedDict[bytes, Fit] = OrderedDict()
         """Per set of placement constraints: one node that fits, or (none fits) why every node does not."""
         self._version = -1
+
+    def findings(self, mutation: Mutation, snapshot: PolicySnapshot) -> Findings:
+        """What to warn about: templates Placer left with no node, and gangs the nodes can never hold."""
+        if not mutation.placed:
+            return Findings()
+        return Findings(self.warnings(mutation, snapshot), self._gangs.warnings(mutation, snapshot))
 
     def warnings(self, mutation: Mutation, snapshot: PolicySnapshot) -> list[str]:
         """One warning per template that Placer left with no node to land on."""
@@ -48,12 +62,12 @@ class PlacementCheck:
             self._version = self._nodes.version
         found = []
         for slot, (before, after) in mutation.placed.items():
-            after_spec, before_spec = _spec(after), _spec(before)
-            after_key = _constraints(after_spec)
-            if after_key == _constraints(before_spec):
+            after_spec, before_spec = pod_spec_of(after), pod_spec_of(before)
+            after_key = placement_key(after_spec)
+            if after_key == placement_key(before_spec):
                 continue
             fit = self._fit(after_key, after_spec, nodes)
-            if fit.hosts or not self._fit(_constraints(before_spec), before_spec, nodes).hosts:
+            if fit.hosts or not self._fit(placement_key(before_spec), before_spec, nodes).hosts:
                 continue  # some node fits, or none did before Placer either
             rules = _placing_rules(after, snapshot) or ["(none of the applied rules narrows placement)"]
             where = f" of {slot}" if slot else ""
@@ -71,24 +85,6 @@ class PlacementCheck:
         return answer
 
 
-def _spec(template: Mapping[str, Any]) -> Mapping[str, Any]:
-    spec = template.get("spec")
-    return spec if isinstance(spec, dict) else {}
-
-
-def _constraints(spec: Mapping[str, Any]) -> bytes:
-    """What the node filters read of a pod spec, as a key."""
-    affinity = spec.get("affinity") if isinstance(spec.get("affinity"), dict) else {}
-    node_affinity = (affinity or {}).get("nodeAffinity") or {}
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(
-        node_affinity, dict) else None
-    parts = (spec.get("nodeSelector"), required, spec.get("tolerations"))
-    return orjson.dumps(parts, option=orjson.OPT_SORT_KEYS, default=str)
-
-
 def _placing_rules(template: Mapping[str, Any], snapshot: PolicySnapshot) -> list[str]:
     """The rules that applied to this template and narrow where its pods may land."""
-    metadata = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}
-    applied = str(((metadata or {}).get("annotations") or {}).get(APPLIED_ANNOTATION) or "")
-    actions = {f"{p.name}/{r.name}": r.action.name for p in snapshot.policies for r in p.rules}
-    return [f"rule {rule}" for rule in filter(None, applied.split(",")) if actions.get(rule) in PLACING_ACTIONS]
+    return applied_rules(template, snapshot, PLACING_ACTIONS)

@@ -66,6 +66,12 @@ class Metrics:
             ["kind"],
             registry=registry,
         )
+        self.over_capacity = Counter(
+            "placer_gang_over_capacity",
+            "Gang member templates whose pods the nodes that may host them can never hold (each a warning), by kind.",
+            ["kind"],
+            registry=registry,
+        )
         self._rule_counters: dict[tuple[str, str, str], Any] = {}
         """Labelled children of rule_evaluations: `labels()` costs microseconds and runs ~50 times a request."""
         self._request_counters: dict[tuple[str, str, str], Any] = {}
@@ -90,6 +96,9 @@ class Metrics:
 
     def observe_unplaceable(self, kind: str, templates: int) -> None:
         self.unplaceable.labels(kind).inc(templates)
+
+    def observe_over_capacity(self, kind: str, templates: int) -> None:
+        self.over_capacity.labels(kind).inc(templates)
 
     def observe_namespace_lookup(self, result: str) -> None:
         self.namespace_lookups.labels(result).inc()

@@ -9,9 +9,11 @@ scheduler. Counting, per node, the first filter that rejects it names the constr
 """
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 _REJECTING_EFFECTS = ("NoSchedule", "NoExecute")
@@ -39,13 +41,11 @@ def node_fit(
 
     `any_host`: stop at the first node that passes (`hosts` is then 0 or 1, `total` what was looked at):
     whether a pod can land anywhere at all costs a scan only when it cannot."""
-    tolerations = [t for t in pod_spec.get("tolerations") or [] if isinstance(t, dict)]
-    selector = pod_spec.get("nodeSelector") if isinstance(pod_spec.get("nodeSelector"), dict) else {}
-    terms = _required_terms(pod_spec)
+    rejection = node_filter(pod_spec)
     hosts, total, rejections = 0, 0, Counter[str]()
     for name, facts in nodes:
         total += 1
-        reason = _rejection(name, facts, tolerations, selector or {}, terms)
+        reason = rejection(name, facts)
         if reason is None:
             hosts += 1
             if any_host:
@@ -53,6 +53,29 @@ def node_fit(
         else:
             rejections[reason] += 1
     return Fit(hosts, total, rejections)
+
+
+def node_filter(pod_spec: Mapping[str, Any]) -> Callable[[str, Mapping[str, Any]], str | None]:
+    """(node name, facts) → why a pod with `pod_spec` cannot land there, or None when it passes every filter."""
+    tolerations = [t for t in pod_spec.get("tolerations") or [] if isinstance(t, dict)]
+    selector = pod_spec.get("nodeSelector") if isinstance(pod_spec.get("nodeSelector"), dict) else {}
+    terms = _required_terms(pod_spec)
+    return lambda name, facts: _rejection(name, facts, tolerations, selector or {}, terms)
+
+
+def pod_spec_of(template: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = template.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def placement_key(spec: Mapping[str, Any]) -> bytes:
+    """What the node filters read of a pod spec, as a key: equal keys, equal answers for the same nodes."""
+    affinity = spec.get("affinity") if isinstance(spec.get("affinity"), dict) else {}
+    node_affinity = (affinity or {}).get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(
+        node_affinity, dict) else None
+    parts = (spec.get("nodeSelector"), required, spec.get("tolerations"))
+    return orjson.dumps(parts, option=orjson.OPT_SORT_KEYS, default=str)
 
 
 def _rejection(

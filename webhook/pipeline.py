@@ -7,7 +7,7 @@ from typing import Literal
 
 from webhook.config import OptIn
 from webhook.engine.mutate import INJECT_LABEL, Mutation, mutate
-from webhook.feasibility import PlacementCheck
+from webhook.feasibility import Findings, PlacementCheck
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, UnknownNamespace
 from webhook.review import AdmissionRequest, build_response
 from webhook.typing import JSONObject, JSONPatch
@@ -30,6 +30,8 @@ class Admission:
     mutation: Mutation = field(default_factory=Mutation)
     unplaceable: int = 0
     """Templates Placer left with no node to land on (each one a warning in the response)."""
+    over_capacity: int = 0
+    """Gang member templates the nodes that may host them can never hold (each one a warning)."""
 
 
 def admit(
@@ -58,24 +60,26 @@ def admit(
     if mutation.passed_through is not None:
         return Admission(request, _respond(request, warnings=mutation.warnings), "skipped", mutation)
     audit = {"applied": ",".join(mutation.applied)} if mutation.applied else None
-    unplaceable = _placement_warnings(placement, mutation, snapshot, request)
+    findings = _placement_warnings(placement, mutation, snapshot, request)
     response = _respond(request, patch=mutation.patch, warnings=mutation.warnings, audit_annotations=audit)
-    return Admission(request, response, "patched" if mutation.patch else "unchanged", mutation, unplaceable)
+    return Admission(request, response, "patched" if mutation.patch else "unchanged", mutation,
+                     len(findings.unplaceable), len(findings.over_capacity))
 
 
 def _placement_warnings(
     placement: PlacementCheck | None, mutation: Mutation, snapshot: PolicySnapshot, request: AdmissionRequest
-) -> int:
-    """Add a warning per template left with nowhere to land; a failing check never fails the admission."""
+) -> Findings:
+    """Add a warning per template left with nowhere to land and per gang that can never start; a failing
+    check never fails the admission."""
     if placement is None or not mutation.placed:
-        return 0
+        return Findings()
     try:
-        found = placement.warnings(mutation, snapshot)
+        findings = placement.findings(mutation, snapshot)
     except Exception:
         log.exception("placement check of admission %s failed; admitted without it", request.uid)
-        return 0
-    mutation.warnings.extend(found)
-    return len(found)
+        return Findings()
+    mutation.warnings.extend(findings.unplaceable + findings.over_capacity)
+    return findings
 
 
 def _respond(

@@ -10,6 +10,14 @@ from webhook.typing import JSONObject
 APPLIED_ANNOTATION = "placer.dev/applied"
 
 
+def rules_applied(template: Mapping[str, Any]) -> list[str]:
+    """The `policy/rule` names a template's `placer.dev/applied` annotation lists, in order."""
+    metadata = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}
+    annotations = (metadata or {}).get("annotations")
+    applied = annotations.get(APPLIED_ANNOTATION) if isinstance(annotations, dict) else None
+    return [rule for rule in str(applied or "").split(",") if rule]
+
+
 def add_node_selector(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:
     """Merge into `spec.nodeSelector`: a node must carry every pair (ANDed with any node affinity)."""
     selector = ensure_map(template, "spec", "nodeSelector")

@@ -20,7 +20,7 @@ from webhook.actions.base import ActionContext, ActionSkipped, working_copy
 from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.actions.parameters import parse_parameters
 from webhook.engine.activation import pod_variable, workload_variable
-from webhook.gang.facts import gang_facts, lazy
+from webhook.gang.facts import GangFacts, gang_facts, lazy
 from webhook.patches import apply_sharing, unescape
 from webhook.policy import cel
 from webhook.policy.model import ConditionBatch, Policy, Rule
@@ -66,6 +66,9 @@ class Mutation:
     """What was left alone and why, short of passing the whole object through (explain and logs)."""
     placed: dict[str, tuple[JSONObject, JSONObject]] = field(default_factory=dict)
     """Per template Placer changed: (the template as it came, as Placer leaves it), for placement checks."""
+    gang: GangFacts | None = None
+    """The workload's gang facts when a rule labelled it for a gang scheduler (their `derived` holds each
+    flavour's group name and size), for the gang capacity check."""
 
 
 class _DenyRequest(Exception):
@@ -126,6 +129,9 @@ def mutate(
     except _DeadlineReached:
         return Mutation(warnings=[DEADLINE_WARNING], traces=run.trace_list(), passed_through="deadline reached")
     mutation.patch = patch
+    facts = run.gang.value
+    if facts is not None and facts.derived:
+        mutation.gang = facts
     mutation.applied = list(dict.fromkeys(mutation.applied))
     mutation.warnings = _unique(mutation.warnings)
     return mutation

@@ -85,13 +85,21 @@ def request_name(generate_name: Any, suffix: str) -> str:
     return f"{prefix}-{suffix}" if suffix else prefix
 
 
-def lazy(compute: Callable[[], GangFacts]) -> Callable[[], GangFacts]:
-    """Compute on first call, then return the same facts (one request, many rules and templates)."""
-    cache: list[GangFacts] = []
+class LazyFacts:
+    """The gang facts, computed on first call, then the same facts (one request, many rules and templates).
+    `value` is None until some rule asked for them."""
 
-    def get() -> GangFacts:
-        if not cache:
-            cache.append(compute())
-        return cache[0]
+    __slots__ = ("_compute", "value")
 
-    return get
+    def __init__(self, compute: Callable[[], GangFacts]) -> None:
+        self._compute = compute
+        self.value: GangFacts | None = None
+
+    def __call__(self) -> GangFacts:
+        if self.value is None:
+            self.value = self._compute()
+        return self.value
+
+
+def lazy(compute: Callable[[], GangFacts]) -> LazyFacts:
+    return LazyFacts(compute)

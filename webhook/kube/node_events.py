@@ -14,11 +14,9 @@ the API types): `{"type":"MODIFIED","object":{...,"metadata":{"name":"…",…,"
 cannot contain braces or quotes, so their objects end at the first `}`.
 """
 
-import re
-
 _MODIFIED = b'{"type":"MODIFIED","object":{'
-_NAME = re.compile(rb'"metadata":\{"name":"([^"\\]+)"')
-_VERSION = re.compile(rb'"resourceVersion":"([0-9]+)"')
+_NAME = b'"metadata":{"name":"'
+_VERSION = b'"resourceVersion":"'
 _LABELS = b'"labels":{'
 _SPEC = b'"spec":{'
 _STATUS = b'"status":{'
@@ -37,16 +35,20 @@ class UnchangedNodeEvents:
         self._seen.clear()
 
     def check(self, line: bytes) -> str | None:
-        name_match = _NAME.search(line, 0, 512)
-        if name_match is None:
+        found = line.find(_NAME, 0, 512)
+        if found < 0:
             return None
-        name = name_match.group(1)
+        start = found + len(_NAME)
+        end = line.find(b'"', start, start + 300)
+        name = line[start:end]
+        if end < 0 or not name or b"\\" in name:
+            return None
         if not line.startswith(_MODIFIED):
             self._seen.pop(name, None)  # ADDED, DELETED, anything else: decoded, and the next one too
             if line.startswith(b'{"type":"ADDED"'):
-                self._record(name, line, name_match.end())
+                self._record(name, line, end)
             return None
-        parts = _parts(line, name_match.end())
+        parts = _parts(line, end)
         if parts is None:
             self._seen.pop(name, None)
             return None
@@ -69,10 +71,12 @@ def _parts(line: bytes, start: int) -> tuple[bytes, bytes] | None:
     spec = line.find(_SPEC, start)
     if spec < 0:
         return None
-    version = _VERSION.search(line, start, spec)
+    version_at = line.find(_VERSION, start, spec)
+    version_end = line.find(b'"', version_at + len(_VERSION), spec) if version_at >= 0 else -1
+    version = line[version_at + len(_VERSION):version_end]
     labels = line.find(_LABELS, start, spec)
     status = line.find(_STATUS, spec)
-    if version is None or labels < 0 or status < 0:
+    if version_end < 0 or not version.isdigit() or labels < 0 or status < 0:
         return None
     labels_end = line.find(b"}", labels + len(_LABELS), spec)
     # One of each where it belongs: a second `"spec":{` or `"labels":{` in metadata would be ambiguous.
@@ -85,4 +89,4 @@ def _parts(line: bytes, start: int) -> tuple[bytes, bytes] | None:
     fingerprint = b"\0".join(
         (line[labels:labels_end], line[spec:status], line[allocatable:allocatable_end])
     )
-    return fingerprint, version.group(1)
+    return fingerprint, version

@@ -60,6 +60,8 @@ def create_app(
         _record(metrics, admission_log, admission, time.monotonic() - started)
         if admission.unplaceable:
             metrics.observe_unplaceable(review.kind, admission.unplaceable)
+        if admission.over_capacity:
+            metrics.observe_over_capacity(review.kind, admission.over_capacity)
         return admission.response
 
     def validate(review: AdmissionRequest, _started: float, _deadline: float | None) -> Any:

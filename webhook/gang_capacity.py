@@ -1,0 +1,151 @@
+"""A warning when a gang can never start: its pods need more than the nodes that may host them can ever hold.
+
+A gang scheduler starts a gang only when all its members (the group size) can run at once. A policy that
+labels a 16-pod training job for coscheduling and pins it to a pool of two 8-GPU nodes, each pod asking for
+2 GPUs, makes a gang that waits forever. With the cluster's nodes known (`--kube`), each member template
+Placer labelled is checked: the nodes that pass the scheduler's node filters for it (`node_fit`), and how
+many of its pods each of them could hold if it ran nothing else (allocatable ÷ per-pod requests, for every
+requested resource and the node's pod count). When that total is below the members the gang needs, the
+response carries a warning naming the gang, the template, the per-pod requests and the capacity — never a
+denial. What runs on the nodes today is not counted: this is "can never", not "cannot now".
+
+A gang of several templates whose size is below their total (a `minAvailable` that some mix of members
+satisfies) is not checked: which members the scheduler would start is its own choice.
+"""
+
+import math
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.actions.metadata import rules_applied
+from webhook.engine.mutate import Mutation
+from webhook.gang.facts import GangFacts, MemberTemplate
+from webhook.node_fit import node_filter, placement_key, pod_spec_of
+from webhook.policy.node_facts import NodeFactsReader
+from webhook.policy.snapshot import PolicySnapshot
+from webhook.quantity import InvalidQuantityError, parse_quantity
+
+GANG_ACTIONS = frozenset({"add-gang-labels"})
+CACHED_ANSWERS = 256
+_BYTES = frozenset({"memory", "ephemeral-storage"})
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    hosts: int
+    """Nodes that pass the node filters for the template."""
+    pods: int
+    """How many of its pods those nodes could hold, each running nothing else."""
+
+
+class GangCapacityCheck:
+    def __init__(self, nodes: NodeFactsReader) -> None:
+        self._nodes = nodes
+        self._answers: OrderedDict[tuple[bytes, tuple[tuple[str, float], ...]], Capacity] = OrderedDict()
+        """Per (placement constraints, per-pod requests): the capacity, until the nodes change."""
+        self._version = -1
+
+    def warnings(self, mutation: Mutation, snapshot: PolicySnapshot) -> list[str]:
+        """One warning per member template of the admission's gang that the nodes can never hold."""
+        facts = mutation.gang
+        if facts is None or not mutation.placed:
+            return []
+        nodes = self._nodes.current()
+        if not nodes:
+            return []
+        if self._nodes.version != self._version:
+            self._answers.clear()
+            self._version = self._nodes.version
+        group, needs = _needed(facts)
+        found = []
+        for member, needed in needs:
+            placed = mutation.placed.get(member.name)
+            if placed is None:
+                continue  # Placer did not label this template: not its gang to judge
+            spec = pod_spec_of(placed[1])
+            capacity = self._capacity(spec, member.requests, nodes)
+            if capacity.pods >= needed:
+                continue
+            where = f" of {member.name}" if member.name else ""
+            rules = applied_rules(placed[1], snapshot, GANG_ACTIONS)
+            found.append(
+                f"gang {group} can never start: {needed} pods{where} need {_describe(member.requests)} each, "
+                f"the {capacity.hosts} nodes that can host them hold {capacity.pods}"
+                + (f" (gang by {', '.join(rules)})" if rules else "")
+            )
+        return found
+
+    def _capacity(self, spec: Mapping[str, Any], requests: Mapping[str, float],
+                  nodes: list[tuple[str, Any]]) -> Capacity:
+        key = (placement_key(spec), tuple(sorted(requests.items())))
+        answer = self._answers.get(key)
+        if answer is None:
+            rejection = node_filter(spec)
+            hosts = pods = 0
+            for name, node in nodes:
+                if rejection(name, node) is None:
+                    hosts += 1
+                    pods += pods_that_fit(requests, node.get("allocatable") or {})
+            answer = self._answers[key] = Capacity(hosts, pods)
+            while len(self._answers) > CACHED_ANSWERS:
+                self._answers.popitem(last=False)
+        return answer
+
+
+def applied_rules(template: Mapping[str, Any], snapshot: PolicySnapshot, actions: frozenset[str]) -> list[str]:
+    """The rules that applied to this template (its `placer.dev/applied` annotation) with one of `actions`."""
+    by_rule = {f"{p.name}/{r.name}": r.action.name for p in snapshot.policies for r in p.rules}
+    return [f"rule {rule}" for rule in rules_applied(template) if by_rule.get(rule) in actions]
+
+
+def _needed(facts: GangFacts) -> tuple[str, list[tuple[MemberTemplate, int]]]:
+    """The gang's group name, and how many pods of each member template it needs at once."""
+    group, size = next(iter(facts.derived.values()))
+    members = [template for template in facts.members if template.members]
+    wanted = int(size.value) if size is not None and size.value.isdigit() else None
+    if len(members) == 1:
+        only = members[0]
+        return group.value, [(only, min(wanted, only.members or 0) if wanted is not None else only.members or 0)]
+    total = sum(template.members or 0 for template in members)
+    if wanted is not None and wanted < total:
+        return group.value, []  # which members start is the scheduler's choice
+    return group.value, [(template, template.members or 0) for template in members]
+
+
+def pods_that_fit(requests: Mapping[str, float], allocatable: Mapping[str, str]) -> int:
+    """How many pods with `requests` a node with `allocatable` holds when it runs nothing else: the smallest
+    quotient over the requested resources, and the node's pod count (every pod takes one)."""
+    fits = _allocatable(allocatable, "pods")
+    count = math.inf if fits is None else math.floor(fits)
+    for name, need in requests.items():
+        if need <= 0:
+            continue
+        have = _allocatable(allocatable, name)
+        if have is None:
+            return 0  # the node does not offer it at all (a GPU on a CPU node)
+        count = min(count, math.floor(have / need + 1e-9))
+    return int(count) if count != math.inf else 1_000_000
+
+
+def _allocatable(allocatable: Mapping[str, str], name: str) -> float | None:
+    raw = allocatable.get(name)
+    if raw is None:
+        return None
+    try:
+        return parse_quantity(raw)
+    except InvalidQuantityError:
+        return None
+
+
+def _describe(requests: Mapping[str, float]) -> str:
+    parts = []
+    for name, value in sorted(requests.items()):
+        if value <= 0:
+            continue
+        if name in _BYTES:
+            parts.append(f"{name} {value / 2**30:g}Gi")
+        else:
+            parts.append(f"{name} {value:g}")
+    return ", ".join(parts) or "no resources"
