@@ -71,9 +71,9 @@ class GangCapacityCheck:
             where = f" of {member.name}" if member.name else ""
             rules = applied_rules(placed[1], snapshot, GANG_ACTIONS)
             found.append(
-                f"gang {group} can never start: {needed} pods{where} need {_describe(member.requests)} each, "
-                f"the {capacity.hosts} nodes that can host them hold {capacity.pods}"
-                + (f" (gang by {', '.join(rules)})" if rules else "")
+                f"gang {group}: {needed} pods{where} of {_describe(member.requests)} never fit, "
+                f"{capacity.hosts} matching nodes hold {capacity.pods}"
+                + (f" ({', '.join(rules)})" if rules else "")
             )
         return found
 
@@ -103,11 +103,11 @@ def applied_rules(template: Mapping[str, Any], snapshot: PolicySnapshot, actions
 def _needed(facts: GangFacts) -> tuple[str, list[tuple[MemberTemplate, int]]]:
     """The gang's group name, and how many pods of each member template it needs at once."""
     group, size = next(iter(facts.derived.values()))
-    members = [template for template in facts.members if template.members]
     wanted = int(size.value) if size is not None and size.value.isdigit() else None
-    if len(members) == 1:
-        only = members[0]
-        return group.value, [(only, min(wanted, only.members or 0) if wanted is not None else only.members or 0)]
+    if len(facts.members) == 1:  # one template: the gang's size is how many of its pods must run at once
+        needed = wanted if wanted is not None else facts.size
+        return group.value, [(facts.members[0], needed)] if needed else []
+    members = [template for template in facts.members if template.members]
     total = sum(template.members or 0 for template in members)
     if wanted is not None and wanted < total:
         return group.value, []  # which members start is the scheduler's choice

@@ -4,7 +4,10 @@
 
 Rows: the captured Pod create with a policy whose node selector some nodes match (feasible) and one no
 node matches (unplaceable), each without the check and with it (answer kept per constraint set), and the
-first admission of an unplaceable constraint set after the nodes changed (every node scanned).
+first admission of an unplaceable constraint set after the nodes changed (every node scanned); and the
+captured Job create labelled for a gang (coscheduling) and pinned to a pool, whose capacity is checked
+(`gang_capacity`): per admission with the answer kept, and the first after a node change (every node of
+the pool counted).
 """
 
 import argparse
@@ -15,6 +18,7 @@ from typing import Any
 
 from tests.conftest import fixture_request
 from tests.helpers import snapshot_of
+from tests.unit.test_gang_capacity import gang_policy
 from tests.unit.test_placement_warnings import policy, publish
 from webhook.feasibility import PlacementCheck
 from webhook.pipeline import admit
@@ -29,8 +33,9 @@ def nodes(count: int) -> dict[str, dict[str, Any]]:
             for i in range(count)}
 
 
-def per_admission(text: str, check: PlacementCheck | None, iterations: int) -> float:
-    body = fixture_request("pod-bare-create-dryrun")
+def per_admission(text: str, check: PlacementCheck | None, iterations: int, fixture: str = "pod-bare-create-dryrun"
+                  ) -> float:
+    body = fixture_request(fixture)
     body["request"]["namespace"] = body["request"]["object"]["metadata"]["namespace"] = "team-a"
     snapshot, table = snapshot_of(text, namespaces=[NamespaceInfo("team-a")]), default_workload_table()
     request = parse_review(body)
@@ -56,6 +61,12 @@ def run(node_count: int, iterations: int) -> dict[str, float]:
         started = time.perf_counter()
         per_admission(policy({"node-pool": "ml"}), PlacementCheck(reader), 0)
         figures["first unplaceable ms"] = (time.perf_counter() - started) * 1000
+        gang = gang_policy("pool-3")
+        figures["gang without"] = per_admission(gang, None, iterations, "job-create-dryrun")
+        started = time.perf_counter()
+        per_admission(gang, PlacementCheck(reader), 0, "job-create-dryrun")
+        figures["first gang ms"] = (time.perf_counter() - started) * 1000
+        figures["gang with"] = per_admission(gang, PlacementCheck(reader), iterations, "job-create-dryrun")
     return figures
 
 
@@ -70,6 +81,8 @@ def main() -> None:
         print(f"  {label + ' selector':22} without the check {figures[label + ' without']:8.0f}   "
               f"with it {figures[label + ' with']:8.0f}")
     print(f"  first unplaceable admission after a node change: {figures['first unplaceable ms']:.1f} ms")
+    print(f"  {'gang (Job, capacity)':22} without the check {figures['gang without']:8.0f}   "
+          f"with it {figures['gang with']:8.0f}   first after a node change: {figures['first gang ms']:.1f} ms")
 
 
 if __name__ == "__main__":

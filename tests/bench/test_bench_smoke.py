@@ -58,5 +58,5 @@ def test_placement_benchmark_measures_both_cases_with_the_check_answering() -> N
 
     figures = run_placement(200, 2)
     assert set(figures) == {"feasible without", "feasible with", "unplaceable without", "unplaceable with",
-                            "first unplaceable ms"}
+                            "first unplaceable ms", "gang without", "gang with", "first gang ms"}
     assert all(value > 0 for value in figures.values()), figures
