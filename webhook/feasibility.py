@@ -12,14 +12,13 @@ anywhere?) is cached per set of placement constraints until the nodes change, an
 fits ends the scan; only an infeasible placement scans every node, once.
 """
 
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.engine.mutate import Mutation
 from webhook.gang_capacity import GangCapacityCheck, applied_rules
-from webhook.node_fit import Fit, node_fit, placement_key, pod_spec_of
+from webhook.node_fit import Fit, NodeAnswers, Nodes, node_fit, placement_key, pod_spec_of
 from webhook.policy.node_facts import NodeFactsReader
 from webhook.policy.snapshot import PolicySnapshot
 
@@ -39,52 +38,38 @@ class Findings:
 class PlacementCheck:
     def __init__(self, nodes: NodeFactsReader) -> None:
         self._nodes = nodes
-        self._gangs = GangCapacityCheck(nodes)
-        self._answers: OrderedDict[bytes, Fit] = OrderedDict()
+        self._gangs = GangCapacityCheck()
+        self._answers: NodeAnswers[Fit] = NodeAnswers(CACHED_ANSWERS)
         """Per set of placement constraints: one node that fits, or (none fits) why every node does not."""
-        self._version = -1
 
     def findings(self, mutation: Mutation, snapshot: PolicySnapshot) -> Findings:
         """What to warn about: templates Placer left with no node, and gangs the nodes can never hold."""
         if not mutation.placed:
             return Findings()
-        return Findings(self.warnings(mutation, snapshot), self._gangs.warnings(mutation, snapshot))
-
-    def warnings(self, mutation: Mutation, snapshot: PolicySnapshot) -> list[str]:
-        """One warning per template that Placer left with no node to land on."""
-        if not mutation.placed:
-            return []
         nodes = self._nodes.current()
         if not nodes:
-            return []  # no node known (yet): nothing to say
-        if self._nodes.version != self._version:
-            self._answers.clear()
-            self._version = self._nodes.version
+            return Findings()  # no node known (yet): nothing to say
+        version = self._nodes.version
+        return Findings(self.warnings(mutation, snapshot, nodes, version),
+                        self._gangs.warnings(mutation, snapshot, nodes, version))
+
+    def warnings(self, mutation: Mutation, snapshot: PolicySnapshot, nodes: Nodes, version: int) -> list[str]:
+        """One warning per template that Placer left with no node to land on."""
         found = []
         for slot, (before, after) in mutation.placed.items():
             after_spec, before_spec = pod_spec_of(after), pod_spec_of(before)
             after_key = placement_key(after_spec)
             if after_key == placement_key(before_spec):
                 continue
-            fit = self._fit(after_key, after_spec, nodes)
-            if fit.hosts or not self._fit(placement_key(before_spec), before_spec, nodes).hosts:
+            fit = self._fit(after_key, after_spec, nodes, version)
+            if fit.hosts or not self._fit(placement_key(before_spec), before_spec, nodes, version).hosts:
                 continue  # some node fits, or none did before Placer either
-            rules = _placing_rules(after, snapshot) or ["(none of the applied rules narrows placement)"]
+            rules = applied_rules(after, snapshot, PLACING_ACTIONS) or ["(none of the applied rules narrows placement)"]
             where = f" of {slot}" if slot else ""
             found.append(f"{fit.describe().replace('its pods', f'the pods{where}', 1)}, placed by "
                          f"{', '.join(rules)}")
         return found
 
-    def _fit(self, key: bytes, spec: Mapping[str, Any], nodes: list[tuple[str, Any]]) -> Fit:
+    def _fit(self, key: bytes, spec: Mapping[str, Any], nodes: Nodes, version: int) -> Fit:
         """Stops at the first node that fits; when none does, the scan has counted why each one does not."""
-        answer = self._answers.get(key)
-        if answer is None:
-            answer = self._answers[key] = node_fit(spec, nodes, any_host=True)
-            while len(self._answers) > CACHED_ANSWERS:
-                self._answers.popitem(last=False)
-        return answer
-
-
-def _placing_rules(template: Mapping[str, Any], snapshot: PolicySnapshot) -> list[str]:
-    """The rules that applied to this template and narrow where its pods may land."""
-    return applied_rules(template, snapshot, PLACING_ACTIONS)
+        return self._answers.get(version, key, lambda: node_fit(spec, nodes, any_host=True))

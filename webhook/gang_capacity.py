@@ -14,22 +14,22 @@ satisfies) is not checked: which members the scheduler would start is its own ch
 """
 
 import math
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from webhook.actions.metadata import rules_applied
 from webhook.engine.mutate import Mutation
 from webhook.gang.facts import GangFacts, MemberTemplate
-from webhook.node_fit import node_filter, placement_key, pod_spec_of
-from webhook.policy.node_facts import NodeFactsReader
+from webhook.node_fit import NodeAnswers, Nodes, node_filter, placement_key, pod_spec_of
 from webhook.policy.snapshot import PolicySnapshot
 from webhook.quantity import InvalidQuantityError, parse_quantity
 
 GANG_ACTIONS = frozenset({"add-gang-labels"})
 CACHED_ANSWERS = 256
 _BYTES = frozenset({"memory", "ephemeral-storage"})
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,23 +41,15 @@ class Capacity:
 
 
 class GangCapacityCheck:
-    def __init__(self, nodes: NodeFactsReader) -> None:
-        self._nodes = nodes
-        self._answers: OrderedDict[tuple[bytes, tuple[tuple[str, float], ...]], Capacity] = OrderedDict()
+    def __init__(self) -> None:
+        self._answers: NodeAnswers[Capacity] = NodeAnswers(CACHED_ANSWERS)
         """Per (placement constraints, per-pod requests): the capacity, until the nodes change."""
-        self._version = -1
 
-    def warnings(self, mutation: Mutation, snapshot: PolicySnapshot) -> list[str]:
-        """One warning per member template of the admission's gang that the nodes can never hold."""
+    def warnings(self, mutation: Mutation, snapshot: PolicySnapshot, nodes: Nodes, version: int) -> list[str]:
+        """One warning per member template of the admission's gang that `nodes` (at `version`) can never hold."""
         facts = mutation.gang
-        if facts is None or not mutation.placed:
+        if facts is None:
             return []
-        nodes = self._nodes.current()
-        if not nodes:
-            return []
-        if self._nodes.version != self._version:
-            self._answers.clear()
-            self._version = self._nodes.version
         group, needs = _needed(facts)
         found = []
         for member, needed in needs:
@@ -65,7 +57,8 @@ class GangCapacityCheck:
             if placed is None:
                 continue  # Placer did not label this template: not its gang to judge
             spec = pod_spec_of(placed[1])
-            capacity = self._capacity(spec, member.requests, nodes)
+            key = (placement_key(spec), tuple(sorted(member.requests.items())))
+            capacity = self._answers.get(version, key, partial(_capacity, spec, member.requests, nodes))
             if capacity.pods >= needed:
                 continue
             where = f" of {member.name}" if member.name else ""
@@ -77,21 +70,15 @@ class GangCapacityCheck:
             )
         return found
 
-    def _capacity(self, spec: Mapping[str, Any], requests: Mapping[str, float],
-                  nodes: list[tuple[str, Any]]) -> Capacity:
-        key = (placement_key(spec), tuple(sorted(requests.items())))
-        answer = self._answers.get(key)
-        if answer is None:
-            rejection = node_filter(spec)
-            hosts = pods = 0
-            for name, node in nodes:
-                if rejection(name, node) is None:
-                    hosts += 1
-                    pods += pods_that_fit(requests, node.get("allocatable") or {})
-            answer = self._answers[key] = Capacity(hosts, pods)
-            while len(self._answers) > CACHED_ANSWERS:
-                self._answers.popitem(last=False)
-        return answer
+
+def _capacity(spec: Mapping[str, Any], requests: Mapping[str, float], nodes: Nodes) -> Capacity:
+    rejection = node_filter(spec)
+    hosts = pods = 0
+    for name, node in nodes:
+        if rejection(name, node) is None:
+            hosts += 1
+            pods += pods_that_fit(requests, node.get("allocatable") or {})
+    return Capacity(hosts, pods)
 
 
 def applied_rules(template: Mapping[str, Any], snapshot: PolicySnapshot, actions: frozenset[str]) -> list[str]:

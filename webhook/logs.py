@@ -18,18 +18,19 @@ class Timestamps:
     """RFC 3339 UTC times with milliseconds; the part up to the second is formatted once a second
     (`strftime` costs a few µs, a tenth of an admission's whole log line)."""
 
-    __slots__ = ("_prefix", "_second")
+    __slots__ = ("_cached",)
 
     def __init__(self) -> None:
-        self._second = -1
-        self._prefix = ""
+        self._cached = (-1, "")
+        """(second, its text), one attribute: threads logging at once never pair one second with another's text."""
 
     def __call__(self, created: float) -> str:
         second = int(created)
-        if second != self._second:
-            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-            self._second = second
-        return f"{self._prefix}.{int((created - second) * 1000):03d}Z"
+        cached_second, prefix = self._cached
+        if second != cached_second:
+            prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._cached = (second, prefix)
+        return f"{prefix}.{int((created - second) * 1000):03d}Z"
 
 
 def json_entry(time_text: str, level: str, logger: str, message: str, fields: dict[str, Any] | None) -> dict[str, Any]:

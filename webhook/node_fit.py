@@ -8,12 +8,16 @@ NoExecute taint tolerated). These are checked here against what Placer keeps of 
 scheduler. Counting, per node, the first filter that rejects it names the constraint no node satisfies.
 """
 
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import orjson
+
+Answer = TypeVar("Answer")
+Nodes = list[tuple[str, Any]]
+"""The cluster's nodes as (name, facts), as `NodeFactsReader.current` returns them."""
 
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 _REJECTING_EFFECTS = ("NoSchedule", "NoExecute")
@@ -32,6 +36,32 @@ class Fit:
             return f"{self.hosts} of {self.total} nodes can host its pods"
         reasons = ", ".join(f"{count} {reason}" for reason, count in self.rejections.most_common())
         return f"no node can host its pods ({reasons}; 0 of {self.total} nodes)"
+
+
+class NodeAnswers(Generic[Answer]):
+    """Answers about the nodes (does any fit? how many pods do they hold?), kept per question until the nodes
+    change: a question is a set of placement constraints, the same for every pod of a workload. At most
+    `limit` are kept, the oldest dropped first."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._answers: OrderedDict[Hashable, Answer] = OrderedDict()
+        self._version: int | None = None
+
+    def get(self, version: int, key: Hashable, compute: Callable[[], Answer]) -> Answer:
+        """The answer for `key` about the nodes at `version` (a change of version forgets every answer)."""
+        if version != self._version:
+            self._answers.clear()
+            self._version = version
+        answer = self._answers.get(key)
+        if answer is None:
+            answer = self._answers[key] = compute()
+            while len(self._answers) > self._limit:
+                self._answers.popitem(last=False)
+        return answer
+
+    def values(self) -> list[Answer]:
+        return list(self._answers.values())
 
 
 def node_fit(

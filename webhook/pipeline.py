@@ -71,7 +71,7 @@ def _placement_warnings(
 ) -> Findings:
     """Add a warning per template left with nowhere to land and per gang that can never start; a failing
     check never fails the admission."""
-    if placement is None or not mutation.placed:
+    if placement is None:
         return Findings()
     try:
         findings = placement.findings(mutation, snapshot)

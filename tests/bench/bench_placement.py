@@ -56,7 +56,7 @@ def run(node_count: int, iterations: int) -> dict[str, float]:
             figures[f"{label} without"] = per_admission(text, None, iterations)
             check = PlacementCheck(reader)
             figures[f"{label} with"] = per_admission(text, check, iterations)
-            answers = list(check._answers.values())  # the check really ran: feasible, or found no host
+            answers = check._answers.values()  # the check really ran: feasible, or found no host
             assert answers and (label == "feasible") == all(fit.hosts for fit in answers)
         started = time.perf_counter()
         per_admission(policy({"node-pool": "ml"}), PlacementCheck(reader), 0)

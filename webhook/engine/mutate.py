@@ -362,7 +362,7 @@ class _Run:
                 if previous is None or (trace.changed and not previous.changed):
                     self.traces[key] = trace
                 if trace.outcome == "applied":
-                    applied[f"{policy.name}/{rule.name}"] = None
+                    applied[_rule_id(policy, rule)] = None
         return template
 
 
@@ -408,7 +408,7 @@ def _run_rule(
         return RuleTrace(policy.name, rule.name, slot.name, outcome, detail, changed)
 
     def fail(detail: str) -> RuleTrace:
-        mutation.warnings.append(f"{policy.name}/{rule.name}: {detail}")
+        mutation.warnings.append(f"{_rule_id(policy, rule)}: {detail}")
         if policy.failure_policy == "Fail":
             raise _DenyRequest(f"policy {policy.name}, rule {rule.name}: {detail}")
         return trace("error", detail)
@@ -448,11 +448,16 @@ def _run_rule(
     try:
         changed = rule.action.apply(template, parameters, action_context)
     except ActionSkipped as skipped:
-        mutation.warnings.append(f"{policy.name}/{rule.name}: skipped: {skipped}")
+        mutation.warnings.append(f"{_rule_id(policy, rule)}: skipped: {skipped}")
         return trace("skipped", str(skipped))
     if action_context.conflicts:
-        mutation.warnings.extend(f"{policy.name}/{rule.name}: {conflict}" for conflict in action_context.conflicts)
-    return RuleTrace(policy.name, rule.name, slot.name, "applied", "; ".join(action_context.conflicts), changed)
+        mutation.warnings.extend(f"{_rule_id(policy, rule)}: {conflict}" for conflict in action_context.conflicts)
+    return trace("applied", "; ".join(action_context.conflicts), changed)
+
+
+def _rule_id(policy: Policy, rule: Rule) -> str:
+    """How warnings and the applied annotation name a rule (made only when a warning needs it)."""
+    return f"{policy.name}/{rule.name}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,10 +58,6 @@ def create_app(
             placement=placement,
         )
         _record(metrics, admission_log, admission, time.monotonic() - started)
-        if admission.unplaceable:
-            metrics.observe_unplaceable(review.kind, admission.unplaceable)
-        if admission.over_capacity:
-            metrics.observe_over_capacity(review.kind, admission.over_capacity)
         return admission.response
 
     def validate(review: AdmissionRequest, _started: float, _deadline: float | None) -> Any:
@@ -115,6 +111,10 @@ def _record(metrics: Metrics, admission_log: AdmissionLog, admission: Admission,
         seconds,
         ((trace.policy, trace.rule, trace.outcome) for trace in mutation.traces),
     )
+    if admission.unplaceable:
+        metrics.observe_unplaceable(review.kind, admission.unplaceable)
+    if admission.over_capacity:
+        metrics.observe_over_capacity(review.kind, admission.over_capacity)
     admission_log.info(
         "admission",
         {
