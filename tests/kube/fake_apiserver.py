@@ -60,6 +60,17 @@ class Failure:
     remaining: int
 
 
+_METADATA_ORDER = {key: index for index, key in enumerate((
+    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation", "creationTimestamp",
+    "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences", "finalizers",
+    "managedFields"))}
+"""ObjectMeta's fields in the order Go's encoding/json writes them (the order of the struct's fields)."""
+
+
+def _metadata_order(key: str) -> int:
+    return _METADATA_ORDER.get(key, len(_METADATA_ORDER))
+
+
 @dataclass
 class FakeApiServer:
     """State and controls; `serve(certs)` starts it, `url` is where it listens."""
@@ -135,7 +146,18 @@ class FakeApiServer:
         metadata = {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
                                              **(labels or {})},
                     "annotations": {"node.alpha.kubernetes.io/ttl": "0",
-                                    "volumes.kubernetes.io/controller-managed-attach-detach": "true"}}
+                                    "volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+                    # Each status update moves the kubelet's entry's time, as server-side apply records it.
+                    "managedFields": [
+                        {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
+                         "time": "2026-11-01T10:00:00Z", "fieldsType": "FieldsV1",
+                         "fieldsV1": {"f:metadata": {"f:annotations": {"f:node.alpha.kubernetes.io/ttl": {}}},
+                                      "f:spec": {"f:podCIDR": {}, "f:podCIDRs": {".": {}, 'v:"10.244.1.0/24"': {}}}}},
+                        {"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": heartbeat,
+                         "fieldsType": "FieldsV1", "subresource": "status",
+                         "fieldsV1": {"f:status": {"f:conditions": {'k:{"type":"Ready"}': {
+                             "f:lastHeartbeatTime": {}, "f:status": {}}}, "f:images": {}}}},
+                    ]}
         return self.put(NODES, {"metadata": metadata, "spec": spec, "status": status})
 
     def put_readable(self, collection: str, obj: dict[str, Any]) -> None:
@@ -244,6 +266,7 @@ class FakeApiServer:
             event = "MODIFIED"
         metadata["resourceVersion"] = str(self.revision)
         # Field order as kube-apiserver writes it (Go structs): kind, apiVersion, metadata, spec, status.
+        obj["metadata"] = {key: metadata[key] for key in sorted(metadata, key=_metadata_order)}
         obj = {"kind": kind, "apiVersion": api_version,
                **{key: value for key, value in obj.items() if key not in ("kind", "apiVersion")}}
         self.objects[collection][name] = obj

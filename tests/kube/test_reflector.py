@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from tests.kube.fake_apiserver import NAMESPACES, POLICIES, FakeApiServer, wait_for
+from tests.kube.fake_apiserver import NAMESPACES, NODES, POLICIES, FakeApiServer, wait_for
 from webhook.kube.api import KubeApi
+from webhook.kube.node_events import UnchangedNodeEvents
 from webhook.kube.reflector import Backoff, Reflector, Resource
 
 
@@ -188,6 +189,41 @@ def test_a_paced_watch_loses_no_event(apiserver: FakeApiServer, api: KubeApi) ->
         wait_for(lambda: len(recorder.names) == 200 and all(
             obj["metadata"]["labels"]["round"] == "2" for obj in recorder.stores[-1].values()), what="every event")
         assert reflector.lists == 1, "no event was lost or skipped: no relist was needed"
+    finally:
+        stop.set()
+        apiserver.drop_watches()
+        thread.join(5)
+
+
+def test_dropped_heartbeats_move_the_resume_point_and_a_stop_is_noticed_between_them(
+        apiserver: FakeApiServer, api: KubeApi) -> None:
+    """Heartbeats of a listed node are dropped undecoded from the first one on (the list seeds the
+    comparison); a watch that breaks after them resumes after the newest, so nothing is replayed."""
+    apiserver.put_node("worker-1", {"node-pool": "general"})
+    recorder = Recorder()
+    unchanged = UnchangedNodeEvents()
+    reflector = Reflector(api, Resource(NODES, "Node"), recorder, pace=0.01, unchanged=unchanged,
+                          backoff=Backoff(initial=0.05, ceiling=0.2))
+    stop = threading.Event()
+    thread = threading.Thread(target=reflector.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: apiserver.watch_requests(NODES), what="the watch")
+        for beat in range(3):
+            apiserver.put_node("worker-1", {"node-pool": "general"}, heartbeat=f"2026-11-22T10:00:{beat:02d}Z")
+        wait_for(lambda: unchanged.skipped == 3, what="three dropped heartbeats")
+        assert len(recorder.stores) == 1, "nothing but the list reached the store"
+        last = str(apiserver.revision)
+        apiserver.drop_watches()
+        wait_for(lambda: len(apiserver.watch_requests(NODES)) >= 2, what="the resumed watch")
+        assert apiserver.watch_requests(NODES)[-1]["resourceVersion"] == last
+        assert reflector.lists == 1
+        apiserver.put_node("worker-1", {"node-pool": "gpu"})
+        wait_for(lambda: recorder.stores[-1]["worker-1"]["metadata"]["labels"]["node-pool"] == "gpu", what="relabel")
+        stop.set()
+        apiserver.put_node("worker-1", {"node-pool": "gpu"}, heartbeat="2026-11-22T11:00:00Z")
+        thread.join(5)
+        assert not thread.is_alive(), "a dropped event is a chance to stop"
     finally:
         stop.set()
         apiserver.drop_watches()

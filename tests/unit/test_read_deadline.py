@@ -139,3 +139,40 @@ def test_body_signal_does_not_fire_on_a_zero_byte_read() -> None:
     body = BodyReadSignal(io.BytesIO(b"abc"), None, done)
     assert body.read(0) == b""
     assert done.calls == 0
+
+
+class CountingClock(Clock):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return self.now
+
+
+def test_the_watchdog_sleeps_while_nothing_is_read_and_wakes_for_the_next_read(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    """An idle worker costs no wake-ups (5,000 heartbeating nodes make idle cost count), and the first slow
+    client after an idle spell is still cut."""
+    server, _client = pair
+    clock = CountingClock()
+    deadlines = ReadDeadlines(0.2, clock=clock)
+    deadlines.start()
+    try:
+        threading.Event().wait(0.3)  # six watchdog intervals
+        assert clock.reads == 0, "nothing was being read: the watchdog did not look"
+        deadlines.arm(FakeConnection(server))
+        clock.now += 1  # past the deadline
+        server.settimeout(5)
+        assert server.recv(100) == b""
+        for _ in range(100):  # the watchdog counts the cut just after the shutdown that woke us
+            if deadlines.expired:
+                break
+            threading.Event().wait(0.01)
+        assert deadlines.expired == 1
+        reads = clock.reads
+        threading.Event().wait(0.3)
+        assert clock.reads - reads <= 1, "asleep again once no connection is being read"
+    finally:
+        deadlines.stop()

@@ -104,3 +104,19 @@ def test_blank_chunks_are_dropped_and_whole_chunks_follow_a_split_event(block: i
     assert list(chunked_lines(Blocks(split(body, block)), 1 << 20)) == [
         b'{"a":1}', b'{"b":2}', b'{"c":3}', b'{"d":4}', b'{"e":5}'
     ]
+
+
+def skip_odd(buffer: bytes, start: int, end: int) -> bool:
+    """Drops the events whose number is odd (`{"n":1}`…), judged where they lie."""
+    return buffer.startswith(b'{"n":', start, end) and buffer[end - 2] in b"13579"
+
+
+@pytest.mark.parametrize("block", [3, 11, 10_000])
+def test_skipped_events_never_come_out_and_an_empty_line_marks_each_read_that_dropped_some(block: int) -> None:
+    events = [b'{"n":%d}\n' % i for i in range(10)]
+    body = chunked(*events[:6], b"".join(events[6:]))  # whole chunks, then several events in one chunk
+    lines = list(chunked_lines(Blocks(split(body, block)), 1 << 20, skip_odd))
+    assert [line for line in lines if line] == [b'{"n":%d}' % i for i in range(0, 10, 2)]
+    assert b"" in lines, "a reader of nothing but dropped events still gets a chance to stop"
+    whole = list(chunked_lines(Blocks([chunked(events[1], events[3])]), 1 << 20, skip_odd))
+    assert whole == [b""], "one read, all dropped: one empty line"

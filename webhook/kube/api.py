@@ -19,7 +19,7 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from webhook import __version__
 from webhook.kube.connection import ClusterConnection
-from webhook.kube.watch_stream import ChunkedStreamError, PacedBody, chunked_lines, raw_body
+from webhook.kube.watch_stream import ChunkedStreamError, PacedBody, Skip, chunked_lines, raw_body
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -88,14 +88,18 @@ class KubeApi:
     def delete(self, path: str) -> dict[str, Any]:
         return self._request("DELETE", path, None)
 
-    def watch_lines(self, path: str, query: Mapping[str, str], *, pace: float = 0.0) -> Iterator[bytes]:
+    def watch_lines(
+        self, path: str, query: Mapping[str, str], *, pace: float = 0.0, skip: Skip | None = None
+    ) -> Iterator[bytes]:
         """The lines (events, one JSON object each, see `decode_event`) of a watch stream until the server ends
         it; raw, so that a caller can tell some apart before decoding. A stream that breaks mid-line, or stays
         silent longer than `watch_idle`, raises TransportError.
 
         A chunked stream (what the API server sends) is read from the socket in blocks (`watch_stream`);
         anything else through urllib3. `pace` > 0: when no event is waiting, wait that long before reading,
-        so that a busy stream is read in bursts (events arrive up to `pace` seconds late).
+        so that a busy stream is read in bursts (events arrive up to `pace` seconds late). `skip(buffer, start,
+        end)`: True for an event that can be dropped undecoded; after events were dropped an empty line comes
+        (see `chunked_lines`).
         """
         response = self._send("GET", path, query=query, read_timeout=self._timeouts.watch_idle, stream=True)
         ended_cleanly = False
@@ -105,7 +109,7 @@ class KubeApi:
                 # Read past urllib3: the connection is closed afterwards, never returned to the pool.
                 body, sock = raw
                 paced = pace > 0 and sock is not None and sock.gettimeout() is not None
-                yield from chunked_lines(PacedBody(body, sock, pace) if paced else body, _LINE_LIMIT)
+                yield from chunked_lines(PacedBody(body, sock, pace) if paced else body, _LINE_LIMIT, skip)
                 return
             buffered = b""
             for chunk in response.stream(64 * 1024):
@@ -114,8 +118,9 @@ class KubeApi:
                 if len(buffered) > _LINE_LIMIT:
                     raise TransportError("watch event larger than 16 MiB")
                 for line in lines:
-                    if line.strip():
-                        yield line
+                    if not line.strip():
+                        continue
+                    yield b"" if skip is not None and skip(line, 0, len(line)) else line
             if buffered.strip():
                 raise TransportError("watch stream ended in the middle of an event")
             ended_cleanly = True

@@ -79,11 +79,17 @@ class SnapshotSink:
 class UnchangedEvents(Protocol):
     """Recognises, without decoding, events that change nothing a sink keeps."""
 
-    def check(self, line: bytes) -> str | None:
-        """The event's resourceVersion when it can be skipped, else None (it is decoded and applied)."""
+    def skip(self, buffer: bytes, start: int, end: int) -> bool:
+        """True when the event `buffer[start:end]` can be dropped (it is not decoded, nor applied)."""
+
+    def take_version(self) -> str | None:
+        """The resourceVersion of the newest event dropped since the last call, if any."""
 
     def reset(self) -> None:
-        """Forget what was seen: a list replaces the store, so the next event of every object is decoded."""
+        """Forget what was seen: a list replaces the store."""
+
+    def remember(self, name: str, obj: Mapping[str, Any]) -> None:
+        """A listed object: what its next events are compared with."""
 
 
 class Backoff:
@@ -165,6 +171,8 @@ class Reflector:
 
     def _list(self) -> None:
         store: dict[str, Any] = {}
+        if self._unchanged is not None:
+            self._unchanged.reset()
         query = {"limit": str(self._page_size)}
         resource_version = ""
         while True:
@@ -178,6 +186,8 @@ class Reflector:
                 name = _name(item)
                 if name:
                     store[name] = self._sink.keep(name, item)
+                    if self._unchanged is not None:
+                        self._unchanged.remember(name, item)
             metadata = page.get("metadata") or {}
             resource_version = resource_version or str(metadata.get("resourceVersion") or "")
             token = metadata.get("continue")
@@ -185,8 +195,6 @@ class Reflector:
                 break
             query = {"limit": str(self._page_size), "continue": str(token)}
         self.resource_version = resource_version
-        if self._unchanged is not None:
-            self._unchanged.reset()
         self.lists += 1
         self._backoff.reset()
         log.info("%s: listed %d at resourceVersion %s", self._resource.kind, len(store), resource_version)
@@ -203,21 +211,28 @@ class Reflector:
         }
         started = time.monotonic()
         events = 0
+        unchanged = self._unchanged
+        skip = unchanged.skip if unchanged is not None else None
         try:
-            for line in self._api.watch_lines(self._resource.path, query, pace=self._pace):
+            for line in self._api.watch_lines(self._resource.path, query, pace=self._pace, skip=skip):
                 if stop.is_set():
                     return
                 events += 1
-                unchanged_at = self._unchanged.check(line) if self._unchanged is not None else None
-                if unchanged_at is not None:  # changes nothing the sink keeps: only the version moves on
-                    self.resource_version = unchanged_at
-                    self._backoff.reset()
+                if not line:  # events were dropped undecoded (they change nothing the sink keeps)
                     continue
+                if unchanged is not None:
+                    unchanged.take_version()  # this event is newer than those dropped before it
                 self._apply(decode_event(line))
         except ApiError as error:
             if error.code == 410:
                 raise Expired(error.message) from None
             raise
+        finally:
+            # The newest dropped event came after the last applied one: resume after it.
+            dropped_at = unchanged.take_version() if unchanged is not None else None
+            if dropped_at is not None:
+                self.resource_version = dropped_at
+                self._backoff.reset()
         if events == 0 and time.monotonic() - started < 1.0:
             # An API server that ends watches at once must not turn this loop into a busy loop.
             stop.wait(self._backoff.delay())

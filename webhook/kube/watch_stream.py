@@ -10,7 +10,7 @@ straight from the socket (a busy watch in bursts, `PacedBody`), and the chunk fr
 import select
 import ssl
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 BLOCK = 256 * 1024
@@ -18,6 +18,10 @@ BLOCK = 256 * 1024
 
 class ChunkedStreamError(Exception):
     """The stream broke the chunked encoding, ended mid-event, or carried an event over the size limit."""
+
+
+Skip = Callable[[bytes, int, int], bool]
+"""`skip(buffer, start, end)`: True when the event `buffer[start:end]` can be dropped without decoding."""
 
 
 class _Readable(Protocol):
@@ -83,12 +87,14 @@ def _read_now(source: Any, size: int) -> bytes | None:
     return data
 
 
-def chunked_lines(body: _Readable, line_limit: int) -> Iterator[bytes]:
+def chunked_lines(body: _Readable, line_limit: int, skip: Skip | None = None) -> Iterator[bytes]:
     """Non-empty lines of a chunked body, until its last chunk; raises ChunkedStreamError when it breaks.
 
-    The API server writes each event as one chunk ending in its newline: such a chunk is handed out as it is
-    cut from the buffer (one copy); anything else (an event split over chunks, several in one) is
-    reassembled."""
+    The API server writes each event as one chunk ending in its newline: such a chunk is looked at where it
+    lies in the buffer, by `skip(buffer, start, end)` first (an event it drops is never copied), then handed
+    out with one copy; anything else (an event split over chunks, several in one) is reassembled, then
+    given to `skip`. After a read in which events were skipped, an empty line is handed out: the reader's
+    chance to stop while a stream brings nothing but skipped events."""
     pending = b""  # raw bytes not yet cut into chunks
     payload = bytearray()  # de-chunked bytes not yet cut into lines
     while True:
@@ -98,6 +104,7 @@ def chunked_lines(body: _Readable, line_limit: int) -> Iterator[bytes]:
         pending = pending + data if pending else data
         position = 0
         finished = False
+        skipped = False
         while True:
             line_end = pending.find(b"\r\n", position)
             if line_end < 0:
@@ -115,6 +122,9 @@ def chunked_lines(body: _Readable, line_limit: int) -> Iterator[bytes]:
                 break
             position = end + 2
             if not payload and pending[end - 1] == _NEWLINE and pending.find(b"\n", start, end - 1) < 0:
+                if skip is not None and skip(pending, start, end - 1):
+                    skipped = True
+                    continue
                 line = pending[start : end - 1]
                 if line and not line.isspace():
                     yield line
@@ -124,8 +134,14 @@ def chunked_lines(body: _Readable, line_limit: int) -> Iterator[bytes]:
                 *lines, rest = bytes(payload).split(b"\n")
                 payload = bytearray(rest)
                 for line in lines:
-                    if line.strip():
-                        yield line
+                    if not line.strip():
+                        continue
+                    if skip is not None and skip(line, 0, len(line)):
+                        skipped = True
+                        continue
+                    yield line
+        if skipped:
+            yield b""
         pending = pending[position:] if position else pending
         if len(pending) > line_limit + 64:
             raise ChunkedStreamError("watch event larger than the limit")

@@ -47,6 +47,8 @@ class ReadDeadlines:
         self._reading: dict[int, _Reading] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
+        self._armed = threading.Event()
+        """Set while some connection may be reading: an idle worker's watchdog sleeps until then."""
         self.expired = 0
         """Connections closed for being too slow, since start."""
 
@@ -54,6 +56,8 @@ class ReadDeadlines:
         """The calling thread starts reading a request from `connection`."""
         with self._lock:
             self._reading[threading.get_ident()] = _Reading(connection, self._clock() + self.timeout)
+            if not self._armed.is_set():
+                self._armed.set()
 
     def disarm(self) -> None:
         """The calling thread has the whole request (or gives the connection back): no deadline any more."""
@@ -65,6 +69,7 @@ class ReadDeadlines:
 
     def stop(self) -> None:
         self._stopped.set()
+        self._armed.set()
 
     def expire(self) -> int:
         """Shut down every connection past its deadline; how many were. The watchdog calls this."""
@@ -84,9 +89,14 @@ class ReadDeadlines:
         return count
 
     def _watch(self) -> None:
+        """Look every quarter of the deadline while connections are being read; sleep while none is (an idle
+        worker then costs no wake-ups)."""
         interval = min(0.25, self.timeout / 4)
-        while not self._stopped.wait(interval):
+        while self._armed.wait() and not self._stopped.wait(interval):
             self.expire()
+            with self._lock:
+                if not self._reading:
+                    self._armed.clear()  # under the lock: an `arm` after this sets it again
 
 
 def _shut_down(sock: socket.socket) -> bool:
