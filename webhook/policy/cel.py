@@ -10,7 +10,7 @@ before the leak matters; literal calls are resolved when the policy loads and co
 """
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,7 +75,11 @@ BUILTIN_EXTENSIONS = ("sets", "lists", "two-var-comprehensions")
 """cel-go's extensions that cel-expr-python has compiled in, switched on through its environment config."""
 
 
-def new_environment(leaks: LeakAccount | None = None) -> Any:
+MUTATING_ADMISSION_POLICY_VARIABLES = ("object", "oldObject", "request", "namespaceObject", "variables")
+"""What a MutatingAdmissionPolicy's expressions see (`placer export` writes expressions for that)."""
+
+
+def new_environment(leaks: LeakAccount | None = None, *, names: Sequence[str] = VARIABLE_NAMES) -> Any:
     """Create the CEL environment: Placer's variables; the strings, optional and bindings extensions; the
     runtime's built-in `sets`, `lists` and two-variable comprehensions (`all(i, v, ...)`, `transformList`);
     and Kubernetes' libraries, their calls counted by `leaks` (a fresh account, without a budget, if None).
@@ -83,13 +87,15 @@ def new_environment(leaks: LeakAccount | None = None) -> Any:
     `object` and `oldObject` are `dyn`, as in Kubernetes (`object != null` and `type(object) == map` compile);
     the other variables are maps of `dyn`, so that expressions type-check against objects of any shape and
     numeric comparisons across int and double (`resources.limits['cpu'] > 2`) are resolved at evaluation.
+    `names`: the variables declared (MUTATING_ADMISSION_POLICY_VARIABLES: those of an exported policy).
     """
     dyn = cel.Type.DYN
     map_of_dyn = cel.Type.Map(cel.Type.STRING, dyn)
-    declarations = dict.fromkeys(VARIABLE_NAMES, map_of_dyn)
+    declarations = dict.fromkeys(names, map_of_dyn)
     declarations["object"] = dyn
     declarations["oldObject"] = dyn  # null on CREATE
-    declarations["resources"] = cel.Type.Map(cel.Type.STRING, map_of_dyn)
+    if "resources" in names:
+        declarations["resources"] = cel.Type.Map(cel.Type.STRING, map_of_dyn)
     extensions = "".join(f"  - name: {name}\n" for name in BUILTIN_EXTENSIONS)
     messages = Messages()
     kubernetes = cel_libraries.declarations(messages, leaks if leaks is not None else LeakAccount())

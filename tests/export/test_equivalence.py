@@ -1,0 +1,125 @@
+"""Exported policies do what Placer does: for every golden case and example policy, the object the API
+server would make with the exported MutatingAdmissionPolicies (tests.export.map_runtime) is the object
+Placer makes with the rules that were exported, and a second run changes nothing."""
+
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.export.map_runtime import RESOURCES, MapRuntime
+from tests.golden.test_golden import CASES, _cases
+from tests.helpers import compile_policies, read_yaml, review_for, run, snapshot_of
+from webhook.export.admission_policy import export_policies
+from webhook.export.mutations import PLAIN
+from webhook.policy.snapshot import NamespaceInfo
+
+INJECT = {"placer.dev/inject": "enabled"}
+
+
+def _policy_texts(case: dict[str, Any], directory: Path) -> list[str]:
+    texts = [(REPO / path).read_text() for path in case.get("policies", [])]
+    if (directory / "policy.yaml").exists():
+        texts.append((directory / "policy.yaml").read_text())
+    return texts
+
+
+def exported_only(texts: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The exported objects, and the policies with only their exported rules (what Placer is compared on)."""
+    policies, _compiler = compile_policies(texts)
+    exports = export_policies(policies, dialect=PLAIN)
+    objects = [obj for export in exports for obj in export.objects]
+    kept = {(export.policy, rule.rule) for export in exports for rule in export.rules if rule.exported}
+    reduced = []
+    for text in texts:
+        for document in yaml.safe_load_all(text):
+            if not isinstance(document, dict) or document.get("kind") != "SchedulingPolicy":
+                continue
+            name = document["metadata"]["name"]
+            document["spec"]["rules"] = [r for r in document["spec"]["rules"] if (name, r["name"]) in kept]
+            if document["spec"]["rules"]:
+                reduced.append(yaml.safe_dump(document))
+    return objects, reduced
+
+
+def outcomes(texts: list[str], given: dict[str, Any], namespace: str, labels: dict[str, str],
+             operation: str = "CREATE") -> tuple[dict[str, Any], dict[str, Any]]:
+    """(Placer's object with the exported rules, the API server's with the exported policies); the exported
+    policies run twice, the second run must change nothing (reinvocation, a Pod from a mutated template)."""
+    objects, reduced = exported_only(texts)
+    labels = {**labels, **INJECT}
+    review = review_for(given, namespace=namespace, operation=operation)
+    snapshot = snapshot_of(*reduced, namespaces=[NamespaceInfo(namespace, labels, {})])
+    placer = jsonpatch.apply_patch(given, run(snapshot, review).patch) if reduced else given
+    namespace_object = {"metadata": {"name": namespace, "labels": labels, "annotations": {}}}
+    runtime = MapRuntime()
+    exported = runtime.admit(objects, given, request=review["request"], namespace=namespace_object)
+    again = runtime.admit(objects, exported, request=review["request"], namespace=namespace_object)
+    assert again == exported, "a second run of the exported policies changes nothing"
+    return placer, exported
+
+
+def both(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    directory = CASES / name
+    case = read_yaml(directory / "case.yaml")
+    ns = case.get("namespace", {"name": "team-a"})
+    return outcomes(_policy_texts(case, directory), read_yaml(directory / "input.yaml"), ns["name"],
+                    ns.get("labels", {}), case.get("operation", "CREATE"))
+
+
+def _exportable(name: str) -> bool:
+    directory = CASES / name
+    return bool(exported_only(_policy_texts(read_yaml(directory / "case.yaml"), directory))[0])
+
+
+EXPORTABLE = [name for name in _cases() if _exportable(name)]
+
+
+def test_most_golden_cases_have_rules_to_export() -> None:
+    assert len(EXPORTABLE) >= 7, EXPORTABLE
+
+
+@pytest.mark.parametrize("name", EXPORTABLE)
+def test_the_exported_policies_make_placers_object(name: str) -> None:
+    placer, exported = both(name)
+    assert exported == placer
+
+
+@pytest.mark.parametrize("name", sorted(set(_cases()) - set(EXPORTABLE)))
+def test_a_case_with_nothing_to_export_says_why_for_every_rule(name: str) -> None:
+    directory = CASES / name
+    policies, _compiler = compile_policies(_policy_texts(read_yaml(directory / "case.yaml"), directory))
+    exports = export_policies(policies)
+    reasons = [rule.reason for export in exports for rule in export.rules]
+    assert reasons and all(reason for reason in reasons)
+    assert all(any(word in reason for word in ("add-gang-labels", "resources", "parameterExpressions"))
+               for reason in reasons), reasons
+
+
+EXAMPLES = sorted(str(path.relative_to(REPO)) for path in (REPO / "policies").glob("*.yaml"))
+MANIFESTS = sorted((REPO / "tests" / "fixtures" / "manifests").glob("*.yaml"))
+NAMESPACES = {
+    "production": {"environment": "production", "node-pool": "gpu"},
+    "data-eng": {"team": "data-eng"},
+    "plain": {},
+}
+
+
+def _workloads() -> list[tuple[str, dict[str, Any]]]:
+    found = []
+    for path in MANIFESTS:
+        for document in yaml.safe_load_all(path.read_text()):
+            if isinstance(document, dict) and document.get("kind") in RESOURCES:
+                found.append((f"{path.stem}:{document['kind']}", document))
+    return found
+
+
+@pytest.mark.parametrize("namespace", sorted(NAMESPACES))
+@pytest.mark.parametrize(("origin", "given"), _workloads(), ids=[origin for origin, _ in _workloads()])
+def test_every_example_policy_on_every_captured_workload(origin: str, given: dict[str, Any], namespace: str) -> None:
+    texts = [(REPO / path).read_text() for path in EXAMPLES]
+    placer, exported = outcomes(texts, given, "team-a", NAMESPACES[namespace])
+    assert exported == placer

@@ -1,0 +1,1 @@
+"""`placer export`: SchedulingPolicies as MutatingAdmissionPolicies the API server runs itself (no webhook)."""

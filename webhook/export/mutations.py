@@ -1,0 +1,327 @@
+"""One rule as one MutatingAdmissionPolicy mutation: a CEL expression returning the JSON Patch Placer would send.
+
+Each expression reads the template as it is when the mutation runs (`variables.placerPod`, at
+`variables.placerTemplatePath` in the object) and adds only what is missing, so it is idempotent like the
+action (a reinvocation, or a Pod made from a mutated template, gets an empty patch). Parents that do not
+exist are created with the value inside them (an `add` below a missing parent fails, which the API server
+does not forgive even with failurePolicy Ignore). Atomic fields (`nodeSelector`, the affinity terms) are
+written with JSON Patch, which may replace them, never with an apply configuration, which may not.
+
+The values written are those Placer's actions write (`toleration_from`, the requirement, the term, the
+constraint), with parameter expressions inlined as CEL (`cel_text.Cel`).
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.actions.metadata import APPLIED_ANNOTATION
+from webhook.actions.scheduling import DEFAULT_SCHEDULER
+from webhook.actions.tolerations import toleration_from
+from webhook.export.cel_text import Cel, NotExportable, literal
+
+T = "variables.placerPod"
+"""The pod template (a Pod: the Pod) as the mutation sees it."""
+OWN_PODS = "variables.placerOwnPods"
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """How a patch operation is written: `JSONPatch{...}` for the API server; a plain map to evaluate the
+    same expression with a CEL runtime that has no JSONPatch type (tests, `placer export --check`)."""
+
+    typed: bool = True
+
+    def op(self, kind: str, path: str, value: str | None = None) -> str:
+        fields = [("op", literal(kind)), ("path", path)] + ([("value", value)] if value is not None else [])
+        if self.typed:
+            return "JSONPatch{" + ", ".join(f"{name}: {text}" for name, text in fields) + "}"
+        return "{" + ", ".join(f"{literal(name)}: {text}" for name, text in fields) + "}"
+
+
+TYPED = Dialect(typed=True)
+PLAIN = Dialect(typed=False)
+
+
+def escape(key: str) -> str:
+    """A map key as one JSON pointer token (RFC 6901), escaped here since every key Placer writes is known."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def path(*tokens: str) -> str:
+    """CEL for the pointer to `tokens` below the template (`spec`, `nodeSelector`, ...)."""
+    return "variables.placerTemplatePath + " + literal("".join("/" + escape(token) for token in tokens))
+
+
+def field(*tokens: str) -> str:
+    """CEL reading `tokens` below the template (each token a plain field name)."""
+    return T + "".join(f"[{literal(token)}]" for token in tokens)
+
+
+def _member(token: str) -> str:
+    return token if token.isidentifier() else f"[{literal(token)}]"
+
+
+def optional_list(*tokens: str) -> str:
+    """CEL: the list at `tokens`, or [] when it or a parent is missing."""
+    return T + "".join(f".?{_member(token)}" for token in tokens) + ".orValue([])"
+
+
+def append(dialect: Dialect, tokens: Sequence[str], item: str) -> str:
+    """Ops appending `item` to the list at `tokens`, creating the list and the maps above it when missing."""
+    branches: list[tuple[str, str]] = []
+    for depth in range(1, len(tokens) + 1):
+        missing = tokens[:depth]
+        value = "[" + item + "]"
+        for token in reversed(tokens[depth:]):
+            value = "{" + f"{literal(token)}: {value}" + "}"
+        branches.append((f"!({_present(missing)})", dialect.op("add", path(*missing), value)))
+    expression = "[" + dialect.op("add", path(*tokens, "-"), item) + "]"
+    for condition, operation in reversed(branches):
+        expression = f"{condition} ? [{operation}] : ({expression})"
+    return expression
+
+
+def _present(tokens: Sequence[str]) -> str:
+    return T + "".join(f".?{_member(token)}" for token in tokens) + ".hasValue()"
+
+
+def put_entries(dialect: Dialect, tokens: Sequence[str], pairs: Mapping[str, Any], *, override: bool) -> str:
+    """Ops setting the `pairs` missing from the map at `tokens` (with `override`, also those that differ),
+    creating the map with all of them when it is missing."""
+    current = T + "".join(f"[{literal(token)}]" for token in tokens)
+    entries = []
+    for key, value in pairs.items():
+        wanted = literal(value)
+        test = f"!({literal(key)} in {current})"
+        if override:
+            test = f"({test} || {current}[{literal(key)}] != {wanted})"
+        entries.append(f"({test} ? [{dialect.op('add', path(*tokens, key), wanted)}] : [])")
+    create = dialect.op("add", path(*tokens), literal(dict(pairs)))
+    return f"!({_present(tokens)}) ? [{create}] : ({' + '.join(entries) or '[]'})"
+
+
+def applied_annotation(dialect: Dialect, rule_id: str, policy_rules: Sequence[str]) -> str:
+    """Ops adding `policy/rule` to the template's `placer.dev/applied` annotation (creating what is missing),
+    the policy's entries kept in rule order after any other policy's."""
+    annotations = ("metadata", "annotations")
+    current = f"{field(*annotations)}[{literal(APPLIED_ANNOTATION)}]"
+    entry = {APPLIED_ANNOTATION: rule_id}
+    create_metadata = dialect.op("add", path("metadata"), literal({"annotations": entry}))
+    create_annotations = dialect.op("add", path(*annotations), literal(entry))
+    add_entry = dialect.op("add", path(*annotations, APPLIED_ANNOTATION), literal(rule_id))
+    ours = literal(list(policy_rules))
+    ordered = (f"(have.filter(i, !(i in {ours})) + {ours}.filter(i, i in have || i == {literal(rule_id)}))"
+               f".join(',')")
+    insert = dialect.op("replace", path(*annotations, APPLIED_ANNOTATION), ordered)
+    return (
+        f"!({_present(('metadata',))}) ? [{create_metadata}] : "
+        f"!({_present(annotations)}) ? [{create_annotations}] : "
+        f"!({literal(APPLIED_ANNOTATION)} in {field(*annotations)}) ? [{add_entry}] : "
+        f"cel.bind(have, {current}.split(','), {literal(rule_id)} in have ? [] : [{insert}])"
+    )
+
+
+def has_applied_annotation() -> str:
+    return f"{T}.?metadata.?annotations[?{literal(APPLIED_ANNOTATION)}].hasValue()"
+
+
+# -- actions ---------------------------------------------------------------------------------------------
+
+
+def node_selector(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
+    return put_entries(dialect, ("spec", "nodeSelector"), params, override=override)
+
+
+def labels(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
+    """Labels never touch the keys the workload's selector reads (`variables.placerProtected`)."""
+    return _metadata_entries(dialect, "labels", params, override, skip="variables.placerProtected")
+
+
+def annotations(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
+    return _metadata_entries(dialect, "annotations", params, override, skip=None)
+
+
+def _metadata_entries(dialect: Dialect, kind: str, params: Mapping[str, Any], override: bool,
+                      skip: str | None) -> str:
+    """Entries of the template's labels or annotations, key by key (the applied annotation's ops, first in
+    the patch, have created `metadata` and `annotations` when they were missing)."""
+    current = field("metadata", kind)
+    entries = []
+    for key, value in params.items():
+        wanted = literal(value)
+        test = f"!({_present(('metadata', kind))} && {literal(key)} in {current})"
+        if override:
+            test = f"({test} || {current}[{literal(key)}] != {wanted})"
+        if skip is not None:
+            test = f"!({literal(key)} in {skip}) && {test}"
+        entries.append(f"({test} ? [{dialect.op('add', path('metadata', kind, key), wanted)}] : [])")
+    body = " + ".join(entries) or "[]"
+    if kind == "annotations":
+        return body
+    # No labels at all: no selector can be reading them (a controller's template must carry its selector's
+    # labels), so the whole map goes in.
+    whole = dialect.op("add", path("metadata", kind), literal(dict(params)))
+    return f"!({_present(('metadata', kind))}) ? [{whole}] : ({body})"
+
+
+def toleration(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
+    wanted = toleration_from(params)
+    same = (
+        f"x.?key.orValue('') == {literal(wanted.get('key', ''))} && "
+        f"x.?operator.orValue('Equal') == {literal(wanted['operator'])} && "
+        f"x.?value.orValue('') == {literal(wanted.get('value', ''))} && "
+        f"x.?effect.orValue('') == {literal(wanted.get('effect', ''))}"
+    )
+    return (f"{optional_list('spec', 'tolerations')}.exists(x, {same}) ? [] : "
+            f"({append(dialect, ('spec', 'tolerations'), literal(wanted))})")
+
+
+def _requirement(params: Mapping[str, Any]) -> dict[str, Any]:
+    requirement: dict[str, Any] = {"key": params["key"], "operator": params["operator"]}
+    values = params.get("values")
+    if isinstance(values, Cel):
+        requirement["values"] = Cel(f"cel.bind(given, dyn({values.source}), type(given) == string ? "
+                                    "given.split(',').map(v, v.trim()).filter(v, v != '') : given)")
+    elif values:
+        requirement["values"] = list(values)
+    return requirement
+
+
+def _same_requirement(variable: str, requirement: Mapping[str, Any]) -> str:
+    values = literal(requirement.get("values", []))
+    existing = f"{variable}.?values.orValue([])"
+    return (f"{variable}.?key.orValue('') == {literal(requirement['key'])} && "
+            f"{variable}.?operator.orValue('') == {literal(requirement['operator'])} && "
+            f"{existing}.all(v, v in {values}) && {values}.all(v, v in {existing})")
+
+
+def node_affinity(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
+    requirement = _requirement(params)
+    wanted = literal(requirement)
+    if params["type"] == "preferred":
+        term = literal({"weight": params["weight"], "preference": {"matchExpressions": [Cel(wanted)]}})
+        preferred = ("spec", "affinity", "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution")
+        return (f"{optional_list(*preferred)}.exists(p, p.?preference.?matchExpressions.orValue([])"
+                f".exists(e, {_same_requirement('e', requirement)})) ? [] : ({append(dialect, preferred, term)})")
+    required = ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+                "nodeSelectorTerms")
+    terms = optional_list(*required)
+    holds = f"t.?matchExpressions.orValue([]).exists(e, {_same_requirement('e', requirement)})"
+    extended = (f"{{?'matchFields': t.?matchFields, 'matchExpressions': "
+                f"t.?matchExpressions.orValue([]) + [{wanted}]}}")
+    first = literal({"matchExpressions": [Cel(wanted)]})
+    return (f"{terms}.size() == 0 ? ({append(dialect, required, first)}) : "
+            f"{terms}.all(t, {holds}) ? [] : "
+            f"[{dialect.op('replace', path(*required), f'{terms}.map(t, {holds} ? t : {extended})')}]")
+
+
+def _selector(params: Mapping[str, Any]) -> str:
+    """The term's selector: the parameter, else the workload's own pods (null when none can be derived)."""
+    selector = params.get("labelSelector")
+    if isinstance(selector, Cel):
+        return f"dyn({selector.source})"
+    return f"dyn({literal(selector)})" if selector else OWN_PODS
+
+
+def pod_affinity(kind: str) -> Any:
+    def build(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
+        selector = _selector(params)
+        term = "{" + f"'labelSelector': {selector}, 'topologyKey': {literal(params['topologyKey'])}" + "}"
+        same = (f"e.?topologyKey.orValue('') == {literal(params['topologyKey'])} && "
+                f"e.?labelSelector.orValue({{}}) == {selector}")
+        if params["type"] == "required":
+            tokens = ("spec", "affinity", kind, "requiredDuringSchedulingIgnoredDuringExecution")
+            exists = f"{optional_list(*tokens)}.exists(e, {same})"
+            item = term
+        else:
+            tokens = ("spec", "affinity", kind, "preferredDuringSchedulingIgnoredDuringExecution")
+            exists = f"{optional_list(*tokens)}.exists(p, cel.bind(e, p.?podAffinityTerm.orValue({{}}), {same}))"
+            item = "{" + f"'weight': {literal(params['weight'])}, 'podAffinityTerm': {term}" + "}"
+        return f"{selector}.size() == 0 || {exists} ? [] : ({append(dialect, tokens, item)})"
+    return build
+
+
+def topology_spread(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
+    selector = _selector(params)
+    constraint: dict[str, Any] = {
+        "maxSkew": _integer(params["maxSkew"]),
+        "topologyKey": params["topologyKey"],
+        "whenUnsatisfiable": params["whenUnsatisfiable"],
+        "labelSelector": Cel(selector),
+    }
+    for optional in ("minDomains", "matchLabelKeys", "nodeAffinityPolicy", "nodeTaintsPolicy"):
+        if params.get(optional):
+            constraint[optional] = _integer(params[optional]) if optional == "minDomains" else params[optional]
+    tokens = ("spec", "topologySpreadConstraints")
+    exists = (f"{optional_list(*tokens)}.exists(c, c.?topologyKey.orValue('') == {literal(params['topologyKey'])}"
+              f" && c.?whenUnsatisfiable.orValue('') == {literal(params['whenUnsatisfiable'])})")
+    return f"{exists} || {selector}.size() == 0 ? [] : ({append(dialect, tokens, literal(constraint))})"
+
+
+def _integer(value: Any) -> Any:
+    return Cel(f"int({value.source})") if isinstance(value, Cel) else value
+
+
+def scheduler_name(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
+    name = literal(params["schedulerName"])
+    current = f"{T}.spec.?schedulerName.orValue({literal(DEFAULT_SCHEDULER)})"
+    may = "true" if override else f"{current} == {literal(DEFAULT_SCHEDULER)}"
+    return (f"{T}.spec.?schedulerName.orValue('') == {name} || !({may}) ? [] : "
+            f"[{dialect.op('add', path('spec', 'schedulerName'), name)}]")
+
+
+def priority_class(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
+    """Set the class when unset; drop the integer priority and preemption policy the Priority plugin wrote
+    on a bare Pod (the API server rejects a Pod whose class and priority disagree)."""
+    name = literal(params["priorityClassName"])
+    may = "true" if override else f"!has({T}.spec.priorityClassName)"
+    drops = " + ".join(
+        f"(has({T}.spec.{name_}) ? [{dialect.op('remove', path('spec', name_))}] : [])"
+        for name_ in ("priority", "preemptionPolicy")
+    )
+    return (f"{T}.spec.?priorityClassName.orValue('') == {name} || !({may}) ? [] : "
+            f"[{dialect.op('add', path('spec', 'priorityClassName'), name)}] + {drops}")
+
+
+BUILDERS = {
+    "add-node-selector": node_selector,
+    "add-labels": labels,
+    "add-annotations": annotations,
+    "add-toleration": toleration,
+    "add-node-affinity": node_affinity,
+    "add-pod-affinity": pod_affinity("podAffinity"),
+    "add-pod-anti-affinity": pod_affinity("podAntiAffinity"),
+    "add-topology-spread": topology_spread,
+    "set-scheduler-name": scheduler_name,
+    "set-priority-class": priority_class,
+}
+
+EXPRESSION_PARAMETERS = {
+    "add-node-affinity": frozenset({"values"}),
+    "add-pod-affinity": frozenset({"labelSelector"}),
+    "add-pod-anti-affinity": frozenset({"labelSelector"}),
+    "add-topology-spread": frozenset({"maxSkew", "minDomains", "labelSelector"}),
+}
+"""Parameters whose value a CEL expression may compute in an exported rule: each lands in one field."""
+
+
+def rule_expression(dialect: Dialect, action: str, params: Mapping[str, Any], *, override: bool,
+                    condition: str | None, rule_id: str, policy_rules: Sequence[str]) -> str:
+    """The mutation of one rule: when its condition holds, the action's ops, preceded (when there are any)
+    by those naming the rule in the applied annotation."""
+    builder = BUILDERS.get(action)
+    if builder is None:
+        raise NotExportable(f"action {action} is not exported (see the export documentation)")
+    ops = builder(dialect, params, override)
+    body = f"cel.bind(ops, {ops}, ops.size() > 0 ? ({applied_annotation(dialect, rule_id, policy_rules)}) + ops : ops)"
+    return f"({condition}) ? {body} : []" if condition else body
+
+
+def matched_rule_expression(dialect: Dialect, condition: str | None, rule_id: str,
+                            policy_rules: Sequence[str]) -> str:
+    """Run after every rule's mutation: a rule that matched but changed nothing is named in the applied
+    annotation too when the template was changed (as Placer lists every rule that applied)."""
+    named = applied_annotation(dialect, rule_id, policy_rules)
+    guard = f"({condition}) && {has_applied_annotation()}" if condition else has_applied_annotation()
+    return f"{guard} ? ({named}) : []"
