@@ -20,7 +20,7 @@ LAYERS = [
     {"typing", "names", "quantity", "selectors", "resources", "patches", "config", "logs", "metrics", "certs",
      "json_bytes", "json_copy", "node_fit",
      "review", "__init__"},
-    {"workloads"}, {"gang"}, {"actions"}, {"policy"}, {"engine"}, {"gang_capacity"}, {"feasibility"}, {"pipeline", "offline", "validation", "suites"},
+    {"workloads"}, {"gang"}, {"actions"}, {"policy"}, {"engine"}, {"gang_capacity"}, {"feasibility"}, {"pipeline", "offline", "validation", "suites", "export"},
     {"kube"}, {"server"}, {"cli", "__main__"},
 ]
 """Imports flow one way: a module imports only from its own layer or the layers before it."""

@@ -1,6 +1,7 @@
-"""`placer serve | certs | apply | lint | test` (DESIGN §9). Every flag also reads `PLACER_<FLAG>`."""
+"""`placer serve | certs | apply | lint | test | export` (DESIGN §9). Every flag also reads `PLACER_<FLAG>`."""
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -9,9 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from webhook import __version__
 from webhook.certs import ensure_dev_certificates, issue, service_names
 from webhook.config import CEL_LEAK_BUDGET_MIB, DEFAULT_CERTS, DEFAULT_POLICIES, READ_TIMEOUT_SECONDS, Settings
+from webhook.export.admission_policy import API_VERSIONS, export_policies, report_lines
 from webhook.kube.api import KubeApi, TransportError
 from webhook.kube.connection import ConnectionSetupError, connect, in_cluster
 from webhook.kube.live import LiveError, cluster_snapshot, read_namespaces, read_nodes, read_object
@@ -99,6 +103,17 @@ def _parser() -> argparse.ArgumentParser:
     test.add_argument("suites", nargs="+", metavar="PATH", help="suite files, or directories to search")
     test.add_argument("-o", "--output", default="text", choices=["text", "junit"])
     test.set_defaults(run=_test)
+
+    export = commands.add_parser(
+        "export", help="write MutatingAdmissionPolicies + bindings doing what the policies do (no webhook)"
+    )
+    export.add_argument(
+        "--policies", action="append", metavar="PATH", help=f"file or directory (default {DEFAULT_POLICIES})"
+    )
+    export.add_argument("--api-version", default="v1beta1", choices=list(API_VERSIONS),
+                        help="admissionregistration.k8s.io version: v1beta1 (Kubernetes 1.34), v1 (1.36)")
+    export.add_argument("-o", "--output", default="yaml", choices=["yaml", "json"])
+    export.set_defaults(run=_export)
     return parser
 
 
@@ -187,6 +202,39 @@ def _lint(args: argparse.Namespace) -> int:
         print(f"no SchedulingPolicy found in {', '.join(paths)}")
         return 1
     print(f"{len(snapshot.policies)} policies OK: {', '.join(p.name for p in snapshot.policies)}")
+    return 0
+
+
+class _ExpressionDumper(yaml.SafeDumper):
+    """Long strings (CEL expressions) as literal blocks: no quote doubling, readable in a diff."""
+
+
+def _represent_text(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    style = "|" if len(text) > 80 and "\n" not in text and not text.endswith(" ") else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_ExpressionDumper.add_representer(str, _represent_text)
+
+
+def _export(args: argparse.Namespace) -> int:
+    """The objects on stdout (ready for `kubectl apply -f -`), the exportability report on stderr; exit 1
+    when a policy does not load (nothing is written then)."""
+    _quiet_policy_log()
+    paths = args.policies or [DEFAULT_POLICIES]
+    snapshot = load_policies(paths, required=True)
+    if snapshot.errors:
+        for error in snapshot.errors:
+            print(error, file=sys.stderr)
+        return 1
+    exports = export_policies(snapshot.policies, args.api_version)
+    objects = [obj for export in exports for obj in export.objects]
+    if args.output == "json":
+        print(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
+    else:
+        print(yaml.dump_all(objects, Dumper=_ExpressionDumper, sort_keys=False, width=1 << 16), end="")
+    for line in report_lines(exports):
+        print(line, file=sys.stderr)
     return 0
 
 

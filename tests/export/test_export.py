@@ -1,0 +1,178 @@
+"""`placer export`: what is written, that the API server can take it, and what it does in the cases where the
+webhook guards against controllers (UPDATE without a template change, a Deployment's ReplicaSet, opt-outs)."""
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.export.admissionregistration import schemas
+from tests.export.map_runtime import MapRuntime
+from tests.helpers import compile_policies, review_for
+from webhook.cli import main
+from webhook.export.admission_policy import export_policies, report_lines
+from webhook.export.mutations import PLAIN, TYPED
+
+EXAMPLES = sorted((REPO / "policies").glob("*.yaml"))
+GOLDEN_POLICIES = sorted((REPO / "tests" / "golden" / "cases").glob("*/policy.yaml"))
+MANIFESTS = REPO / "tests" / "fixtures" / "manifests"
+
+
+def exported(paths: list[Path], dialect: Any = TYPED, api_version: str = "v1beta1") -> list[dict[str, Any]]:
+    policies, _compiler = compile_policies([path.read_text() for path in paths])
+    return [obj for export in export_policies(policies, api_version, dialect) for obj in export.objects]
+
+
+def expressions(objects: list[dict[str, Any]]) -> list[str]:
+    found = []
+    for obj in objects:
+        spec = obj["spec"]
+        found += [item["expression"] for item in spec.get("matchConditions", []) + spec.get("variables", [])]
+        found += [mutation["jsonPatch"]["expression"] for mutation in spec.get("mutations", [])]
+    return found
+
+
+@pytest.mark.parametrize("path", EXAMPLES + GOLDEN_POLICIES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_exported_expression_compiles_with_only_what_the_api_server_declares(path: Path) -> None:
+    """Declared: object, oldObject, request, namespaceObject, variables (no pod, workload or resources)."""
+    runtime = MapRuntime()
+    plain = expressions(exported([path], PLAIN))
+    for source in plain:
+        runtime.compile(source)  # raises CelCompileError with the position
+    typed = expressions(exported([path], TYPED))
+    assert len(typed) == len(plain)
+    for typed_source, plain_source in zip(typed, plain, strict=True):
+        as_maps = re.sub(r'JSONPatch\{op: ("[a-z]+"), path: ', r'{"op": \1, "path": ', typed_source)
+        assert as_maps.replace(", value: ", ', "value": ') == plain_source.replace(', "value": ', ', "value": ')
+        assert '{"op": ' not in typed_source, "the API server's form builds JSONPatch values"
+
+
+@pytest.mark.parametrize("api_version", ["v1beta1", "v1"])
+def test_the_objects_validate_against_the_admissionregistration_schema(api_version: str) -> None:
+    objects = exported(EXAMPLES, api_version=api_version)
+    assert {obj["kind"] for obj in objects} == {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
+    by_kind = schemas(api_version)
+    for obj in objects:
+        jsonschema.validate(obj, by_kind[obj["kind"]])
+    policies = {obj["metadata"]["name"] for obj in objects if obj["kind"] == "MutatingAdmissionPolicy"}
+    assert {obj["spec"]["policyName"] for obj in objects if obj["kind"] == "MutatingAdmissionPolicyBinding"} == policies
+
+
+def test_the_binding_carries_the_namespace_selector_and_the_opt_in() -> None:
+    binding = next(obj for obj in exported([REPO / "policies" / "namespace-node-pools.yaml"])
+                   if obj["kind"] == "MutatingAdmissionPolicyBinding")
+    assert binding["spec"]["matchResources"] == {
+        "namespaceSelector": {"matchLabels": {"placer.dev/inject": "enabled"},
+                              "matchExpressions": [{"key": "node-pool", "operator": "Exists"}]},
+        "objectSelector": {"matchExpressions": [{"key": "placer.dev/inject", "operator": "NotIn",
+                                                 "values": ["disabled"]}]},
+    }
+
+
+def test_the_report_says_per_rule_what_was_not_exported_and_why() -> None:
+    policies, _compiler = compile_policies([path.read_text() for path in EXAMPLES])
+    lines = report_lines(export_policies(policies))
+    assert "org-wide-policy/production-isolation: exported" in lines
+    assert any(line.startswith("org-wide-policy/gpu-workload-taints: not exported: reads variable gpus reads "
+                               "`resources`") for line in lines)
+    assert any(line.startswith("gang-coscheduling-jobs/job-pod-group: not exported: add-gang-labels:")
+               for line in lines)
+    assert "gang-coscheduling-jobs: no rule could be exported: nothing written" in lines
+    assert any(line.startswith("across policies:") for line in lines)
+
+
+FAIL_POLICY = """apiVersion: placer.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: strict}
+spec:
+  failurePolicy: Fail
+  rules:
+  - name: pool
+    condition: "namespaceObject.metadata.labels['pool'] == 'a'"
+    action: add-node-selector
+    parameters: {pool: a}
+"""
+
+
+def test_failure_policy_maps_over_with_a_note() -> None:
+    policies, _compiler = compile_policies([FAIL_POLICY])
+    exports = export_policies(policies)
+    assert exports[0].objects[0]["spec"]["failurePolicy"] == "Fail"
+    assert any("missing key" in note for note in exports[0].notes)
+
+
+# -- the webhook's guards, as the API server would apply them ---------------------------------------------
+
+SELECTOR_POLICY = REPO / "policies" / "dedicated-team-pool.yaml"
+NAMESPACE = {"metadata": {"name": "team-a", "labels": {"team": "data-eng", "placer.dev/inject": "enabled"}}}
+
+
+def admit(obj: dict[str, Any], operation: str = "CREATE", old: dict[str, Any] | None = None) -> dict[str, Any]:
+    review = review_for(obj, namespace="team-a", operation=operation, old=old)
+    return MapRuntime().admit(exported([SELECTOR_POLICY], PLAIN), obj, request=review["request"],
+                              namespace=NAMESPACE, old=old)
+
+
+def deployment() -> dict[str, Any]:
+    return next(doc for doc in yaml.safe_load_all((MANIFESTS / "deployment.yaml").read_text())
+                if isinstance(doc, dict) and doc.get("kind") == "Deployment")
+
+
+def test_a_create_gets_the_policy() -> None:
+    template = admit(deployment())["spec"]["template"]
+    assert template["spec"]["nodeSelector"] == {"dedicated": "data-eng"}
+    assert template["metadata"]["annotations"]["placer.dev/applied"] == (
+        "dedicated-team-pool/tolerate-dedicated-taint,dedicated-team-pool/select-dedicated-nodes")
+
+
+def test_an_update_that_leaves_the_template_alone_starts_no_rollout() -> None:
+    old = deployment()
+    scaled = copy.deepcopy(old)
+    scaled["spec"]["replicas"] = 7
+    assert admit(scaled, "UPDATE", old) == scaled, "a policy added since must not roll the Deployment"
+    changed = copy.deepcopy(old)
+    changed["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:1.28"
+    assert admit(changed, "UPDATE", old)["spec"]["template"]["spec"]["nodeSelector"] == {"dedicated": "data-eng"}
+
+
+def test_a_deployments_replicaset_and_opted_out_objects_are_left_alone() -> None:
+    replicaset = next(doc for doc in yaml.safe_load_all((MANIFESTS / "replicaset.yaml").read_text())
+                      if isinstance(doc, dict) and doc.get("kind") == "ReplicaSet")
+    replicaset["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                                                  "uid": "1", "controller": True}]
+    assert admit(replicaset) == replicaset
+    opted_out = deployment()
+    opted_out["spec"]["template"]["metadata"].setdefault("labels", {})["placer.dev/inject"] = "disabled"
+    assert admit(opted_out) == opted_out
+    labelled = deployment()
+    labelled["metadata"].setdefault("labels", {})["placer.dev/inject"] = "disabled"
+    assert admit(labelled) == labelled
+
+
+# -- the command ---------------------------------------------------------------------------------------------
+
+
+def test_placer_export_writes_the_objects_and_the_report(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", "--policies", str(REPO / "policies"), "--api-version", "v1"]) == 0
+    out, err = capsys.readouterr()
+    objects = list(yaml.safe_load_all(out))
+    assert len(objects) == 8 and all(obj["apiVersion"] == "admissionregistration.k8s.io/v1" for obj in objects)
+    assert "org-wide-policy/multi-zone-ha: exported" in err
+    assert main(["export", "--policies", str(REPO / "policies"), "-o", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["kind"] == "List" and [obj["metadata"]["name"] for obj in listed["items"]][:2] == [
+        "placer-namespace-node-pools", "placer-namespace-node-pools"]
+
+
+def test_placer_export_of_a_broken_policy_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "broken.yaml").write_text(FAIL_POLICY.replace("== 'a'", "== "))
+    assert main(["export", "--policies", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "broken.yaml" in err and "rule pool" in err
+
