@@ -79,7 +79,7 @@ def test_the_report_says_per_rule_what_was_not_exported_and_why() -> None:
     policies, _compiler = compile_policies([path.read_text() for path in EXAMPLES])
     lines = report_lines(export_policies(policies))
     assert "org-wide-policy/production-isolation: exported" in lines
-    assert any(line.startswith("org-wide-policy/gpu-workload-taints: not exported: reads variable gpus reads "
+    assert any(line.startswith("org-wide-policy/gpu-workload-taints: not exported: reads variable gpus, which reads "
                                "`resources`") for line in lines)
     assert any(line.startswith("gang-coscheduling-jobs/job-pod-group: not exported: add-gang-labels:")
                for line in lines)

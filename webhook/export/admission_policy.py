@@ -192,7 +192,7 @@ def _variables(policy: Policy) -> tuple[list[dict[str, str]], dict[str, str]]:
         try:
             variables.append({"name": variable.name, "expression": rewrite(variable.program.source)})
         except NotExportable as why:
-            unexportable[variable.name] = f"variable {variable.name} {why}"
+            unexportable[variable.name] = f"variable {variable.name}, which {why}"
     return variables, unexportable
 
 
