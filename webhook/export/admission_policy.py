@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.export.cel_text import RESERVED, Cel, NotExportable, literal, rewrite
+from webhook.export.cel_text import RESERVED, Cel, NotExportable, dyn_map, literal, rewrite
 from webhook.export.mutations import (
     EXPRESSION_PARAMETERS,
     TYPED,
@@ -49,36 +49,53 @@ def template_of(root: str) -> str:
 
 CONTROLLERS = "['Deployment', 'ReplicaSet', 'StatefulSet', 'DaemonSet']"
 
+WORKLOAD_REPLICAS = (
+    "object.kind == 'Pod' ? 1 : object.kind == 'Job' ? object.spec.?parallelism.orValue(1) : "
+    "object.kind == 'CronJob' ? object.spec.jobTemplate.spec.?parallelism.orValue(1) : "
+    "object.spec.?replicas.orValue(1)"
+)
+CONTROLLER_SELECTOR = (
+    "{?'matchLabels': object.spec.selector.?matchLabels.orValue({}).size() > 0 ? "
+    "optional.of(dyn(object.spec.selector.matchLabels)) : optional.none(), "
+    "?'matchExpressions': object.spec.selector.?matchExpressions.orValue([]).size() > 0 ? "
+    "optional.of(dyn(object.spec.selector.matchExpressions)) : optional.none()}"
+)
+FROM_LABELS = (
+    "variables.placerOwnLabels.size() == 0 ? dyn({}) : "
+    "variables.placerOwnLabels.size() == variables.placerTemplateLabels.size() ? "
+    "dyn({'matchLabels': variables.placerTemplateLabels}) : "
+    "dyn({'matchExpressions': variables.placerOwnLabels.map(k, "
+    + dyn_map({"'key'": "k", "'operator'": "'In'", "'values'": "[variables.placerTemplateLabels[k]]"}) + ")})"
+)
+
 HELPER_VARIABLES = [
     ("placerTemplatePath",
      "object.kind == 'Pod' ? '' : object.kind == 'CronJob' ? '/spec/jobTemplate/spec/template' : '/spec/template'"),
     ("placerPod", template_of("object")),
-    ("placerWorkload",
-     "{'kind': object.kind, 'apiVersion': object.apiVersion, "
-     "'name': object.metadata.?name.orValue(object.metadata.?generateName.orValue('')), "
-     "'namespace': object.metadata.?namespace.orValue(request.namespace), "
-     "?'replicas': object.kind == 'DaemonSet' ? optional.none() : optional.of("
-     "object.kind == 'Pod' ? 1 : object.kind == 'Job' ? object.spec.?parallelism.orValue(1) : "
-     "object.kind == 'CronJob' ? object.spec.jobTemplate.spec.?parallelism.orValue(1) : "
-     "object.spec.?replicas.orValue(1)), "
-     "'labels': object.metadata.?labels.orValue({}), 'annotations': object.metadata.?annotations.orValue({})}"),
+    ("placerWorkload", dyn_map({
+        "'kind'": "object.kind",
+        "'apiVersion'": "object.apiVersion",
+        "'name'": "object.metadata.?name.orValue(object.metadata.?generateName.orValue(''))",
+        "'namespace'": "object.metadata.?namespace.orValue(request.namespace)",
+        "?'replicas'": f"object.kind == 'DaemonSet' ? optional.none() : optional.of(dyn({WORKLOAD_REPLICAS}))",
+        "'labels'": "object.metadata.?labels.orValue({})",
+        "'annotations'": "object.metadata.?annotations.orValue({})",
+    })),
+    ("placerTemplateLabels", "variables.placerPod.?metadata.?labels.orValue({})"),
+    ("placerOwnLabels",
+     f"variables.placerTemplateLabels.filter(k, !(k in {literal(sorted(PER_POD_LABELS))}))"),
     ("placerOwnPods",
-     f"cel.bind(labels, variables.placerPod.?metadata.?labels.orValue({{}}), "
-     f"cel.bind(own, labels.filter(k, !(k in {literal(sorted(PER_POD_LABELS))})), "
-     "cel.bind(fromLabels, own.size() == 0 ? {} : own.size() == labels.size() ? {'matchLabels': labels} : "
-     "{'matchExpressions': own.map(k, {'key': k, 'operator': 'In', 'values': [labels[k]]})}, "
      f"object.kind in {CONTROLLERS} && (object.spec.?selector.?matchLabels.orValue({{}}).size() > 0 || "
      "object.spec.?selector.?matchExpressions.orValue([]).size() > 0) ? "
-     "{?'matchLabels': object.spec.selector.?matchLabels.orValue({}).size() > 0 ? "
-     "optional.of(object.spec.selector.matchLabels) : optional.none(), "
-     "?'matchExpressions': object.spec.selector.?matchExpressions.orValue([]).size() > 0 ? "
-     "optional.of(object.spec.selector.matchExpressions) : optional.none()} : "
-     f"object.kind == 'Job' && object.metadata.?name.orValue('') != '' ? "
-     f"{{'matchLabels': {{{literal(JOB_NAME_LABEL)}: object.metadata.name}}}} : fromLabels)))"),
+     f"dyn({CONTROLLER_SELECTOR}) : "
+     "object.kind == 'Job' && object.metadata.?name.orValue('') != '' ? "
+     f"dyn({{'matchLabels': {{{literal(JOB_NAME_LABEL)}: object.metadata.name}}}}) : {FROM_LABELS}"),
+    ("placerSelector",
+     "object.kind == 'Pod' ? dyn({}) : object.kind == 'CronJob' ? "
+     "dyn(object.spec.jobTemplate.spec.?selector.orValue({})) : dyn(object.spec.?selector.orValue({}))"),
     ("placerProtected",
-     "object.kind == 'Pod' ? [] : cel.bind(s, object.kind == 'CronJob' ? "
-     "object.spec.jobTemplate.spec.?selector.orValue({}) : object.spec.?selector.orValue({}), "
-     "s.?matchLabels.orValue({}).map(k, k) + s.?matchExpressions.orValue([]).map(e, e.key))"),
+     "variables.placerSelector.?matchLabels.orValue({}).map(k, k) + "
+     "variables.placerSelector.?matchExpressions.orValue([]).map(e, e.key)"),
 ]
 """What Placer binds for an expression, as CEL over the request: the template, `workload`, the workload's
 own pods (the default selector of spread and pod affinity: the controller's selector, a Job's name label, or

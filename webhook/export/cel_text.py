@@ -12,7 +12,8 @@ import re
 from typing import Any
 
 PLACER_VARIABLES = {"pod": "variables.placerPod", "workload": "variables.placerWorkload"}
-RESERVED = frozenset({"placerPod", "placerWorkload", "placerTemplatePath", "placerOwnPods", "placerProtected"})
+RESERVED = frozenset({"placerPod", "placerWorkload", "placerTemplatePath", "placerTemplateLabels",
+                      "placerOwnLabels", "placerOwnPods", "placerSelector", "placerProtected"})
 """Names of the variables every exported policy declares; a policy variable may not take one."""
 
 _TOKEN = re.compile(
@@ -45,10 +46,31 @@ def literal(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value)
     if isinstance(value, list):
-        return "[" + ", ".join(literal(item) for item in value) + "]"
+        return "[" + ", ".join(_members(value)) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(str(key))}: {literal(item)}" for key, item in value.items()) + "}"
+        items = _members(list(value.values()))
+        return "{" + ", ".join(f"{json.dumps(str(key))}: {item}" for key, item in zip(value, items, strict=True)) + "}"
     raise TypeError(f"no CEL literal for {type(value).__name__}")
+
+
+def _members(values: list[Any]) -> list[str]:
+    """The members of a list or map literal, each wrapped in `dyn()` when they are not all strings (or all
+    integers): the API server checks that aggregate literals are homogeneous, and `dyn` makes them so."""
+    kinds = {type(value) for value in values}
+    plain = len(values) < 2 or kinds in ({str}, {int})
+    return [literal(value) if plain else f"dyn({literal(value)})" for value in values]
+
+
+def dyn_map(entries: dict[str, str]) -> str:
+    """A map literal of CEL texts, each value wrapped in `dyn()` (see `_members`); `?key` keys stay optional."""
+    return "{" + ", ".join(f"{key}: dyn({text})" if not key.startswith("?") else f"{key}: {text}"
+                           for key, text in entries.items()) + "}"
+
+
+def bind(name: str, value: str, body: str) -> str:
+    """`body` with `name` bound to `value`, evaluated once: the API server's CEL has no `cel.bind`, so a
+    one-element list is mapped instead."""
+    return f"[{value}].map({name}, {body})[0]"
 
 
 class Cel:

@@ -18,7 +18,7 @@ from typing import Any
 from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.actions.scheduling import DEFAULT_SCHEDULER
 from webhook.actions.tolerations import toleration_from
-from webhook.export.cel_text import Cel, NotExportable, literal
+from webhook.export.cel_text import Cel, NotExportable, bind, dyn_map, literal
 
 T = "variables.placerPod"
 """The pod template (a Pod: the Pod) as the mutation sees it."""
@@ -36,7 +36,7 @@ class Dialect:
         fields = [("op", literal(kind)), ("path", path)] + ([("value", value)] if value is not None else [])
         if self.typed:
             return "JSONPatch{" + ", ".join(f"{name}: {text}" for name, text in fields) + "}"
-        return "{" + ", ".join(f"{literal(name)}: {text}" for name, text in fields) + "}"
+        return "{" + ", ".join(f"{literal(name)}: dyn({text})" for name, text in fields) + "}"
 
 
 TYPED = Dialect(typed=True)
@@ -118,7 +118,7 @@ def applied_annotation(dialect: Dialect, rule_id: str, policy_rules: Sequence[st
         f"!({_present(('metadata',))}) ? [{create_metadata}] : "
         f"!({_present(annotations)}) ? [{create_annotations}] : "
         f"!({literal(APPLIED_ANNOTATION)} in {field(*annotations)}) ? [{add_entry}] : "
-        f"cel.bind(have, {current}.split(','), {literal(rule_id)} in have ? [] : [{insert}])"
+        + bind("have", f"{current}.split(',')", f"{literal(rule_id)} in have ? [] : [{insert}]")
     )
 
 
@@ -181,8 +181,8 @@ def _requirement(params: Mapping[str, Any]) -> dict[str, Any]:
     requirement: dict[str, Any] = {"key": params["key"], "operator": params["operator"]}
     values = params.get("values")
     if isinstance(values, Cel):
-        requirement["values"] = Cel(f"cel.bind(given, dyn({values.source}), type(given) == string ? "
-                                    "given.split(',').map(v, v.trim()).filter(v, v != '') : given)")
+        requirement["values"] = Cel(bind("given", f"dyn({values.source})", "type(given) == string ? "
+                                         "given.split(',').map(v, v.trim()).filter(v, v != '') : given"))
     elif values:
         requirement["values"] = list(values)
     return requirement
@@ -209,7 +209,7 @@ def node_affinity(dialect: Dialect, params: Mapping[str, Any], override: bool) -
     terms = optional_list(*required)
     holds = f"t.?matchExpressions.orValue([]).exists(e, {_same_requirement('e', requirement)})"
     extended = (f"{{?'matchFields': t.?matchFields, 'matchExpressions': "
-                f"t.?matchExpressions.orValue([]) + [{wanted}]}}")
+                f"dyn(t.?matchExpressions.orValue([]) + [{wanted}])}}")
     first = literal({"matchExpressions": [Cel(wanted)]})
     return (f"{terms}.size() == 0 ? ({append(dialect, required, first)}) : "
             f"{terms}.all(t, {holds}) ? [] : "
@@ -227,17 +227,21 @@ def _selector(params: Mapping[str, Any]) -> str:
 def pod_affinity(kind: str) -> Any:
     def build(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
         selector = _selector(params)
-        term = "{" + f"'labelSelector': {selector}, 'topologyKey': {literal(params['topologyKey'])}" + "}"
-        same = (f"e.?topologyKey.orValue('') == {literal(params['topologyKey'])} && "
-                f"e.?labelSelector.orValue({{}}) == {selector}")
+        key = literal(params["topologyKey"])
+        term = dyn_map({"'labelSelector'": selector, "'topologyKey'": key})
+
+        def same(term_of: str) -> str:
+            return (f"{term_of}.?topologyKey.orValue('') == {key} && "
+                    f"{term_of}.?labelSelector.orValue({{}}) == {selector}")
+
         if params["type"] == "required":
             tokens = ("spec", "affinity", kind, "requiredDuringSchedulingIgnoredDuringExecution")
-            exists = f"{optional_list(*tokens)}.exists(e, {same})"
+            exists = f"{optional_list(*tokens)}.exists(e, {same('e')})"
             item = term
         else:
             tokens = ("spec", "affinity", kind, "preferredDuringSchedulingIgnoredDuringExecution")
-            exists = f"{optional_list(*tokens)}.exists(p, cel.bind(e, p.?podAffinityTerm.orValue({{}}), {same}))"
-            item = "{" + f"'weight': {literal(params['weight'])}, 'podAffinityTerm': {term}" + "}"
+            exists = f"{optional_list(*tokens)}.exists(p, {same('p.?podAffinityTerm')})"
+            item = dyn_map({"'weight'": literal(params["weight"]), "'podAffinityTerm'": term})
         return f"{selector}.size() == 0 || {exists} ? [] : ({append(dialect, tokens, item)})"
     return build
 
@@ -314,7 +318,7 @@ def rule_expression(dialect: Dialect, action: str, params: Mapping[str, Any], *,
     if builder is None:
         raise NotExportable(f"action {action} is not exported (see the export documentation)")
     ops = builder(dialect, params, override)
-    body = f"cel.bind(ops, {ops}, ops.size() > 0 ? ({applied_annotation(dialect, rule_id, policy_rules)}) + ops : ops)"
+    body = bind("ops", ops, f"ops.size() > 0 ? ({applied_annotation(dialect, rule_id, policy_rules)}) + ops : ops")
     return f"({condition}) ? {body} : []" if condition else body
 
 
