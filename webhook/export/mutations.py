@@ -89,16 +89,27 @@ def _present(tokens: Sequence[str]) -> str:
 def put_entries(dialect: Dialect, tokens: Sequence[str], pairs: Mapping[str, Any], *, override: bool) -> str:
     """Ops setting the `pairs` missing from the map at `tokens` (with `override`, also those that differ),
     creating the map with all of them when it is missing."""
+    entries = _entries(dialect, tokens, pairs, override=override, guard=None, skip=None)
+    create = dialect.op("add", path(*tokens), literal(dict(pairs)))
+    return f"!({_present(tokens)}) ? [{create}] : ({entries})"
+
+
+def _entries(dialect: Dialect, tokens: Sequence[str], pairs: Mapping[str, Any], *, override: bool,
+             guard: str | None, skip: str | None) -> str:
+    """Ops adding each pair the map at `tokens` lacks (`override`: or holds with another value). `guard`: CEL
+    that must hold before the map is read (it may be missing); `skip`: CEL list of keys never written."""
     current = T + "".join(f"[{literal(token)}]" for token in tokens)
     entries = []
     for key, value in pairs.items():
         wanted = literal(value)
-        test = f"!({literal(key)} in {current})"
+        held = f"{literal(key)} in {current}"
+        test = f"!({guard} && {held})" if guard else f"!({held})"
         if override:
             test = f"({test} || {current}[{literal(key)}] != {wanted})"
+        if skip is not None:
+            test = f"!({literal(key)} in {skip}) && {test}"
         entries.append(f"({test} ? [{dialect.op('add', path(*tokens, key), wanted)}] : [])")
-    create = dialect.op("add", path(*tokens), literal(dict(pairs)))
-    return f"!({_present(tokens)}) ? [{create}] : ({' + '.join(entries) or '[]'})"
+    return " + ".join(entries) or "[]"
 
 
 def applied_annotation(dialect: Dialect, rule_id: str, policy_rules: Sequence[str]) -> str:
@@ -146,17 +157,8 @@ def _metadata_entries(dialect: Dialect, kind: str, params: Mapping[str, Any], ov
                       skip: str | None) -> str:
     """Entries of the template's labels or annotations, key by key (the applied annotation's ops, first in
     the patch, have created `metadata` and `annotations` when they were missing)."""
-    current = field("metadata", kind)
-    entries = []
-    for key, value in params.items():
-        wanted = literal(value)
-        test = f"!({_present(('metadata', kind))} && {literal(key)} in {current})"
-        if override:
-            test = f"({test} || {current}[{literal(key)}] != {wanted})"
-        if skip is not None:
-            test = f"!({literal(key)} in {skip}) && {test}"
-        entries.append(f"({test} ? [{dialect.op('add', path('metadata', kind, key), wanted)}] : [])")
-    body = " + ".join(entries) or "[]"
+    tokens = ("metadata", kind)
+    body = _entries(dialect, tokens, params, override=override, guard=_present(tokens), skip=skip)
     if kind == "annotations":
         return body
     # No labels at all: no selector can be reading them (a controller's template must carry its selector's
