@@ -15,8 +15,9 @@ from typing import Any
 import jsonpatch
 import yaml
 
+from webhook.claims import ClaimLookup
 from webhook.engine.mutate import Mutation, mutate
-from webhook.node_fit import node_fit
+from webhook.node_fit import Nodes, node_fit
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.documents import (
     ManifestError,
@@ -30,6 +31,7 @@ from webhook.policy.files import FilePolicySource
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.review import AdmissionRequest, decode_json
 from webhook.typing import JSONObject, as_map
+from webhook.volumes import claim_entry, volume_entry
 from webhook.workloads import default_workload_table
 
 DEFAULT_NAMESPACE = "default"
@@ -117,6 +119,8 @@ def apply_manifests(
                 continue
             elif isinstance(document.content, dict) and not is_policy(document.content):
                 manifests.append((f"{path}:{document.line}", _as_json(document.content)))
+    manifests, declared_volumes = _split_volumes(manifests, default_namespace)
+    claims_of = ClaimLookup(declared_volumes, _KnownNodes(list(nodes)) if nodes else None).placements
     if read_namespaces is not None:
         wanted = (str(as_map(obj.get("metadata")).get("namespace") or default_namespace) for _, obj in manifests)
         namespaces.update(read_namespaces([name for name in wanted if name not in declared]))
@@ -130,8 +134,12 @@ def apply_manifests(
         if namespace_labels:
             namespace = dataclasses.replace(namespace, labels={**namespace.labels, **namespace_labels})
         request = _request_for(obj, namespace.name, operation, index)
+        claims = claims_of(namespace.name, obj) if snapshot.reads_claims and obj.get("kind") == "Pod" else None
         mutation = mutate(
-            request, dataclasses.replace(snapshot, namespaces={**namespaces, namespace.name: namespace}), workloads
+            request,
+            dataclasses.replace(snapshot, namespaces={**namespaces, namespace.name: namespace}),
+            workloads,
+            claims=claims,
         )
         mutated = jsonpatch.apply_patch(obj, mutation.patch) if mutation.patch else obj
         result = ManifestResult(origin, obj, mutated, mutation, namespace)
@@ -140,6 +148,51 @@ def apply_manifests(
         if mutation.denial:
             report.problems.append(f"{result.title}: denied: {mutation.denial}")
     return report
+
+
+class _DeclaredVolumes:
+    """PersistentVolumeClaims and PersistentVolumes among the manifests: what `pin-to-volume-node` reads of
+    the cluster, offline (the claims a Pod mounts and the nodes their volumes are on)."""
+
+    def __init__(self) -> None:
+        self.claims: dict[str, JSONObject] = {}
+        self.volumes: dict[str, JSONObject] = {}
+
+    def known(self) -> bool:
+        return bool(self.claims or self.volumes)
+
+    def claim(self, namespace: str, name: str) -> JSONObject | None:
+        return self.claims.get(f"{namespace}/{name}")
+
+    def volume(self, name: str) -> JSONObject | None:
+        return self.volumes.get(name)
+
+
+@dataclass(frozen=True, slots=True)
+class _KnownNodes:
+    nodes: Nodes
+    version: int = 0
+
+    def current(self) -> Nodes:
+        return self.nodes
+
+
+def _split_volumes(
+    manifests: list[tuple[str, JSONObject]], default_namespace: str
+) -> tuple[list[tuple[str, JSONObject]], _DeclaredVolumes]:
+    """The manifests to admit, and the claims and volumes among them (facts about the cluster, not admitted)."""
+    volumes = _DeclaredVolumes()
+    kept = []
+    for origin, obj in manifests:
+        metadata = as_map(obj.get("metadata"))
+        name = str(metadata.get("name") or "")
+        if obj.get("kind") == "PersistentVolumeClaim" and obj.get("apiVersion") == "v1":
+            volumes.claims[f"{metadata.get('namespace') or default_namespace}/{name}"] = claim_entry(obj)
+        elif obj.get("kind") == "PersistentVolume" and obj.get("apiVersion") == "v1":
+            volumes.volumes[name] = volume_entry(obj)
+        else:
+            kept.append((origin, obj))
+    return kept, volumes
 
 
 def render(report: ApplyReport, output: str) -> str:

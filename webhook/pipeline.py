@@ -5,12 +5,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from webhook.claims import ClaimLookup
 from webhook.config import OptIn
 from webhook.engine.mutate import INJECT_LABEL, Mutation, mutate
 from webhook.feasibility import Findings, PlacementCheck
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, UnknownNamespace
 from webhook.review import AdmissionRequest, build_response
 from webhook.typing import JSONObject, JSONPatch
+from webhook.volumes import ClaimPlacement
 from webhook.workloads import WorkloadTable
 
 log = logging.getLogger(__name__)
@@ -43,13 +45,15 @@ def admit(
     deadline: float | None = None,
     resolve_namespace: NamespaceResolver | None = None,
     placement: PlacementCheck | None = None,
+    claims: ClaimLookup | None = None,
 ) -> Admission:
     """Decide one admission. Fails open: only a policy with `failurePolicy: Fail` can deny."""
     namespace = _namespace(request, snapshot, workloads, deadline, resolve_namespace)
     if opt_in == "label-or-annotation" and not _opted_in(namespace or snapshot.namespace(request.namespace)):
         return Admission(request, _respond(request), "skipped", Mutation(passed_through="namespace not opted in"))
     try:
-        mutation = mutate(request, snapshot, workloads, deadline=deadline, namespace=namespace)
+        placements = _claims(claims, snapshot, request)
+        mutation = mutate(request, snapshot, workloads, deadline=deadline, namespace=namespace, claims=placements)
     except Exception:  # fail open: a bug or a pathological object must never block the user's workload
         log.exception("admission %s failed; admitting %s/%s unchanged", request.uid, request.namespace, request.name)
         warning = "internal error evaluating policies; admitted unchanged"
@@ -64,6 +68,15 @@ def admit(
     response = _respond(request, patch=mutation.patch, warnings=mutation.warnings, audit_annotations=audit)
     return Admission(request, response, "patched" if mutation.patch else "unchanged", mutation,
                      len(findings.unplaceable), len(findings.over_capacity))
+
+
+def _claims(
+    claims: ClaimLookup | None, snapshot: PolicySnapshot, request: AdmissionRequest
+) -> dict[str, ClaimPlacement] | None:
+    """For a Pod, when some rule pins pods to their volumes' nodes: where each claim's data lives."""
+    if claims is None or not snapshot.reads_claims or request.kind != "Pod" or request.group or not request.object:
+        return None
+    return claims.placements(request.namespace, request.object)
 
 
 def _placement_warnings(

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from webhook.policy import namespace_shards
 from webhook.policy.namespace_shards import NamespaceShards, entry_of
 from webhook.policy.shards import SHARDS, ShardWriter, shard_of, shard_path
 from webhook.policy.snapshot import LayeredNamespaces, NamespaceInfo
@@ -83,13 +82,11 @@ def test_a_reader_parses_a_shard_again_only_when_it_changed(tmp_path: Path) -> N
     assert reader["a"].labels == {"team": "b"}
 
 
-def test_what_a_reader_keeps_is_bounded_whatever_the_number_of_namespaces(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(namespace_shards, "PARSED_SHARDS_KEPT", 4)
+def test_what_a_reader_keeps_is_bounded_whatever_the_number_of_namespaces(tmp_path: Path) -> None:
     NamespaceShardWriter(tmp_path).replace({f"ns-{i}": info(f"ns-{i}") for i in range(2000)})
-    reader = NamespaceShards(tmp_path)
+    reader = NamespaceShards(tmp_path, kept=4)
     assert all(reader[f"ns-{i}"].name == f"ns-{i}" for i in range(2000))
-    assert len(reader._parsed) == 4
+    assert reader.shards_kept == 4
 
 
 def test_an_unreadable_shard_reads_as_missing_and_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -29,28 +29,9 @@ def add_node_affinity(template: JSONObject, params: Mapping[str, Any], context: 
     requirement: JSONObject = {"key": params["key"], "operator": params["operator"]}
     if params.get("values"):
         requirement["values"] = list(params["values"])
-    node_affinity = ensure_map(template, "spec", "affinity", "nodeAffinity")
     if params["type"] == "required":
-        selector = ensure_map(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution")
-        terms = ensure_list(selector, "nodeSelectorTerms")
-        if not terms:
-            terms.append({"matchExpressions": [copy_json(requirement)]})
-            return True
-        changed = False
-        for term in terms:
-            if isinstance(term, dict):
-                expressions = ensure_list(term, "matchExpressions")
-                if not any(_same_requirement(existing, requirement) for existing in expressions):
-                    expressions.append(copy_json(requirement))
-                    changed = True
-        return changed
-    preferred = ensure_list(node_affinity, "preferredDuringSchedulingIgnoredDuringExecution")
-    for term in preferred:
-        expressions = (term.get("preference") or {}).get("matchExpressions") or [] if isinstance(term, dict) else []
-        if any(_same_requirement(existing, requirement) for existing in expressions):
-            return False
-    preferred.append({"weight": params["weight"], "preference": {"matchExpressions": [copy_json(requirement)]}})
-    return True
+        return add_required_requirement(template, requirement)
+    return add_preferred_requirement(template, requirement, params["weight"])
 
 
 def add_pod_affinity(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:
@@ -100,7 +81,42 @@ def _add_pod_term(template: JSONObject, params: Mapping[str, Any], context: Acti
     return True
 
 
-def _same_requirement(existing: Any, wanted: JSONObject) -> bool:
+def add_required_requirement(template: JSONObject, requirement: JSONObject, *, fields: bool = False) -> bool:
+    """AND `requirement` into every required nodeSelectorTerm (terms are ORed), creating one term if none;
+    `fields`: a `matchFields` requirement (on the node's name) rather than one on its labels."""
+    where = "matchFields" if fields else "matchExpressions"
+    node_affinity = ensure_map(template, "spec", "affinity", "nodeAffinity")
+    selector = ensure_map(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution")
+    terms = ensure_list(selector, "nodeSelectorTerms")
+    if not terms:
+        terms.append({where: [copy_json(requirement)]})
+        return True
+    changed = False
+    for term in terms:
+        if isinstance(term, dict):
+            items = ensure_list(term, where)
+            if not any(same_requirement(existing, requirement) for existing in items):
+                items.append(copy_json(requirement))
+                changed = True
+    return changed
+
+
+def add_preferred_requirement(
+    template: JSONObject, requirement: JSONObject, weight: int, *, fields: bool = False
+) -> bool:
+    """Append a weighted preferred term holding `requirement`, unless a preferred term already has it."""
+    where = "matchFields" if fields else "matchExpressions"
+    node_affinity = ensure_map(template, "spec", "affinity", "nodeAffinity")
+    preferred = ensure_list(node_affinity, "preferredDuringSchedulingIgnoredDuringExecution")
+    for term in preferred:
+        existing = (term.get("preference") or {}).get(where) or [] if isinstance(term, dict) else []
+        if any(same_requirement(item, requirement) for item in existing):
+            return False
+    preferred.append({"weight": weight, "preference": {where: [copy_json(requirement)]}})
+    return True
+
+
+def same_requirement(existing: Any, wanted: JSONObject) -> bool:
     """Requirements are equal when key, operator and the *set* of values are."""
     return (
         isinstance(existing, dict)

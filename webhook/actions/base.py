@@ -12,6 +12,7 @@ from webhook.gang.facts import GangFacts
 from webhook.json_copy import copy_json
 from webhook.selectors import LabelSelector
 from webhook.typing import JSONObject
+from webhook.volumes import ClaimPlacement
 
 ParamKind = Literal["string", "integer", "enum", "values", "keys", "selector"]
 
@@ -59,6 +60,8 @@ class ActionContext:
     gang: Callable[[], GangFacts] | None = None
     """Workload-wide facts for gang scheduling, computed on first use."""
     conflicts: list[str] = field(default_factory=list)
+    claims: Mapping[str, ClaimPlacement] | None = None
+    """On a Pod, where the data of each claim it mounts lives (`pin-to-volume-node`); None when unknown."""
     default_priority_class: str | None = None
     """On a Pod, the cluster's globalDefault PriorityClass, which the Priority admission plugin wrote into the
     Pod before any webhook ran: `set-priority-class` treats it as unset."""
@@ -109,6 +112,9 @@ class ActionSpec:
     params: tuple[Param, ...] = ()
     free_form: FreeForm | None = None
     cross_check: CrossCheck | None = None
+    pod_only: bool = False
+    """The action reads what only a Pod has (the claims it mounts): it runs on Pods, even on one created from
+    a template Placer already mutated, where every other rule has done its work on the template."""
     own_pods: Literal["never", "keyed-elsewhere", "keyed-by-selector"] = "never"
     """Whether the action falls back to the own-pods selector when no `labelSelector` is given, and if so
     whether what it adds is keyed by that selector: a pod (anti-)affinity term with another selector is

@@ -10,6 +10,7 @@ until a pass changes nothing. The patch is the difference between the object and
 Pure: no I/O, no clock other than the deadline, no metrics.
 """
 
+import dataclasses
 import hashlib
 import time
 from collections.abc import Callable, Mapping
@@ -28,6 +29,7 @@ from webhook.policy.reads import Changes
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, UnknownNamespace
 from webhook.review import AdmissionRequest
 from webhook.typing import JSONObject, JSONPatch, as_map
+from webhook.volumes import ClaimPlacement
 from webhook.workloads import TemplateSlot, WorkloadKind, WorkloadTable, controller_reference
 
 INJECT_LABEL = "placer.dev/inject"
@@ -86,11 +88,13 @@ def mutate(
     *,
     deadline: float | None = None,
     namespace: NamespaceInfo | UnknownNamespace | None = None,
+    claims: Mapping[str, ClaimPlacement] | None = None,
 ) -> Mutation:
     """Evaluate the snapshot's policies against the request's object and return the patch to send.
 
     `namespace` is what the caller learnt about the request's namespace; by default the snapshot's entry
     (a namespace the snapshot does not know has no labels, which is right when no cluster is connected).
+    `claims`: for a Pod, where the data of each claim it mounts lives (`pin-to-volume-node`), when known.
     """
     obj = request.object
     kind = workloads.lookup(request.group, request.kind)
@@ -99,7 +103,8 @@ def mutate(
         return Mutation(passed_through=unhandled, warnings=[unhandled])
     if obj is None:
         return Mutation(passed_through="no object")
-    reason = pass_through_reason(request, kind, obj)
+    pod_only = claims is not None and kind.kind == "Pod" and _from_mutated_template(obj)
+    reason = pass_through_reason(request, kind, obj, pod_only_rules=pod_only)
     if reason is not None:
         return Mutation(passed_through=reason)
     mutation = Mutation()
@@ -108,6 +113,10 @@ def mutate(
         policies = _selected_policies(snapshot, info, mutation)
     except _DenyRequest as denial:
         return Mutation(warnings=mutation.warnings, denial=str(denial))
+    if pod_only:
+        policies = _pod_only_rules(policies)
+        if not policies:
+            return Mutation(passed_through=_controller_owned(kind, obj))
     if not policies:
         if not mutation.warnings:
             mutation.passed_through = "no policy selects this namespace"
@@ -121,6 +130,8 @@ def mutate(
         namespace=known,
         mutation=mutation,
         deadline=deadline,
+        claims=claims,
+        applied_before=_applied_rules(obj) if pod_only else (),
     )
     try:
         patch = run.settle(obj)
@@ -137,15 +148,20 @@ def mutate(
     return mutation
 
 
-def pass_through_reason(request: AdmissionRequest, kind: WorkloadKind, obj: JSONObject) -> str | None:
-    """Why Placer must leave this object as it is, or None when its policies apply."""
+def pass_through_reason(
+    request: AdmissionRequest, kind: WorkloadKind, obj: JSONObject, *, pod_only_rules: bool = False
+) -> str | None:
+    """Why Placer must leave this object as it is, or None when its policies apply.
+
+    `pod_only_rules`: the object is a Pod created from a template Placer already mutated, and only the rules
+    that read what the Pod alone has (`ActionSpec.pod_only`) will run on it: that is no reason to pass."""
     if request.sub_resource:
         return f"subresource {request.sub_resource}"
     if request.operation not in kind.operations:
         return f"{request.operation} of {kind.kind} is not mutated"
     if _labelled_disabled(obj):
         return f"labelled {INJECT_LABEL}=disabled"
-    owned = _controller_owned(kind, obj)
+    owned = None if pod_only_rules else _controller_owned(kind, obj)
     if owned is not None:
         return owned
     if request.operation == "UPDATE" and not kind.template_changed(obj, request.old_object):
@@ -181,10 +197,31 @@ def _controller_owned(kind: WorkloadKind, obj: JSONObject) -> str | None:
     name = f"{owner.get('kind') or 'controller'}/{owner.get('name') or '?'}"
     if kind.kind != "Pod":
         return f"managed by its controller {name}: its template is the controller's, Placer acts on the owner"
-    annotations = as_map(as_map(obj.get("metadata")).get("annotations"))
-    if APPLIED_ANNOTATION in annotations:
+    if _from_mutated_template(obj):
         return f"created by {name} from a template Placer already mutated"
     return None
+
+
+def _from_mutated_template(pod: JSONObject) -> bool:
+    """A controller's Pod that carries `placer.dev/applied`: its template came through Placer."""
+    annotations = as_map(as_map(pod.get("metadata")).get("annotations"))
+    return APPLIED_ANNOTATION in annotations and controller_reference(pod) is not None
+
+
+def _applied_rules(obj: JSONObject) -> tuple[str, ...]:
+    value = as_map(as_map(obj.get("metadata")).get("annotations")).get(APPLIED_ANNOTATION)
+    return tuple(part for part in value.split(",") if part) if isinstance(value, str) else ()
+
+
+def _pod_only_rules(policies: list[Policy]) -> list[Policy]:
+    """The policies cut down to their rules whose action reads what only a Pod has: on a Pod made from a
+    template Placer already mutated, every other rule did its work on the template."""
+    kept = []
+    for policy in policies:
+        rules = tuple(rule for rule in policy.rules if rule.action.pod_only)
+        if rules:
+            kept.append(dataclasses.replace(policy, rules=rules))
+    return kept
 
 
 def _labelled_disabled(template: JSONObject) -> bool:
@@ -222,7 +259,11 @@ class _Run:
         namespace: NamespaceInfo,
         mutation: Mutation,
         deadline: float | None,
+        claims: Mapping[str, ClaimPlacement] | None = None,
+        applied_before: tuple[str, ...] = (),
     ) -> None:
+        """`applied_before`: rules an earlier admission applied to this template (a Pod's template), kept
+        first in the applied annotation when this one adds more."""
         self.request = request
         self.kind = kind
         self.snapshot = snapshot
@@ -235,7 +276,8 @@ class _Run:
         self.gang = lazy(lambda: gang_facts(kind, obj, request.name or "", unique_suffix=_uid_suffix(request.uid)))
         self.protected = kind.selector_label_keys(obj)
         self.default_priority_class = snapshot.default_priority_class if kind.kind == "Pod" else None
-        self.applied: dict[str, dict[str, None]] = {}
+        self.claims = claims
+        self.applied: dict[str, dict[str, None]] = {"": dict.fromkeys(applied_before)} if applied_before else {}
         """Per template, the rules that applied in any pass, in order (a dict used as an ordered set)."""
         self.traces: dict[tuple[str, str, str], RuleTrace] = {}
         self.outcomes: dict[tuple[str, str, str], Outcome] = {}
@@ -341,7 +383,8 @@ class _Run:
         kind = self.kind
         own_pods: Callable[[JSONObject], JSONObject | None] = lambda current: kind.own_pods(obj, current)  # noqa: E731
         applied = self.applied.setdefault(slot.name, {})
-        context = _ContextParts(own_pods, self.protected, slot.name, self.gang, self.default_priority_class)
+        context = _ContextParts(own_pods, self.protected, slot.name, self.gang, self.default_priority_class,
+                                self.claims if kind.kind == "Pod" else None)
         for policy in self.policies:
             scope = _PolicyScope(policy, data, activation, environment)
             for rule in policy.rules:
@@ -469,6 +512,7 @@ class _ContextParts:
     template: str
     gang: Callable[[], Any]
     default_priority_class: str | None
+    claims: Mapping[str, ClaimPlacement] | None
 
     def for_rule(self, rule: Rule) -> ActionContext:
         return ActionContext(
@@ -477,6 +521,7 @@ class _ContextParts:
             self.protected,
             self.template,
             self.gang,
+            claims=self.claims,
             default_priority_class=self.default_priority_class,
         )
 

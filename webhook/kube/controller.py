@@ -1,6 +1,7 @@
 """The cluster controller: one process per replica that watches, compiles, publishes and reports.
 
-It list+watches SchedulingPolicies, Namespaces, PriorityClasses and Nodes, compiles every policy when it
+It list+watches SchedulingPolicies, Namespaces, PriorityClasses, Nodes, PersistentVolumeClaims and
+PersistentVolumes, compiles every policy when it
 changes (keeping the last good version of a policy whose update does not compile), writes what serves to
 the state directory that every gunicorn worker of this replica reads (`webhook.policy.cluster_state`), and,
 only while it holds the Lease, writes each policy's `status`. A namespace event is projected to what
@@ -34,8 +35,10 @@ from webhook.logs import configure_logging
 from webhook.policy.cluster_state import (
     CLUSTER_SOURCE,
     ClusterState,
+    claims_directory,
     namespaces_directory,
     nodes_directory,
+    volumes_directory,
     write_state,
 )
 from webhook.policy.compiler import PolicyCompiler
@@ -44,6 +47,7 @@ from webhook.policy.errors import PolicyError
 from webhook.policy.namespace_shards import entry_of
 from webhook.policy.node_facts import node_facts
 from webhook.policy.shards import Entry, ShardWriter
+from webhook.volumes import claim_entry, volume_entry
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +55,8 @@ POLICIES = Resource("/apis/placer.dev/v1alpha1/schedulingpolicies", "SchedulingP
 NAMESPACES = Resource("/api/v1/namespaces", "Namespace")
 PRIORITY_CLASSES = Resource("/apis/scheduling.k8s.io/v1/priorityclasses", "PriorityClass")
 NODES = Resource("/api/v1/nodes", "Node")
+CLAIMS = Resource("/api/v1/persistentvolumeclaims", "PersistentVolumeClaim", namespaced=True)
+VOLUMES = Resource("/api/v1/persistentvolumes", "PersistentVolume")
 NODE_WATCH_PACE = 0.1
 """Node events are read in bursts (at most every 0.1 s when the stream is busy): kubelets' status updates
 are the busiest watch, and what Placer reads of a node (labels, taints, allocatable, cordon) may well
@@ -126,6 +132,14 @@ def _node_entry(name: str, obj: Mapping[str, Any]) -> Entry:
     return node_facts(obj)
 
 
+def _claim_entry(name: str, obj: Mapping[str, Any]) -> Entry:
+    return claim_entry(obj)
+
+
+def _volume_entry(name: str, obj: Mapping[str, Any]) -> Entry:
+    return volume_entry(obj)
+
+
 class ClusterController:
     def __init__(
         self,
@@ -150,6 +164,8 @@ class ClusterController:
             "namespaces", ShardWriter(namespaces_directory(state_directory)), _namespace_entry, self._wake.set
         )
         self.nodes = ProjectedSink("nodes", ShardWriter(nodes_directory(state_directory)), _node_entry)
+        self.claims = ProjectedSink("claims", ShardWriter(claims_directory(state_directory)), _claim_entry)
+        self.volumes = ProjectedSink("volumes", ShardWriter(volumes_directory(state_directory)), _volume_entry)
         self.node_events = UnchangedNodeEvents()
         self._priority_classes: Store | None = None
         self._compiled: dict[str, _Compiled] = {}
@@ -167,6 +183,8 @@ class ClusterController:
             Reflector(api, NAMESPACES, self.namespaces),
             Reflector(api, PRIORITY_CLASSES, self._set_priority_classes),
             Reflector(api, NODES, self.nodes, pace=NODE_WATCH_PACE, unchanged=self.node_events),
+            Reflector(api, CLAIMS, self.claims),
+            Reflector(api, VOLUMES, self.volumes),
         )
 
     # -- inputs (reflector threads) -------------------------------------------------------------------------
@@ -185,10 +203,8 @@ class ClusterController:
 
     def run(self, stop: threading.Event) -> None:
         self.watch_threads = [
-            threading.Thread(target=r.run, args=(stop,), name=f"placer-watch-{r_name}", daemon=True)
-            for r, r_name in zip(
-                self.reflectors, ("policies", "namespaces", "priorityclasses", "nodes"), strict=True
-            )
+            threading.Thread(target=r.run, args=(stop,), name=f"placer-watch-{r.kind.lower()}", daemon=True)
+            for r in self.reflectors
         ]
         for thread in self.watch_threads:
             thread.start()

@@ -29,10 +29,24 @@ Store = Mapping[str, Mapping[str, Any]]
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """A cluster-scoped resource collection, e.g. /apis/placer.dev/v1alpha1/schedulingpolicies."""
+    """A resource collection, e.g. /apis/placer.dev/v1alpha1/schedulingpolicies; a namespaced one (listed
+    across namespaces, /api/v1/persistentvolumeclaims) keys its objects `namespace/name`."""
 
     path: str
     kind: str
+    namespaced: bool = False
+    label_selector: str | None = None
+    """Only the objects with these labels (the API server filters: a watch sends nothing of the others)."""
+
+    def key(self, obj: Any) -> str | None:
+        metadata = obj.get("metadata") if isinstance(obj, dict) else None
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        if not isinstance(name, str) or not name:
+            return None
+        if not self.namespaced:
+            return name
+        namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+        return f"{namespace}/{name}" if isinstance(namespace, str) and namespace else None
 
 
 class StoreSink(Protocol):
@@ -142,6 +156,7 @@ class Reflector:
         self._page_size = page_size
         self._pace = pace
         self._unchanged = unchanged
+        self.kind = resource.kind
         self.resource_version: str | None = None
         self.lists = 0
         """How many full lists were made (1 + one per 410 Gone), for logs and tests."""
@@ -173,7 +188,8 @@ class Reflector:
         store: dict[str, Any] = {}
         if self._unchanged is not None:
             self._unchanged.reset()
-        query = {"limit": str(self._page_size)}
+        selector = {"labelSelector": self._resource.label_selector} if self._resource.label_selector else {}
+        query = {"limit": str(self._page_size), **selector}
         resource_version = ""
         while True:
             try:
@@ -183,7 +199,7 @@ class Reflector:
                     raise Expired(error.message) from None
                 raise
             for item in page.get("items") or []:
-                name = _name(item)
+                name = self._resource.key(item)
                 if name:
                     store[name] = self._sink.keep(name, item)
                     if self._unchanged is not None:
@@ -193,7 +209,7 @@ class Reflector:
             token = metadata.get("continue")
             if not token:
                 break
-            query = {"limit": str(self._page_size), "continue": str(token)}
+            query = {"limit": str(self._page_size), "continue": str(token), **selector}
         self.resource_version = resource_version
         self.lists += 1
         self._backoff.reset()
@@ -209,6 +225,8 @@ class Reflector:
             "resourceVersion": self.resource_version or "",
             "timeoutSeconds": str(self._watch_timeout),
         }
+        if self._resource.label_selector:
+            query["labelSelector"] = self._resource.label_selector
         started = time.monotonic()
         events = 0
         unchanged = self._unchanged
@@ -253,7 +271,7 @@ class Reflector:
         self._backoff.reset()
         if kind == "BOOKMARK":
             return
-        name = _name(obj)
+        name = self._resource.key(obj)
         if not name:
             return
         if kind in ("ADDED", "MODIFIED"):
@@ -262,9 +280,3 @@ class Reflector:
             self._sink.remove(name)
         else:
             log.warning("%s: unknown watch event type %r ignored", self._resource.kind, kind)
-
-
-def _name(obj: Any) -> str | None:
-    metadata = obj.get("metadata") if isinstance(obj, dict) else None
-    name = metadata.get("name") if isinstance(metadata, dict) else None
-    return name if isinstance(name, str) and name else None

@@ -11,6 +11,8 @@ server carries one watch per replica instead of one per worker. The directory ho
   namespaces changes and read by a worker for the one namespace an admission needs.
 - `nodes/`: what the scheduler's filters read of each Node (`webhook.policy.node_facts`), in shards the
   same way; a status heartbeat changes none of it and writes nothing.
+- `claims/` and `volumes/`: what `pin-to-volume-node` reads of each PersistentVolumeClaim (keyed
+  `namespace/name`) and PersistentVolume (`webhook.volumes`), in shards the same way.
 
 Every file is replaced by rename, so a reader sees the old file or the new one, never a part. The controller
 has already compiled each document and keeps only good versions (the last good one when an update does not
@@ -41,6 +43,8 @@ STATE_FORMAT = 2
 POLICIES_FILE = "policies.json"
 NAMESPACES_DIRECTORY = "namespaces"
 NODES_DIRECTORY = "nodes"
+CLAIMS_DIRECTORY = "claims"
+VOLUMES_DIRECTORY = "volumes"
 POLL_INTERVAL = 0.2
 """How often a worker looks at `policies.json` (one stat): a policy change serves well within a second."""
 
@@ -55,6 +59,14 @@ def namespaces_directory(directory: Path) -> Path:
 
 def nodes_directory(directory: Path) -> Path:
     return directory / NODES_DIRECTORY
+
+
+def claims_directory(directory: Path) -> Path:
+    return directory / CLAIMS_DIRECTORY
+
+
+def volumes_directory(directory: Path) -> Path:
+    return directory / VOLUMES_DIRECTORY
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,9 @@ Each shard is replaced by rename, so a reader sees the old shard or the new one,
 import logging
 import os
 import tempfile
+import threading
 import zlib
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,8 @@ import orjson
 from webhook.json_bytes import encode_json
 
 SHARDS = 256
+PARSED_SHARDS_KEPT = 64
+"""Parsed shards a reader keeps (a quarter of a collection at most); a shard not kept costs one parse."""
 
 Entry = dict[str, Any]
 Stamp = tuple[int, int, int]
@@ -126,3 +130,60 @@ class ShardWriter:
             return
         self._directory.mkdir(parents=True, exist_ok=True)
         write_atomically(path, encode_json(shard))
+
+
+class ParsedShard:
+    """One shard as a reader parsed it, with what the reader derived from its entries (kept as long as it)."""
+
+    __slots__ = ("derived", "entries", "stamp")
+
+    def __init__(self, stamp: Stamp, entries: dict[str, Entry]) -> None:
+        self.stamp = stamp
+        self.entries = entries
+        self.derived: dict[str, Any] = {}
+
+
+class KeyedShards:
+    """A reader's side of a published collection: `entry(key)` reads the key's shard, parsing it again only
+    when it was replaced. A lookup costs one stat (about 2 µs) when the shard is unchanged; what a reader
+    keeps is bounded by `kept` shards, whatever the size of the collection."""
+
+    def __init__(self, directory: Path, consequence: str, *, kept: int = PARSED_SHARDS_KEPT) -> None:
+        self._directory = directory
+        self._consequence = consequence
+        self._kept = kept
+        self._parsed: OrderedDict[int, ParsedShard] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def kept(self) -> int:
+        """Parsed shards held now."""
+        with self._lock:
+            return len(self._parsed)
+
+    def entry(self, key: str) -> Entry | None:
+        shard = self.shard(shard_of(key))
+        entry = shard.entries.get(key) if shard is not None else None
+        return entry if isinstance(entry, dict) else None
+
+    def shard(self, index: int) -> ParsedShard | None:
+        path = shard_path(self._directory, index)
+        try:
+            stamp = stamp_of(os.stat(path))
+        except FileNotFoundError:
+            return None
+        with self._lock:
+            cached = self._parsed.get(index)
+            if cached is not None and cached.stamp == stamp:
+                self._parsed.move_to_end(index)
+                return cached
+        read = read_shard(path, self._consequence)
+        if read is None:
+            return None
+        parsed = ParsedShard(*read)
+        with self._lock:
+            self._parsed[index] = parsed
+            self._parsed.move_to_end(index)
+            while len(self._parsed) > self._kept:
+                self._parsed.popitem(last=False)
+        return parsed

@@ -108,6 +108,12 @@ class PolicySnapshot:
     default_priority_class: str | None = None
     """The cluster's `globalDefault` PriorityClass: the Priority admission plugin writes it into every Pod that
     names none, before webhooks run, so on a Pod it means "unset" to `set-priority-class`."""
+    reads_claims: bool = field(init=False, default=False)
+    """Some rule pins pods to their volumes' nodes: a Pod's claims are looked up before its admission."""
+
+    def __post_init__(self) -> None:
+        reads = any(rule.action.pod_only for policy in self.policies for rule in policy.rules)
+        object.__setattr__(self, "reads_claims", reads)
 
     @classmethod
     def build(

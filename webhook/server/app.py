@@ -12,6 +12,7 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
+from webhook.claims import ClaimLookup
 from webhook.config import Settings
 from webhook.feasibility import PlacementCheck
 from webhook.json_bytes import encode_json
@@ -39,6 +40,7 @@ def create_app(
     compiler: PolicyCompiler | None = None,
     namespaces: NamespaceLookup | None = None,
     placement: PlacementCheck | None = None,
+    claims: ClaimLookup | None = None,
 ) -> Flask:
     """Build the application around a snapshot holder that a policy source keeps current."""
     app = Flask("placer")
@@ -56,6 +58,7 @@ def create_app(
             deadline=deadline,
             resolve_namespace=namespaces.resolve if namespaces is not None else None,
             placement=placement,
+            claims=claims,
         )
         _record(metrics, admission_log, admission, time.monotonic() - started)
         return admission.response

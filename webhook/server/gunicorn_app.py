@@ -15,6 +15,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.glogging import Logger as GunicornLogger
 
+from webhook.claims import ClaimLookup
 from webhook.config import Settings
 from webhook.feasibility import PlacementCheck
 from webhook.kube.api import KubeApi
@@ -29,6 +30,7 @@ from webhook.policy.files import FilePolicySource
 from webhook.policy.node_facts import NodeFactsReader
 from webhook.policy.snapshot import PolicySnapshot, SnapshotHolder
 from webhook.policy.sources import PolicyReloader, PolicySource
+from webhook.policy.volume_shards import VolumeShards
 from webhook.server.app import create_app
 from webhook.server.controller_process import ControllerProcess
 from webhook.server.tls import ReloadingContext
@@ -61,11 +63,11 @@ def build_worker_app(settings: Settings) -> Any:
     reloader.start()
     log.info("worker %d ready with %d policies", os.getpid(), len(holder.current.policies))
     namespaces = _namespace_lookup(settings, metrics)
-    placement = (
-        PlacementCheck(NodeFactsReader(nodes_directory(settings.cluster_state)))
-        if settings.cluster_state is not None
-        else None
-    )
+    placement, claims = None, None
+    if settings.cluster_state is not None:
+        nodes = NodeFactsReader(nodes_directory(settings.cluster_state))
+        placement = PlacementCheck(nodes)
+        claims = ClaimLookup(VolumeShards(settings.cluster_state), nodes)
     app = create_app(
         holder=holder,
         settings=settings,
@@ -73,6 +75,7 @@ def build_worker_app(settings: Settings) -> Any:
         compiler=compiler,
         namespaces=namespaces,
         placement=placement,
+        claims=claims,
     )
     app.extensions[LEAKS_EXTENSION] = compiler.leaks
     return app

@@ -1,0 +1,28 @@
+"""A worker's view of the claims and volumes the controller publishes (`claims/` and `volumes/` of the state
+directory, `webhook.policy.cluster_state`).
+
+A Pod's admission reads the few claims it mounts and their volumes, each from its shard (one stat when the
+shard is unchanged), so what a lookup costs does not grow with the number of claims in the cluster.
+"""
+
+from pathlib import Path
+
+from webhook.policy.cluster_state import claims_directory, volumes_directory
+from webhook.policy.shards import Entry, KeyedShards
+
+
+class VolumeShards:
+    def __init__(self, state_directory: Path) -> None:
+        self._claims_directory = claims_directory(state_directory)
+        self._claims = KeyedShards(self._claims_directory, "its claims are left unpinned")
+        self._volumes = KeyedShards(volumes_directory(state_directory), "its volumes read as missing")
+
+    def known(self) -> bool:
+        """Whether the controller has published claims at all (its first list is done; it has the RBAC)."""
+        return self._claims_directory.is_dir()
+
+    def claim(self, namespace: str, name: str) -> Entry | None:
+        return self._claims.entry(f"{namespace}/{name}")
+
+    def volume(self, name: str) -> Entry | None:
+        return self._volumes.entry(name)
