@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.kube.fake_apiserver import NODES, PRIORITY_CLASSES, FakeApiServer, wait_for
+from tests.kube.fake_apiserver import CLAIMS, NODES, PRIORITY_CLASSES, VOLUMES, FakeApiServer, wait_for
 from webhook.certs import issue
 from webhook.cli import _parser
 from webhook.kube.api import KubeApi
@@ -231,7 +231,8 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
     thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
     thread.start()
     wait_for(lambda: apiserver.status_patches, what="a status write")
-    wait_for(lambda: all(apiserver.watch_requests(c) for c in (NODES, PRIORITY_CLASSES)), what="every watch")
+    wait_for(lambda: all(apiserver.watch_requests(c) for c in (NODES, PRIORITY_CLASSES, CLAIMS, VOLUMES)),
+             what="every watch")
     wait_for(lambda: [m for m, p, _ in apiserver.requests if p.endswith(LEASE_NAME) and m == "PUT"], what="renewal")
     apiserver.put_namespace("created-just-now")  # a worker reads a namespace its state does not have yet
     NamespaceLookup(api).resolve(PolicySnapshot.build([], {}, [], None), "created-just-now", None)

@@ -28,12 +28,57 @@ NAMESPACES = "/api/v1/namespaces"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/placer-system/leases"
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 NODES = "/api/v1/nodes"
+CLAIMS = "/api/v1/persistentvolumeclaims"
+VOLUMES = "/api/v1/persistentvolumes"
+DEPLOYMENTS = "/apis/apps/v1/deployments"
+STATEFULSETS = "/apis/apps/v1/statefulsets"
+REPLICASETS = "/apis/apps/v1/replicasets"
+JOBS = "/apis/batch/v1/jobs"
+CRONJOBS = "/apis/batch/v1/cronjobs"
+PODGROUP_API = "/apis/scheduling.x-k8s.io/v1alpha1"
+PODGROUPS = PODGROUP_API + "/podgroups"
 _KINDS = {
     POLICIES: ("placer.dev/v1alpha1", "SchedulingPolicy", True),
     NAMESPACES: ("v1", "Namespace", False),
     PRIORITY_CLASSES: ("scheduling.k8s.io/v1", "PriorityClass", False),
     NODES: ("v1", "Node", False),
+    CLAIMS: ("v1", "PersistentVolumeClaim", False),
+    VOLUMES: ("v1", "PersistentVolume", False),
+    DEPLOYMENTS: ("apps/v1", "Deployment", False),
+    STATEFULSETS: ("apps/v1", "StatefulSet", False),
+    REPLICASETS: ("apps/v1", "ReplicaSet", False),
+    JOBS: ("batch/v1", "Job", False),
+    CRONJOBS: ("batch/v1", "CronJob", False),
+    PODGROUPS: ("scheduling.x-k8s.io/v1alpha1", "PodGroup", True),
 }
+"""Collections listed and watched (namespaced ones across all namespaces: objects keyed `namespace/name`)."""
+NOT_SERVED = "the server could not find the requested resource"
+
+
+def object_key(obj: dict[str, Any]) -> str:
+    """`namespace/name` for a namespaced object, `name` for a cluster-scoped one."""
+    metadata = obj["metadata"]
+    return f"{metadata['namespace']}/{metadata['name']}" if metadata.get("namespace") else metadata["name"]
+
+
+def selects(selector: str, obj: dict[str, Any]) -> bool:
+    """A label selector's equality and existence terms (`k`, `!k`, `k=v`, `k!=v`), as the API server filters."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in filter(None, (part.strip() for part in selector.split(","))):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.split("=", 1)
+            if labels.get(key.rstrip("=")) != value.lstrip("="):
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
 
 
 def status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -75,14 +120,17 @@ def _metadata_order(key: str) -> int:
 class FakeApiServer:
     """State and controls; `serve(certs)` starts it, `url` is where it listens."""
 
-    objects: dict[str, dict[str, dict[str, Any]]] = field(
-        default_factory=lambda: {POLICIES: {}, NAMESPACES: {}, PRIORITY_CLASSES: {}, NODES: {}})
+    objects: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: {path: {} for path in _KINDS})
+    podgroups_served: bool = True
+    """Whether the PodGroup CRD (scheduler-plugins) is installed: without it every path of its group is 404."""
     leases: dict[str, dict[str, Any]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
     status_patches: list[tuple[str, dict[str, Any], str]] = field(default_factory=list)
     """(policy name, patch body, the bearer token that sent it)."""
     failures: list[Failure] = field(default_factory=list)
+    podgroup_writes: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    """(POST or PUT, namespace/name, body) of every PodGroup written."""
     other: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     """Objects that are only read by name (GET), by collection path, e.g. /apis/apps/v1/namespaces/a/deployments."""
     silenced: tuple[str, ...] = ()
@@ -249,7 +297,7 @@ class FakeApiServer:
     def _store(self, collection: str, obj: dict[str, Any]) -> dict[str, Any]:
         api_version, kind, _typed_items = _KINDS[collection]
         metadata = obj.setdefault("metadata", {})
-        name = metadata["name"]
+        name = object_key(obj)
         existing = self.objects[collection].get(name)
         self.revision += 1
         if existing is None:
@@ -319,6 +367,17 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 time.sleep(delay)
             if failure is not None:
                 return self._send(failure.code, status(failure.code, failure.reason, "injected by the test"))
+            if path.startswith(PODGROUP_API) and not api.podgroups_served:
+                return self._send(404, status(404, "NotFound", NOT_SERVED))
+            if path == PODGROUP_API and method == "GET":
+                return self._send(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion":
+                                        "scheduling.x-k8s.io/v1alpha1", "resources": [
+                                            {"name": "podgroups", "singularName": "podgroup", "namespaced": True,
+                                             "kind": "PodGroup", "shortNames": ["pg", "pgs"], "verbs": [
+                                                 "delete", "deletecollection", "get", "list", "patch", "create",
+                                                 "update", "watch"]}]})
+            if path.startswith(PODGROUP_API + "/namespaces/"):
+                return self._podgroup(method, path, body)
             if method == "GET" and path in _KINDS:
                 return self._watch(path, query) if query.get("watch") in ("1", "true") else self._list(path, query)
             if method == "PATCH" and path.startswith(POLICIES + "/") and path.endswith("/status"):
@@ -362,8 +421,9 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
         def _list(self, path: str, query: dict[str, str]) -> None:
             api_version, kind, typed_items = _KINDS[path]
+            selector = query.get("labelSelector") or ""
             with api.condition:
-                names = sorted(api.objects[path])
+                names = sorted(key for key, obj in api.objects[path].items() if selects(selector, obj))
                 start = int(query.get("continue") or 0)
                 limit = int(query.get("limit") or 0) or len(names) or 1
                 page = names[start:start + limit]
@@ -397,8 +457,9 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     return
                 backlog = [e for e in api.events
                            if e.collection == path and e.resource_version > since and e.type != "ERROR"]
+            selector = query.get("labelSelector") or ""
             for event in backlog:
-                self._emit(event, bookmarks)
+                self._emit(event, bookmarks, selector)
             while True:
                 with api.condition:
                     api.condition.wait_for(lambda seen=cursor: len(api.events) > seen or api.drops != drops,
@@ -409,12 +470,14 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                         return
                     fresh, cursor = api.events[cursor:], len(api.events)
                 for event in fresh:
-                    if event.collection == path and self._emit(event, bookmarks) == "ERROR":
+                    if event.collection == path and self._emit(event, bookmarks, selector) == "ERROR":
                         self._end()
                         return
 
-        def _emit(self, event: Event, bookmarks: bool) -> str:
+        def _emit(self, event: Event, bookmarks: bool, selector: str = "") -> str:
             if event.type == "BOOKMARK" and not bookmarks:
+                return event.type
+            if event.type in ("ADDED", "MODIFIED", "DELETED") and not selects(selector, event.object):
                 return event.type
             if api.silenced and str(event.object.get("metadata", {}).get("name", "")).startswith(api.silenced):
                 return event.type
@@ -442,6 +505,37 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 updated["status"] = {**(existing.get("status") or {}), **body["status"]}
                 result = api._store(POLICIES, updated)
             return self._send(200, result)
+
+        def _podgroup(self, method: str, path: str, body: Any) -> None:
+            """PodGroups (a custom resource) by namespace: get, create (409 when it exists), update (409 when
+            the resourceVersion is not the stored one), as kube-apiserver answers them."""
+            parts = path[len(PODGROUP_API) + 1:].split("/")  # namespaces, NS, podgroups[, NAME]
+            namespace, name = parts[1], (parts[3] if len(parts) > 3 else None)
+            with api.condition:
+                if method == "POST" and name is None:
+                    key = f"{namespace}/{body['metadata']['name']}"
+                    if key in api.objects[PODGROUPS]:
+                        message = f'podgroups.scheduling.x-k8s.io "{body["metadata"]["name"]}" already exists'
+                        return self._send(409, status(409, "AlreadyExists", message))
+                    api.podgroup_writes.append(("POST", key, copy.deepcopy(body)))
+                    body["metadata"]["namespace"] = namespace
+                    return self._send(201, api._store(PODGROUPS, body))
+                key = f"{namespace}/{name}"
+                existing = api.objects[PODGROUPS].get(key)
+                if existing is None:
+                    message = f'podgroups.scheduling.x-k8s.io "{name}" not found'
+                    return self._send(404, status(404, "NotFound", message))
+                if method == "GET":
+                    return self._send(200, copy.deepcopy(existing))
+                if method == "PUT":
+                    if body["metadata"].get("resourceVersion") != existing["metadata"]["resourceVersion"]:
+                        return self._send(409, status(
+                            409, "Conflict",
+                            f'Operation cannot be fulfilled on podgroups.scheduling.x-k8s.io "{name}": the object '
+                            "has been modified; please apply your changes to the latest version and try again"))
+                    api.podgroup_writes.append(("PUT", key, copy.deepcopy(body)))
+                    return self._send(200, api._store(PODGROUPS, body))
+            return self._send(405, status(405, "MethodNotAllowed", "method not allowed"))
 
         def _lease(self, method: str, path: str, body: Any) -> None:
             name = path[len(LEASES):].strip("/")

@@ -8,8 +8,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.kube.fake_apiserver import LEASES, NAMESPACES, NODES, POLICIES, TOKEN, FakeApiServer, wait_for
+from tests.kube.fake_apiserver import (
+    CLAIMS,
+    LEASES,
+    NAMESPACES,
+    NODES,
+    POLICIES,
+    TOKEN,
+    VOLUMES,
+    FakeApiServer,
+    wait_for,
+)
+from webhook.claims import ClaimLookup
 from webhook.kube.api import KubeApi, Timeouts
 from webhook.kube.connection import connect
 from webhook.kube.controller import LEASE_NAME, ClusterController
@@ -23,7 +35,14 @@ from webhook.policy.cluster_state import (
     read_state,
 )
 from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.namespace_shards import NamespaceShards, shard_of, shard_path
+from webhook.policy.namespace_shards import NamespaceShards
+from webhook.policy.shards import shard_of, shard_path
+from webhook.policy.volume_shards import VolumeShards
+
+
+def volume_objects() -> list[dict[str, Any]]:
+    text = (Path(__file__).parent.parent / "volumes" / "objects.yaml").read_text()
+    return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
 def policy(name: str, *, condition: str = "true", pool: str = "general", priority: int = 100) -> dict[str, Any]:
@@ -361,3 +380,28 @@ def test_nodes_are_published_as_the_scheduler_sees_them_and_a_heartbeat_writes_n
 
     apiserver.delete(NODES, "gpu-1")
     wait_for(lambda: "gpu-1" not in published_nodes(running), what="the node's removal")
+
+
+def test_claims_and_volumes_are_published_for_pin_to_volume_node(
+        apiserver: FakeApiServer, running: Running) -> None:
+    """The claims (across namespaces) and volumes of tests/volumes/objects.yaml, listed and watched: a worker
+    resolves a pod's claims from what was published, and a deleted volume reads as missing."""
+    for obj in volume_objects():
+        apiserver.put(CLAIMS if obj["kind"] == "PersistentVolumeClaim" else VOLUMES, obj)
+    apiserver.put(CLAIMS, {**volume_objects()[0], "metadata": {**volume_objects()[0]["metadata"],
+                                                               "namespace": "team-b"}})
+    volumes = VolumeShards(running.state)
+    wait_for(lambda: volumes.known() and volumes.claim("team-b", "data-db-0") is not None
+             and volumes.volume("nfs-shared") is not None, what="claims and volumes published")
+    lookup = ClaimLookup(volumes)
+    pod = {"metadata": {"name": "db-0"}, "spec": {"volumes": [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}},
+        {"name": "logs", "persistentVolumeClaim": {"claimName": "logs-db-0"}}]}}
+    placements = lookup.placements("team-a", pod)
+    assert placements is not None and placements["data-db-0"].pin is not None
+    assert placements["data-db-0"].pin.value == "kind-worker" and placements["logs-db-0"].state == "volume-missing"
+    assert volumes.claim("team-b", "data-db-0") is not None, "claims are keyed by namespace"
+
+    apiserver.delete(VOLUMES, "pvc-5b0c7a52-3d41-4f0e-9a57-0c3e1f6d2a10")
+    wait_for(lambda: (lookup.placements("team-a", pod) or {})["data-db-0"].state == "volume-missing",
+             what="the deleted volume")

@@ -62,7 +62,7 @@ class KubeApi:
     def __init__(self, connection: ClusterConnection, *, timeouts: Timeouts = Timeouts()) -> None:
         self._connection = connection
         self._timeouts = timeouts
-        pool_options: dict[str, Any] = {"num_pools": 2, "maxsize": 4, "retries": False}
+        pool_options: dict[str, Any] = {"num_pools": 2, "maxsize": 16, "retries": False}
         if connection.server.startswith("https"):
             pool_options["ssl_context"] = _ssl_context(connection)
             if connection.tls_server_name:
