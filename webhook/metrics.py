@@ -116,6 +116,24 @@ class Metrics:
         return generate_latest(self._registry), CONTENT_TYPE_LATEST
 
 
+class ControllerMetrics:
+    """What the controller process does, on the same `/metrics` (it writes to the workers' multiprocess
+    directory: the arbiter starts it with that environment)."""
+
+    def __init__(self) -> None:
+        registry = None if os.environ.get(MULTIPROC_ENV) else CollectorRegistry()
+        self.pod_groups = Counter(
+            "placer_pod_groups",
+            "PodGroups the controller kept for createPodGroup, by outcome (created, updated, unchanged, foreign: "
+            "a user's PodGroup left alone, conflict, error, not-served: the PodGroup CRD is not installed).",
+            ["outcome"],
+            registry=registry,
+        )
+
+    def observe_pod_group(self, outcome: str) -> None:
+        self.pod_groups.labels(outcome).inc()
+
+
 def mark_worker_dead(pid: int) -> None:
     """Drop a dead worker's live gauges (gunicorn `child_exit` hook)."""
     if os.environ.get(MULTIPROC_ENV):

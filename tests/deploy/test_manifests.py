@@ -14,7 +14,17 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.kube.fake_apiserver import CLAIMS, NODES, PRIORITY_CLASSES, VOLUMES, FakeApiServer, wait_for
+from tests.kube.fake_apiserver import (
+    CLAIMS,
+    JOBS,
+    NODES,
+    PODGROUP_API,
+    PRIORITY_CLASSES,
+    VOLUMES,
+    FakeApiServer,
+    wait_for,
+)
+from tests.kube.test_pod_groups import marked_job
 from webhook.certs import issue
 from webhook.cli import _parser
 from webhook.kube.api import KubeApi
@@ -224,6 +234,8 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
     apiserver.put_policy({"metadata": {"name": "p"}, "spec": {"rules": [
         {"name": "r", "action": "add-node-selector", "parameters": {"pool": "a"}}]}})
     apiserver.put_namespace("team-a")
+    job = marked_job("train", parallelism=4)
+    apiserver.put(JOBS, job)
     elector = LeaseElector(api, namespace="placer-system", name=LEASE_NAME, identity="x", lease_seconds=3)
     controller = ClusterController(api, tmp_path / "state.json", compiler=PolicyCompiler(), elector=elector,
                                    election_interval=0.1)
@@ -234,12 +246,16 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
     wait_for(lambda: all(apiserver.watch_requests(c) for c in (NODES, PRIORITY_CLASSES, CLAIMS, VOLUMES)),
              what="every watch")
     wait_for(lambda: [m for m, p, _ in apiserver.requests if p.endswith(LEASE_NAME) and m == "PUT"], what="renewal")
+    wait_for(lambda: apiserver.podgroup_writes, what="the PodGroup created")
+    apiserver.put(JOBS, {**job, "spec": {**job["spec"], "parallelism": 6}})
+    wait_for(lambda: len(apiserver.podgroup_writes) == 2, what="the PodGroup updated")
     apiserver.put_namespace("created-just-now")  # a worker reads a namespace its state does not have yet
     NamespaceLookup(api).resolve(PolicySnapshot.build([], {}, [], None), "created-just-now", None)
     stop.set()
     apiserver.drop_watches()
     thread.join(10)
-    used = {_verb(method, path, query) for method, path, query in apiserver.requests}
+    # API discovery (GET /apis/GROUP/VERSION) is granted to every authenticated client by system:discovery.
+    used = {_verb(method, path, query) for method, path, query in apiserver.requests if path != PODGROUP_API}
     granted = set(_granted(rendered["base"]))
     assert used == granted
 

@@ -15,6 +15,8 @@ from webhook.typing import JSONObject
 from webhook.volumes import ClaimPlacement
 
 ParamKind = Literal["string", "integer", "enum", "values", "keys", "selector"]
+BOOLEAN = ("true", "false")
+"""The choices of a yes/no parameter (YAML's true and false arrive as these strings)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,9 @@ class ActionContext:
     gang: Callable[[], GangFacts] | None = None
     """Workload-wide facts for gang scheduling, computed on first use."""
     conflicts: list[str] = field(default_factory=list)
+    workload_marks: dict[tuple[str, str], str | None] | None = None
+    """Labels and annotations for the workload object's own metadata, by (labels|annotations, key), None to
+    remove one (the controller's marks, `webhook.gang.pod_groups`); None when the object cannot carry them."""
     claims: Mapping[str, ClaimPlacement] | None = None
     """On a Pod, where the data of each claim it mounts lives (`pin-to-volume-node`); None when unknown."""
     default_priority_class: str | None = None

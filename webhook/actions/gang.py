@@ -9,10 +9,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.actions.base import ActionContext, ActionSpec, Param, child_map, ensure_map
+from webhook.actions.base import BOOLEAN, ActionContext, ActionSpec, Param, child_map, ensure_map
 from webhook.actions.scheduling import apply_scheduler_name
 from webhook.gang.flavours import FLAVOURS, YUNIKORN_TASK_GROUP_NAME, YUNIKORN_TASK_GROUPS, Flavour, Key
 from webhook.gang.identity import Derived, group_name, group_size
+from webhook.gang.pod_groups import MIN_MEMBER_ANNOTATION, POD_GROUP_LABEL
 from webhook.gang.yunikorn import task_groups
 from webhook.names import dns1123_subdomain_error, label_value_error
 from webhook.typing import JSONObject, as_map
@@ -59,7 +60,21 @@ def add_gang_labels(template: JSONObject, params: Mapping[str, Any], context: Ac
     scheduler = params.get("schedulerName") or flavour.scheduler_name
     if scheduler:
         changed = apply_scheduler_name(template, scheduler, context) or changed
+    if params.get("createPodGroup") == "true":
+        _mark_for_pod_group(params, context, group.value, facts.kind)
     return changed
+
+
+def _mark_for_pod_group(params: Mapping[str, Any], context: ActionContext, group: str, kind: str) -> None:
+    """Ask the controller for the gang's PodGroup: mark the workload itself (`webhook.gang.pod_groups`)."""
+    marks = context.workload_marks
+    if marks is None:
+        context.conflicts.append(
+            f"createPodGroup: a {kind} cannot own a PodGroup Placer keeps; create PodGroup {group} yourself")
+        return
+    marks[("labels", POD_GROUP_LABEL)] = group
+    minimum = params.get("minAvailable")
+    marks[("annotations", MIN_MEMBER_ANNOTATION)] = str(minimum) if minimum is not None else None
 
 
 def _task_group_writes(
@@ -98,9 +113,12 @@ def _write(template: JSONObject, key: Key, value: str, context: ActionContext) -
 
 def _cross_check(params: Mapping[str, Any]) -> list[tuple[str, str]]:
     flavour: Flavour = FLAVOURS[params["scheduler"]]
+    problems = []
     if params.get("queue") and flavour.queue is None:
-        return [("queue", f"{flavour.name} has no queue key (queues are set on its PodGroup)")]
-    return []
+        problems.append(("queue", f"{flavour.name} has no queue key (queues are set on its PodGroup)"))
+    if params.get("createPodGroup") == "true" and flavour.name != "coscheduling":
+        problems.append(("createPodGroup", f"only for scheduler coscheduling ({flavour.name} makes its own groups)"))
+    return problems
 
 
 SPECS = (
@@ -113,6 +131,7 @@ SPECS = (
             Param("minAvailable", "integer", minimum=1),
             Param("queue", "string", check=label_value_error),
             Param("schedulerName", "string", check=dns1123_subdomain_error),
+            Param("createPodGroup", "enum", default="false", choices=BOOLEAN),
         ),
         cross_check=_cross_check,
     ),

@@ -13,12 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.actions.affinity import add_preferred_requirement, add_required_requirement
-from webhook.actions.base import ActionContext, ActionSpec, Param
+from webhook.actions.base import BOOLEAN, ActionContext, ActionSpec, Param
 from webhook.names import dns1123_subdomain_error, qualified_name_error
 from webhook.typing import JSONObject
 from webhook.volumes import ClaimPlacement, NodePin
-
-_BOOLEAN = ("true", "false")
 
 
 def pin_to_volume_node(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:
@@ -81,7 +79,7 @@ SPECS = (
         params=(
             Param("storageClassNames", "values", check=dns1123_subdomain_error),
             Param("provisioners", "values", check=qualified_name_error),
-            Param("strict", "enum", default="false", choices=_BOOLEAN),
+            Param("strict", "enum", default="false", choices=BOOLEAN),
             Param("weight", "integer", default=100, minimum=1, maximum=100),
         ),
     ),

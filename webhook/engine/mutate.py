@@ -22,7 +22,8 @@ from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.actions.parameters import parse_parameters
 from webhook.engine.activation import pod_variable, workload_variable
 from webhook.gang.facts import GangFacts, gang_facts, lazy
-from webhook.patches import apply_sharing, unescape
+from webhook.gang.pod_groups import owns_pod_groups
+from webhook.patches import apply_sharing, diff, unescape
 from webhook.policy import cel
 from webhook.policy.model import ConditionBatch, Policy, Rule
 from webhook.policy.reads import Changes
@@ -139,7 +140,7 @@ def mutate(
         return Mutation(warnings=_unique(mutation.warnings), traces=run.trace_list(), denial=str(denial))
     except _DeadlineReached:
         return Mutation(warnings=[DEADLINE_WARNING], traces=run.trace_list(), passed_through="deadline reached")
-    mutation.patch = patch
+    mutation.patch = patch + _marks_patch(obj, run.marks)
     facts = run.gang.value
     if facts is not None and facts.derived:
         mutation.gang = facts
@@ -179,6 +180,29 @@ def _patch(kind: WorkloadKind, original: JSONObject, final: JSONObject) -> JSONP
         raw, settled = slot.read(original), slot.read(final)
         if raw is not None and settled is not None and raw is not settled:
             patch.extend(slot.patch(original, raw, slot.view(final, settled)))
+    return patch
+
+
+def _marks_patch(obj: JSONObject, marks: Mapping[tuple[str, str], str | None] | None) -> JSONPatch:
+    """Operations putting the rules' marks on the workload's own metadata (labels and annotations; nothing
+    under the pod template, so no rollout): what the controller reads (`webhook.gang.pod_groups`)."""
+    if not marks:
+        return []
+    metadata = as_map(obj.get("metadata"))
+    wanted = {part: dict(as_map(metadata.get(part))) for part in ("labels", "annotations")}
+    for (part, key), value in marks.items():
+        if value is None:
+            wanted[part].pop(key, None)
+        else:
+            wanted[part][key] = value
+    patch: JSONPatch = []
+    for part, values in wanted.items():
+        current = metadata.get(part)
+        if not isinstance(current, dict):
+            if values:  # no map yet (or null): add it whole, a patch must create parents
+                patch.append({"op": "add", "path": f"/metadata/{part}", "value": values})
+        elif values != current:
+            patch.extend(diff(current, values, f"/metadata/{part}"))
     return patch
 
 
@@ -277,6 +301,8 @@ class _Run:
         self.protected = kind.selector_label_keys(obj)
         self.default_priority_class = snapshot.default_priority_class if kind.kind == "Pod" else None
         self.claims = claims
+        self.marks: dict[tuple[str, str], str | None] | None = {} if owns_pod_groups(kind) else None
+        """Marks rules put on the workload's own metadata (see ActionContext.workload_marks)."""
         self.applied: dict[str, dict[str, None]] = {"": dict.fromkeys(applied_before)} if applied_before else {}
         """Per template, the rules that applied in any pass, in order (a dict used as an ordered set)."""
         self.traces: dict[tuple[str, str, str], RuleTrace] = {}
@@ -384,7 +410,7 @@ class _Run:
         own_pods: Callable[[JSONObject], JSONObject | None] = lambda current: kind.own_pods(obj, current)  # noqa: E731
         applied = self.applied.setdefault(slot.name, {})
         context = _ContextParts(own_pods, self.protected, slot.name, self.gang, self.default_priority_class,
-                                self.claims if kind.kind == "Pod" else None)
+                                self.claims if kind.kind == "Pod" else None, self.marks)
         for policy in self.policies:
             scope = _PolicyScope(policy, data, activation, environment)
             for rule in policy.rules:
@@ -513,6 +539,7 @@ class _ContextParts:
     gang: Callable[[], Any]
     default_priority_class: str | None
     claims: Mapping[str, ClaimPlacement] | None
+    marks: dict[tuple[str, str], str | None] | None
 
     def for_rule(self, rule: Rule) -> ActionContext:
         return ActionContext(
@@ -521,6 +548,7 @@ class _ContextParts:
             self.protected,
             self.template,
             self.gang,
+            workload_marks=self.marks,
             claims=self.claims,
             default_priority_class=self.default_priority_class,
         )

@@ -1,14 +1,15 @@
 """The cluster controller: one process per replica that watches, compiles, publishes and reports.
 
-It list+watches SchedulingPolicies, Namespaces, PriorityClasses, Nodes, PersistentVolumeClaims and
-PersistentVolumes, compiles every policy when it
-changes (keeping the last good version of a policy whose update does not compile), writes what serves to
-the state directory that every gunicorn worker of this replica reads (`webhook.policy.cluster_state`), and,
-only while it holds the Lease, writes each policy's `status`. A namespace event is projected to what
-`namespaceObject` shows, a node event to what the scheduler's filters read (`node_facts`), and written to
-its shard at once, from the watch thread; one whose projection did not change (a node's status heartbeat)
-writes nothing. Admissions never wait for any of this: they read the last published state, which keeps serving while the
-API server is away.
+It list+watches SchedulingPolicies, Namespaces, PriorityClasses, Nodes, PersistentVolumeClaims,
+PersistentVolumes and the workloads marked for a PodGroup (`webhook.kube.pod_groups`), compiles every
+policy when it changes (keeping the last good version of a policy whose update does not compile), writes
+what serves to the state directory that every gunicorn worker of this replica reads
+(`webhook.policy.cluster_state`), and, only while it holds the Lease, writes each policy's `status` and the
+PodGroups marked workloads want. A namespace event is projected to what `namespaceObject` shows, a node
+event to what the scheduler's filters read (`node_facts`), a claim or volume event to what
+`pin-to-volume-node` reads, and written to its shard at once, from the watch thread; one whose projection
+did not change (a node's status heartbeat) writes nothing. Admissions never wait for any of this: they
+read the last published state, which keeps serving while the API server is away.
 
 Run by the gunicorn arbiter of `placer serve --kube` as `python -m webhook.kube.controller --state DIRECTORY`.
 """
@@ -29,9 +30,11 @@ from webhook.kube.api import ApiError, KubeApi, TransportError
 from webhook.kube.connection import ConnectionSetupError, connect, identity
 from webhook.kube.leader import LeaseElector
 from webhook.kube.node_events import UnchangedNodeEvents
+from webhook.kube.pod_groups import PodGroupKeeper
 from webhook.kube.reflector import Reflector, Resource, Store
 from webhook.kube.status import PolicyOutcome, desired_status, status_differs
 from webhook.logs import configure_logging
+from webhook.metrics import ControllerMetrics
 from webhook.policy.cluster_state import (
     CLUSTER_SOURCE,
     ClusterState,
@@ -48,6 +51,7 @@ from webhook.policy.namespace_shards import entry_of
 from webhook.policy.node_facts import node_facts
 from webhook.policy.shards import Entry, ShardWriter
 from webhook.volumes import claim_entry, volume_entry
+from webhook.workloads import default_workload_table
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +154,7 @@ class ClusterController:
         elector: LeaseElector | None,
         election_interval: float = 2.0,
         monotonic: Callable[[], float] = time.monotonic,
+        metrics: ControllerMetrics | None = None,
     ) -> None:
         self._api = api
         self._state_directory = state_directory
@@ -178,6 +183,9 @@ class ClusterController:
         self._status_written: dict[str, tuple[tuple[Any, ...], float]] = {}
         self.watch_threads: list[threading.Thread] = []
         """One per watched resource, once `run` has started them (they end when `stop` is set)."""
+        self.pod_groups = PodGroupKeeper(api, default_workload_table(), wake=self._wake.set,
+                                         observe=(metrics or ControllerMetrics()).observe_pod_group,
+                                         monotonic=monotonic)
         self.reflectors = (
             Reflector(api, POLICIES, self._set_policies),
             Reflector(api, NAMESPACES, self.namespaces),
@@ -185,6 +193,7 @@ class ClusterController:
             Reflector(api, NODES, self.nodes, pace=NODE_WATCH_PACE, unchanged=self.node_events),
             Reflector(api, CLAIMS, self.claims),
             Reflector(api, VOLUMES, self.volumes),
+            *self.pod_groups.reflectors,
         )
 
     # -- inputs (reflector threads) -------------------------------------------------------------------------
@@ -233,6 +242,7 @@ class ClusterController:
             self._publish(policies, priority_classes)
             self._inputs = inputs
         if self._elector is None:
+            self.pod_groups.reconcile()  # no election (--no-status): every replica keeps them, idempotently
             return
         now = self._monotonic()
         if now >= self._next_election:
@@ -242,6 +252,7 @@ class ClusterController:
                 return
         if self._elector.is_leader:
             self._report(policies)
+            self.pod_groups.reconcile()
 
     def _publish(self, policies: Store, priority_classes: Store | None) -> None:
         """Write `policies.json` when what it holds changed (the namespaces are published by their sink)."""

@@ -1,0 +1,217 @@
+"""PodGroups that exist when the gang arrives: the controller's side of `createPodGroup: true`.
+
+The workloads an admission marked (`webhook.gang.pod_groups`) are watched with a label selector, so the
+API server sends nothing of the others. For each one the controller keeps a PodGroup: created with the
+gang's `minMember` and an owner reference to the workload (the garbage collector deletes it with the
+workload), updated when the workload's size changes (a scale, a new `minAvailable`). A PodGroup of that name
+that Placer did not make for this workload (no `app.kubernetes.io/managed-by: placer` label, or another
+owner) is the user's: left alone, and said once in the log.
+
+Writes come from the controller's loop while it holds the Lease (one replica writes), never from admission.
+When the API server does not serve PodGroups (scheduler-plugins' CRD is not installed), the controller says
+so once a minute with how many workloads wait, and creates them as soon as the CRD appears; nothing crashes
+and nothing is retried in a tight loop. A write that fails (a conflict, the API server away) is tried again
+a few seconds later.
+"""
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from webhook.gang.pod_groups import API_VERSION, OWNER_KINDS, POD_GROUP_LABEL, DesiredPodGroup, desired_pod_group
+from webhook.kube.api import ApiError, KubeApi, TransportError
+from webhook.kube.reflector import Reflector, Resource
+from webhook.typing import as_map
+from webhook.workloads import WorkloadKind, WorkloadTable
+
+log = logging.getLogger(__name__)
+
+API_PATH = f"/apis/{API_VERSION}"
+NOT_SERVED = "the server could not find the requested resource"
+"""The message of kube-apiserver's 404 for a path no API serves (as opposed to an object that is missing)."""
+RECHECK_SECONDS = 60.0
+RETRY_SECONDS = 5.0
+
+Outcome = Literal["created", "updated", "unchanged", "foreign", "conflict", "error", "not-served"]
+_SETTLED = frozenset({"created", "updated", "unchanged", "foreign"})
+
+
+def workload_resources(table: WorkloadTable) -> list[tuple[WorkloadKind, Resource]]:
+    """The label-filtered, all-namespace collections of the kinds that own PodGroups."""
+    found = []
+    for group, kind_name in OWNER_KINDS:
+        kind = table.lookup(group, kind_name)
+        if kind is not None:
+            path = f"/apis/{group}/{kind.versions[0]}/{kind.resource}"
+            found.append((kind, Resource(path, kind_name, namespaced=True, label_selector=POD_GROUP_LABEL)))
+    return found
+
+
+class PodGroupKeeper:
+    def __init__(
+        self,
+        api: KubeApi,
+        table: WorkloadTable,
+        *,
+        wake: Callable[[], None] = lambda: None,
+        observe: Callable[[str], None] = lambda outcome: None,
+        monotonic: Callable[[], float] = time.monotonic,
+        recheck: float = RECHECK_SECONDS,
+        retry: float = RETRY_SECONDS,
+    ) -> None:
+        self._api = api
+        self._wake = wake
+        self._observe = observe
+        self._monotonic = monotonic
+        self._recheck = recheck
+        self._retry = retry
+        self._lock = threading.Lock()
+        self._desired: dict[str, DesiredPodGroup] = {}
+        """Per marked workload (`Kind/namespace/name`), the PodGroup it wants."""
+        self._settled: dict[str, DesiredPodGroup] = {}
+        """What each workload's PodGroup was last made to be (or found to be someone else's)."""
+        self._retry_at: dict[str, float] = {}
+        self._served: bool | None = None
+        self._checked_at = 0.0
+        self.reflectors = [Reflector(api, resource, _MarkedWorkloads(self, kind)) for kind, resource in
+                           workload_resources(table)]
+
+    @property
+    def marked(self) -> int:
+        """Marked workloads that want a PodGroup now."""
+        with self._lock:
+            return len(self._desired)
+
+    @property
+    def waiting(self) -> int:
+        """Workloads whose PodGroup is not (yet) what they want."""
+        with self._lock:
+            return sum(1 for key, want in self._desired.items() if self._settled.get(key) != want)
+
+    def want(self, key: str, kind: WorkloadKind, obj: Mapping[str, Any] | None) -> None:
+        """A marked workload appeared, changed (obj) or went (None); called from the watch threads."""
+        desired = desired_pod_group(kind, obj) if obj is not None else "deleted"
+        with self._lock:
+            if isinstance(desired, DesiredPodGroup):
+                if self._desired.get(key) == desired:
+                    return
+                self._desired[key] = desired
+            elif self._desired.pop(key, None) is None:
+                return
+        self._wake()
+
+    def replace(self, kind: WorkloadKind, objects: Mapping[str, Mapping[str, Any]]) -> None:
+        prefix = f"{kind.kind}/"
+        with self._lock:
+            for key in [key for key in self._desired if key.startswith(prefix)]:
+                del self._desired[key]
+        for name, obj in objects.items():
+            self.want(prefix + name, kind, obj)
+        self._wake()
+
+    def reconcile(self) -> None:
+        """Make every wanted PodGroup so, from the controller's loop (only while it holds the Lease)."""
+        now = self._monotonic()
+        with self._lock:
+            desired = dict(self._desired)
+        for gone in set(self._settled) - set(desired):
+            del self._settled[gone]  # the workload went (its PodGroup goes with it) or is no longer marked
+            self._retry_at.pop(gone, None)
+        pending = [(key, want) for key, want in desired.items()
+                   if self._settled.get(key) != want and now >= self._retry_at.get(key, 0.0)]
+        if not pending or not self._api_served(now, len(pending)):
+            return
+        for key, want in pending:
+            outcome = self._ensure(key, want)
+            self._observe(outcome)
+            if outcome in _SETTLED:
+                self._settled[key] = want
+                self._retry_at.pop(key, None)
+            elif outcome == "not-served":  # the CRD went away meanwhile
+                self._served, self._checked_at = False, now
+                return
+            else:
+                self._retry_at[key] = now + self._retry
+
+    def _api_served(self, now: float, waiting: int) -> bool:
+        """Whether PodGroups are served, asked of discovery at most once a `recheck` while they are not."""
+        if self._served or (self._served is False and now - self._checked_at < self._recheck):
+            return bool(self._served)
+        self._checked_at = now
+        try:
+            self._api.get(API_PATH)
+        except ApiError as error:
+            if error.code != 404:
+                log.warning("PodGroup API discovery failed (%s); %d workloads wait for their PodGroup", error, waiting)
+                self._checked_at = now - self._recheck + self._retry
+                return False
+            self._served = False
+            log.error(
+                "PodGroups are not served by the API server (%s: is the scheduler-plugins PodGroup CRD installed?);"
+                " %d workloads wait for their PodGroup; checking again in %.0fs", API_VERSION, waiting, self._recheck,
+            )
+            self._observe("not-served")
+            return False
+        except TransportError as error:
+            log.warning("PodGroup API discovery failed (%s)", error)
+            self._checked_at = now - self._recheck + self._retry
+            return False
+        if self._served is False:
+            log.info("PodGroups are served now (%s): creating the ones workloads wait for", API_VERSION)
+        self._served = True
+        return True
+
+    def _ensure(self, key: str, want: DesiredPodGroup) -> Outcome:
+        collection = f"{API_PATH}/namespaces/{want.namespace}/podgroups"
+        path = f"{collection}/{want.name}"
+        where = f"PodGroup {want.namespace}/{want.name} for {key}"
+        try:
+            try:
+                existing = self._api.get(path)
+            except ApiError as error:
+                if error.code != 404 or error.message == NOT_SERVED:
+                    raise
+                self._api.create(collection, want.body())
+                log.info("%s created with minMember %d", where, want.min_member)
+                return "created"
+            if not want.made_by_placer(existing):
+                log.warning("%s: a PodGroup of that name exists that Placer did not make for this workload; "
+                            "left alone (its minMember stays %s)", where, (existing.get("spec") or {}).get("minMember"))
+                return "foreign"
+            spec = as_map(existing.get("spec"))
+            if spec.get("minMember") == want.min_member:
+                return "unchanged"
+            self._api.replace(path, {**existing, "spec": {**spec, "minMember": want.min_member}})
+            log.info("%s: minMember %s -> %d", where, spec.get("minMember"), want.min_member)
+            return "updated"
+        except ApiError as error:
+            if error.code == 404 and error.message == NOT_SERVED:
+                return "not-served"
+            outcome: Outcome = "conflict" if error.code == 409 else "error"
+            log.warning("%s not written (%s); trying again in %.0fs", where, error, self._retry)
+            return outcome
+        except TransportError as error:
+            log.warning("%s not written (%s); trying again in %.0fs", where, error, self._retry)
+            return "error"
+
+
+class _MarkedWorkloads:
+    """The sink of one kind's label-filtered watch: what each marked workload wants."""
+
+    def __init__(self, keeper: PodGroupKeeper, kind: WorkloadKind) -> None:
+        self._keeper = keeper
+        self._kind = kind
+
+    def keep(self, name: str, obj: Mapping[str, Any]) -> Any:
+        return obj
+
+    def replace(self, store: Mapping[str, Any]) -> None:
+        self._keeper.replace(self._kind, store)
+
+    def upsert(self, name: str, obj: Mapping[str, Any]) -> None:
+        self._keeper.want(f"{self._kind.kind}/{name}", self._kind, obj)
+
+    def remove(self, name: str) -> None:
+        self._keeper.want(f"{self._kind.kind}/{name}", self._kind, None)
