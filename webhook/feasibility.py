@@ -22,7 +22,7 @@ from webhook.node_fit import Fit, NodeAnswers, Nodes, node_fit, placement_key, p
 from webhook.policy.node_facts import NodeFactsReader
 from webhook.policy.snapshot import PolicySnapshot
 
-PLACING_ACTIONS = frozenset({"add-node-selector", "add-node-affinity"})
+PLACING_ACTIONS = frozenset({"add-node-selector", "add-node-affinity", "pin-to-volume-node"})
 """Actions that narrow where a pod may land (tolerations and the rest only widen it or leave it)."""
 CACHED_ANSWERS = 1024
 

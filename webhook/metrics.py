@@ -72,6 +72,13 @@ class Metrics:
             ["kind"],
             registry=registry,
         )
+        self.volume_pins = Counter(
+            "placer_volume_pins",
+            "Claims of admitted Pods that pin-to-volume-node looked at, by outcome (pinned, pinned-node-gone: "
+            "strict, the node is gone; node-gone: not pinned; volume-missing: bound to a deleted volume).",
+            ["outcome"],
+            registry=registry,
+        )
         self._rule_counters: dict[tuple[str, str, str], Any] = {}
         """Labelled children of rule_evaluations: `labels()` costs microseconds and runs ~50 times a request."""
         self._request_counters: dict[tuple[str, str, str], Any] = {}
@@ -99,6 +106,10 @@ class Metrics:
 
     def observe_over_capacity(self, kind: str, templates: int) -> None:
         self.over_capacity.labels(kind).inc(templates)
+
+    def observe_volume_pins(self, outcomes: Iterable[str]) -> None:
+        for outcome in outcomes:
+            self.volume_pins.labels(outcome).inc()
 
     def observe_namespace_lookup(self, result: str) -> None:
         self.namespace_lookups.labels(result).inc()

@@ -24,7 +24,7 @@ from tests.kube.fake_apiserver import (
     FakeApiServer,
     wait_for,
 )
-from tests.kube.test_pod_groups import marked_job
+from tests.kube.marked_workloads import marked_job
 from webhook.certs import issue
 from webhook.cli import _parser
 from webhook.kube.api import KubeApi

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.kube.fake_apiserver import (
     CLAIMS,
@@ -21,6 +20,7 @@ from tests.kube.fake_apiserver import (
     FakeApiServer,
     wait_for,
 )
+from tests.volumes.data import objects
 from webhook.claims import ClaimLookup
 from webhook.kube.api import KubeApi, Timeouts
 from webhook.kube.connection import connect
@@ -38,11 +38,6 @@ from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.namespace_shards import NamespaceShards
 from webhook.policy.shards import shard_of, shard_path
 from webhook.policy.volume_shards import VolumeShards
-
-
-def volume_objects() -> list[dict[str, Any]]:
-    text = (Path(__file__).parent.parent / "volumes" / "objects.yaml").read_text()
-    return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
 def policy(name: str, *, condition: str = "true", pool: str = "general", priority: int = 100) -> dict[str, Any]:
@@ -386,9 +381,9 @@ def test_claims_and_volumes_are_published_for_pin_to_volume_node(
         apiserver: FakeApiServer, running: Running) -> None:
     """The claims (across namespaces) and volumes of tests/volumes/objects.yaml, listed and watched: a worker
     resolves a pod's claims from what was published, and a deleted volume reads as missing."""
-    for obj in volume_objects():
+    for obj in objects():
         apiserver.put(CLAIMS if obj["kind"] == "PersistentVolumeClaim" else VOLUMES, obj)
-    apiserver.put(CLAIMS, {**volume_objects()[0], "metadata": {**volume_objects()[0]["metadata"],
+    apiserver.put(CLAIMS, {**objects()[0], "metadata": {**objects()[0]["metadata"],
                                                                "namespace": "team-b"}})
     volumes = VolumeShards(running.state)
     wait_for(lambda: volumes.known() and volumes.claim("team-b", "data-db-0") is not None

@@ -15,7 +15,8 @@ import requests
 from tests.conftest import fixture_request
 from tests.e2e.server import RunningServer, running_server
 from tests.helpers import decode_patch
-from tests.kube.fake_apiserver import NAMESPACES, POLICIES, FakeApiServer, wait_for
+from tests.kube.fake_apiserver import CLAIMS, NAMESPACES, POLICIES, VOLUMES, FakeApiServer, wait_for
+from tests.volumes.data import objects, statefulset_pod
 
 pytestmark = pytest.mark.e2e
 
@@ -218,3 +219,42 @@ def test_a_placement_no_node_can_take_is_admitted_with_a_warning_until_a_node_ca
 
         apiserver.put_node("ml-1", {"pool": "ml"})  # a node of the pool arrives: the pods can land
         wait_for(lambda: all(not warnings() for _ in range(6)), timeout=10, what="the warning to go")
+
+
+def test_a_statefulset_pod_is_pinned_to_its_volume_node_from_the_watched_claims(
+        apiserver: FakeApiServer, kubeconfig: Path, certificates: Any, tmp_path: Path) -> None:
+    """Claims, volumes and nodes watched by the controller, published, read by every worker at admission."""
+    for obj in objects():
+        apiserver.put(CLAIMS if obj["kind"] == "PersistentVolumeClaim" else VOLUMES, obj)
+    for name in ("kind-worker", "kind-worker2"):
+        apiserver.put_node(name)
+    apiserver.put_policy({"apiVersion": "placer.dev/v1alpha1", "kind": "SchedulingPolicy",
+                          "metadata": {"name": "local-data"}, "spec": {"rules": [
+                              {"name": "follow-data", "action": "pin-to-volume-node",
+                               "parameters": {"strict": "true"}}]}})
+    empty = tmp_path / "no-policies"
+    empty.mkdir()
+    review = statefulset_pod("data", "cache", "fast")
+    hostname = {"key": "kubernetes.io/hostname", "operator": "In", "values": ["kind-worker"]}
+
+    def pinned_everywhere() -> bool:
+        for _ in range(8):  # both workers
+            answer = server.post("/mutate", json=review).json()["response"]
+            if not any(op["path"] == "/spec/affinity" for op in decode_patch({"response": answer})):
+                return False
+        return True
+
+    with running_server(tmp_path, certificates, policies=empty,
+                        extra=["--kube", "--kubeconfig", str(kubeconfig)]) as server:
+        wait_for(pinned_everywhere, timeout=10, what="every worker pinning the pod")
+        answer = server.post("/mutate", json=review).json()["response"]
+        (op,) = [op for op in decode_patch({"response": answer}) if op["path"] == "/spec/affinity"]
+        term = op["value"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+        assert term["matchExpressions"] == [hostname, {"key": "topology.topolvm.io/node", "operator": "In",
+                                                       "values": ["kind-worker3"]}]
+        assert term["matchFields"] == [{"key": "metadata.name", "operator": "In", "values": ["kind-worker2"]}]
+        # kind-worker3 is not a node of this cluster: TopoLVM's node is gone, strict pins it anyway and says so.
+        assert any("fast-db-0: its topology.topolvm.io/node=kind-worker3 is gone" in w for w in answer["warnings"])
+        metrics = server.get("/metrics").text
+        assert 'placer_volume_pins_total{outcome="pinned"}' in metrics
+        assert 'placer_volume_pins_total{outcome="pinned-node-gone"}' in metrics

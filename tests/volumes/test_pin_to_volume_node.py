@@ -16,61 +16,14 @@ import yaml
 
 from tests.conftest import fixture_request
 from tests.helpers import compile_errors, snapshot_of
+from tests.volumes.data import APPLIED, TEMPLATES, objects, publish, statefulset_pod
 from webhook.claims import ClaimLookup
 from webhook.engine.mutate import mutate
 from webhook.pipeline import admit
-from webhook.policy.node_facts import NodeFactsReader, node_facts
-from webhook.policy.shards import ShardWriter
 from webhook.policy.volume_shards import VolumeShards
 from webhook.review import parse_review
-from webhook.volumes import NodePin, claim_entry, place_claim, pod_claims, volume_entry, volume_pin
+from webhook.volumes import NodePin, place_claim, pod_claims, volume_pin
 from webhook.workloads import default_workload_table
-
-OBJECTS = Path(__file__).parent / "objects.yaml"
-TEMPLATES = ("data", "cache", "fast", "scratch", "logs", "shared")
-APPLIED = "placer.dev/applied"
-
-
-def objects() -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(OBJECTS.read_text()) if doc]
-
-
-def publish(state: Path, nodes: tuple[str, ...] = ("kind-worker", "kind-worker2", "kind-worker3")) -> ClaimLookup:
-    """Claims, volumes and nodes written as the controller writes them; the lookup a worker makes of them."""
-    docs = objects()
-    ShardWriter(state / "claims").replace({
-        f"{d['metadata']['namespace']}/{d['metadata']['name']}": claim_entry(d)
-        for d in docs if d["kind"] == "PersistentVolumeClaim"})
-    ShardWriter(state / "volumes").replace(
-        {d["metadata"]["name"]: volume_entry(d) for d in docs if d["kind"] == "PersistentVolume"})
-    ShardWriter(state / "nodes").replace({
-        name: node_facts({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
-                                                                "topology.topolvm.io/node": name}},
-                          "status": {"allocatable": {"cpu": "4"}}})
-        for name in nodes})
-    return ClaimLookup(VolumeShards(state), NodeFactsReader(state / "nodes"))
-
-
-def statefulset_pod(*templates: str, applied: str | None = None) -> dict[str, Any]:
-    """The captured create of a controller's pod, carrying pod db-0 as the StatefulSet controller makes it."""
-    body = fixture_request("pod-rs-owned-generatename-create-real")
-    request = body["request"]
-    pod = request["object"]
-    metadata = pod["metadata"]
-    metadata.pop("generateName")
-    metadata["name"] = request["name"] = "db-0"
-    metadata["labels"] = {"app": "db", "apps.kubernetes.io/pod-index": "0",
-                          "controller-revision-hash": "db-6c9f7b8d5", "statefulset.kubernetes.io/pod-name": "db-0"}
-    metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
-                                    "uid": "0b8f8c43-52cf-4f4e-a1a4-5d3c2b1a0f9e", "controller": True,
-                                    "blockOwnerDeletion": True}]
-    if applied is not None:
-        metadata["annotations"] = {APPLIED: applied}
-    request["userInfo"]["username"] = "system:serviceaccount:kube-system:statefulset-controller"
-    pod["spec"]["hostname"], pod["spec"]["subdomain"] = "db-0", "db"
-    pod["spec"]["volumes"] = [{"name": t, "persistentVolumeClaim": {"claimName": f"{t}-db-0"}} for t in templates]
-    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": t, "mountPath": f"/{t}"} for t in templates]
-    return body
 
 
 def policy(**parameters: Any) -> str:
@@ -293,3 +246,16 @@ def test_without_published_claims_nothing_is_pinned(tmp_path: Path) -> None:
 def test_bad_parameters_are_load_time_errors(parameters: dict[str, Any], message: str) -> None:
     errors = compile_errors(policy(**parameters))
     assert any(message in error and "rule follow-data" in error for error in errors), errors
+
+
+def test_what_was_done_per_claim_is_counted_once_however_many_passes(tmp_path: Path) -> None:
+    lookup = publish(tmp_path, nodes=("kind-worker2", "kind-worker3"))
+    # A second policy whose rule reads the labels the first writes makes the engine pass over the rules twice.
+    labels = ("apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: a-labels}\nspec:\n"
+              "  rules:\n  - {name: tier, action: add-labels, parameters: {tier: db}}\n"
+              "  - {name: more, condition: \"pod.metadata.labels['tier'] == 'db'\", action: add-labels, "
+              "parameters: {more: 'yes'}}\n")
+    request = parse_review(statefulset_pod("data", "cache", "logs", "scratch"))
+    admission = admit(request, snapshot_of(labels, policy()), default_workload_table(), claims=lookup)
+    assert admission.mutation.volume_outcomes == {
+        "data-db-0": "node-gone", "cache-db-0": "pinned", "logs-db-0": "volume-missing"}

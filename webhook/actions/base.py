@@ -67,6 +67,9 @@ class ActionContext:
     remove one (the controller's marks, `webhook.gang.pod_groups`); None when the object cannot carry them."""
     claims: Mapping[str, ClaimPlacement] | None = None
     """On a Pod, where the data of each claim it mounts lives (`pin-to-volume-node`); None when unknown."""
+    volume_outcomes: dict[str, str] = field(default_factory=dict)
+    """What `pin-to-volume-node` did per claim (pinned, node-gone, volume-missing...), for metrics; keyed by
+    claim, so a second pass over the rules counts nothing twice."""
     default_priority_class: str | None = None
     """On a Pod, the cluster's globalDefault PriorityClass, which the Priority admission plugin wrote into the
     Pod before any webhook ran: `set-priority-class` treats it as unset."""

@@ -55,10 +55,12 @@ def _selected(placement: ClaimPlacement, params: Mapping[str, Any]) -> bool:
 
 def _pin(placement: ClaimPlacement, strict: bool, context: ActionContext) -> NodePin | None:
     """The node to follow for one claim, reporting what cannot be followed."""
+    outcomes = context.volume_outcomes
     if placement.state == "volume-missing":
         context.conflicts.append(
             f"claim {placement.claim} is bound to volume {placement.volume}, which does not exist: not pinned"
         )
+        outcomes[placement.claim] = "volume-missing"
         return None
     if placement.pin is None:
         return None  # not bound yet, no such claim yet, or network storage: no node to follow
@@ -66,8 +68,12 @@ def _pin(placement: ClaimPlacement, strict: bool, context: ActionContext) -> Nod
         where = placement.pin.describe()
         if not strict:
             context.conflicts.append(f"claim {placement.claim}: its {where} is gone: not pinned")
+            outcomes[placement.claim] = "node-gone"
             return None
         context.conflicts.append(f"claim {placement.claim}: its {where} is gone: the pod waits for it (strict)")
+        outcomes[placement.claim] = "pinned-node-gone"
+        return placement.pin
+    outcomes[placement.claim] = "pinned"
     return placement.pin
 
 

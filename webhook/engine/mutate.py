@@ -69,6 +69,8 @@ class Mutation:
     """What was left alone and why, short of passing the whole object through (explain and logs)."""
     placed: dict[str, tuple[JSONObject, JSONObject]] = field(default_factory=dict)
     """Per template Placer changed: (the template as it came, as Placer leaves it), for placement checks."""
+    volume_outcomes: dict[str, str] = field(default_factory=dict)
+    """Per claim of a Pod, what `pin-to-volume-node` did (pinned, pinned-node-gone, node-gone, volume-missing)."""
     gang: GangFacts | None = None
     """The workload's gang facts when a rule labelled it for a gang scheduler (their `derived` holds each
     flavour's group name and size), for the gang capacity check."""
@@ -302,6 +304,7 @@ class _Run:
         self.default_priority_class = snapshot.default_priority_class if kind.kind == "Pod" else None
         self.claims = claims
         self.marks: dict[tuple[str, str], str | None] | None = {} if owns_pod_groups(kind) else None
+        self.volume_outcomes: dict[str, str] = mutation.volume_outcomes
         """Marks rules put on the workload's own metadata (see ActionContext.workload_marks)."""
         self.applied: dict[str, dict[str, None]] = {"": dict.fromkeys(applied_before)} if applied_before else {}
         """Per template, the rules that applied in any pass, in order (a dict used as an ordered set)."""
@@ -410,7 +413,7 @@ class _Run:
         own_pods: Callable[[JSONObject], JSONObject | None] = lambda current: kind.own_pods(obj, current)  # noqa: E731
         applied = self.applied.setdefault(slot.name, {})
         context = _ContextParts(own_pods, self.protected, slot.name, self.gang, self.default_priority_class,
-                                self.claims if kind.kind == "Pod" else None, self.marks)
+                                self.claims if kind.kind == "Pod" else None, self.marks, self.volume_outcomes)
         for policy in self.policies:
             scope = _PolicyScope(policy, data, activation, environment)
             for rule in policy.rules:
@@ -540,6 +543,7 @@ class _ContextParts:
     default_priority_class: str | None
     claims: Mapping[str, ClaimPlacement] | None
     marks: dict[tuple[str, str], str | None] | None
+    volume_outcomes: dict[str, str]
 
     def for_rule(self, rule: Rule) -> ActionContext:
         return ActionContext(
@@ -550,6 +554,7 @@ class _ContextParts:
             self.gang,
             workload_marks=self.marks,
             claims=self.claims,
+            volume_outcomes=self.volume_outcomes,
             default_priority_class=self.default_priority_class,
         )
 

@@ -118,6 +118,8 @@ def _record(metrics: Metrics, admission_log: AdmissionLog, admission: Admission,
         metrics.observe_unplaceable(review.kind, admission.unplaceable)
     if admission.over_capacity:
         metrics.observe_over_capacity(review.kind, admission.over_capacity)
+    if mutation.volume_outcomes:
+        metrics.observe_volume_pins(mutation.volume_outcomes.values())
     admission_log.info(
         "admission",
         {
