@@ -60,3 +60,13 @@ def test_placement_benchmark_measures_both_cases_with_the_check_answering() -> N
     assert set(figures) == {"feasible without", "feasible with", "unplaceable without", "unplaceable with",
                             "first unplaceable ms", "gang without", "gang with", "first gang ms"}
     assert all(value > 0 for value in figures.values()), figures
+
+
+def test_cluster_aware_benchmark_publishes_claims_creates_pod_groups_and_pins() -> None:
+    from tests.bench.bench_cluster_aware import run as run_cluster_aware  # noqa: PLC0415
+
+    row = run_cluster_aware(nodes=20, claims=1100, jobs=5, rate=20, duration=1, iterations=20)
+    assert row["published_s"] > 0 and row["pod_groups_s"] > 0 and row["controller_rss_mb"] > 0, row
+    assert row["claims_kb"] > 0 and row["volumes_kb"] > 0 and row["nodes_kb"] > 0, row
+    assert row["churn"]["p50_ms"] <= row["churn"]["p99_ms"], row
+    assert row["admission_us"]["with"] > 0 and row["admission_us"]["without"] > 0, row

@@ -336,6 +336,7 @@ class FakeApiServer:
 def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # as Go's net/http: a head and a body written apart are not held 40 ms
 
         def log_message(self, format: str, *args: Any) -> None:  # quiet
             pass

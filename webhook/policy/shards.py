@@ -149,7 +149,8 @@ class KeyedShards:
     keeps is bounded by `kept` shards, whatever the size of the collection."""
 
     def __init__(self, directory: Path, consequence: str, *, kept: int = PARSED_SHARDS_KEPT) -> None:
-        self._directory = directory
+        self._paths = [str(shard_path(directory, index)) for index in range(SHARDS)]
+        """Made once: a Path built per lookup costs more than the stat it is for."""
         self._consequence = consequence
         self._kept = kept
         self._parsed: OrderedDict[int, ParsedShard] = OrderedDict()
@@ -167,7 +168,7 @@ class KeyedShards:
         return entry if isinstance(entry, dict) else None
 
     def shard(self, index: int) -> ParsedShard | None:
-        path = shard_path(self._directory, index)
+        path = self._paths[index]
         try:
             stamp = stamp_of(os.stat(path))
         except FileNotFoundError:
@@ -177,7 +178,7 @@ class KeyedShards:
             if cached is not None and cached.stamp == stamp:
                 self._parsed.move_to_end(index)
                 return cached
-        read = read_shard(path, self._consequence)
+        read = read_shard(Path(path), self._consequence)
         if read is None:
             return None
         parsed = ParsedShard(*read)

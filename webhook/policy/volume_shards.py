@@ -5,6 +5,7 @@ A Pod's admission reads the few claims it mounts and their volumes, each from it
 shard is unchanged), so what a lookup costs does not grow with the number of claims in the cluster.
 """
 
+import os
 from pathlib import Path
 
 from webhook.policy.cluster_state import claims_directory, volumes_directory
@@ -13,13 +14,13 @@ from webhook.policy.shards import Entry, KeyedShards
 
 class VolumeShards:
     def __init__(self, state_directory: Path) -> None:
-        self._claims_directory = claims_directory(state_directory)
-        self._claims = KeyedShards(self._claims_directory, "its claims are left unpinned")
+        self._claims_directory = str(claims_directory(state_directory))
+        self._claims = KeyedShards(claims_directory(state_directory), "its claims are left unpinned")
         self._volumes = KeyedShards(volumes_directory(state_directory), "its volumes read as missing")
 
     def known(self) -> bool:
         """Whether the controller has published claims at all (its first list is done; it has the RBAC)."""
-        return self._claims_directory.is_dir()
+        return os.path.isdir(self._claims_directory)
 
     def claim(self, namespace: str, name: str) -> Entry | None:
         return self._claims.entry(f"{namespace}/{name}")
