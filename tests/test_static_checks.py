@@ -18,9 +18,9 @@ def test_mypy_strict_is_clean() -> None:
 
 LAYERS = [
     {"typing", "names", "quantity", "selectors", "resources", "patches", "config", "logs", "metrics", "certs",
-     "json_bytes", "json_copy", "node_fit",
+     "json_bytes", "json_copy", "node_fit", "volumes",
      "review", "__init__"},
-    {"workloads"}, {"gang"}, {"actions"}, {"policy"}, {"engine"}, {"gang_capacity"}, {"feasibility"}, {"pipeline", "offline", "validation", "suites", "export"},
+    {"workloads"}, {"gang"}, {"actions"}, {"policy"}, {"engine"}, {"gang_capacity"}, {"feasibility", "claims"}, {"pipeline", "offline", "validation", "suites", "export"},
     {"kube"}, {"server"}, {"cli", "__main__"},
 ]
 """Imports flow one way: a module imports only from its own layer or the layers before it."""
