@@ -119,3 +119,13 @@ def node_selector_policy(name: str, key: str, value: str) -> str:
     """A one-rule SchedulingPolicy (YAML) that adds the node selector `key: value`."""
     return (f"apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {{name: {name}}}\nspec:\n"
             f"  rules:\n  - {{name: place, action: add-node-selector, parameters: {{{key}: {value}}}}}\n")
+
+
+class Clock:
+    """A monotonic clock a test moves by hand (`clock.now += 61`)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now

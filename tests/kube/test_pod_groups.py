@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import compile_errors, review_for, run, snapshot_of
+from tests.helpers import Clock, compile_errors, review_for, run, snapshot_of
 from tests.kube.fake_apiserver import DEPLOYMENTS, JOBS, PODGROUPS, FakeApiServer, wait_for
 from tests.kube.marked_workloads import GANG, captured, marked_job, mutated
 from webhook.kube.api import KubeApi
@@ -56,14 +56,6 @@ def test_create_pod_group_is_for_coscheduling_only() -> None:
 
 
 # -- the controller's keeper ----------------------------------------------------------------------------------
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
 
 @pytest.fixture
 def keeper(api: KubeApi, apiserver: FakeApiServer) -> Iterator[tuple[PodGroupKeeper, Clock]]:

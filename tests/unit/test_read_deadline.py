@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import Clock
 from webhook.server.read_deadline import BodyReadSignal, ReadDeadlines
 
 
@@ -16,14 +17,6 @@ from webhook.server.read_deadline import BodyReadSignal, ReadDeadlines
 class FakeConnection:
     sock: socket.socket
     client: Any = ("10.0.0.7", 51234)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
