@@ -76,7 +76,11 @@ def _claims(
     """For a Pod, when some rule pins pods to their volumes' nodes: where each claim's data lives."""
     if claims is None or not snapshot.reads_claims or request.kind != "Pod" or request.group or not request.object:
         return None
-    return claims.placements(request.namespace, request.object)
+    try:
+        return claims.placements(request.namespace, request.object)
+    except Exception:  # the other rules still apply; pins need what could not be read
+        log.exception("claims of admission %s unreadable; pod not pinned", request.uid)
+        return None
 
 
 def _placement_warnings(

@@ -259,3 +259,18 @@ def test_what_was_done_per_claim_is_counted_once_however_many_passes(tmp_path: P
     admission = admit(request, snapshot_of(labels, policy()), default_workload_table(), claims=lookup)
     assert admission.mutation.volume_outcomes == {
         "data-db-0": "node-gone", "cache-db-0": "pinned", "logs-db-0": "volume-missing"}
+
+
+def test_claims_that_cannot_be_read_leave_the_other_rules_applying(tmp_path: Path) -> None:
+    class Broken(ClaimLookup):
+        def placements(self, namespace: str, pod: Any) -> Any:
+            raise OSError("state directory unreadable")
+
+    other = ("apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: pools}\nspec:\n"
+             "  rules:\n  - {name: pool, action: add-node-selector, parameters: {pool: db}}\n")
+    request = parse_review(statefulset_pod("data"))
+    admission = admit(request, snapshot_of(other, policy(strict=True)), default_workload_table(),
+                      claims=Broken(VolumeShards(tmp_path)))
+    pod = jsonpatch.apply_patch(request.object, admission.mutation.patch)
+    assert admission.result == "patched" and pod["spec"]["nodeSelector"] == {"pool": "db"}
+    assert "affinity" not in pod["spec"]
