@@ -5,6 +5,7 @@ import base64
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -252,8 +253,11 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
     apiserver.put_namespace("created-just-now")  # a worker reads a namespace its state does not have yet
     NamespaceLookup(api).resolve(PolicySnapshot.build([], {}, [], None), "created-just-now", None)
     stop.set()
-    apiserver.drop_watches()
-    thread.join(10)
+    deadline = time.monotonic() + 10
+    while thread.is_alive() or any(watch.is_alive() for watch in controller.watch_threads):
+        assert time.monotonic() < deadline, "the controller did not stop"
+        apiserver.drop_watches()  # a watch opened meanwhile notices `stop` when its stream ends
+        time.sleep(0.05)
     # API discovery (GET /apis/GROUP/VERSION) is granted to every authenticated client by system:discovery.
     used = {_verb(method, path, query) for method, path, query in apiserver.requests if path != PODGROUP_API}
     granted = set(_granted(rendered["base"]))

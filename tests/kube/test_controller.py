@@ -89,8 +89,7 @@ def start(api: KubeApi, apiserver: FakeApiServer, tmp_path: Path, *, identity: s
 def running(api: KubeApi, apiserver: FakeApiServer, tmp_path: Path) -> Iterator[Running]:
     run = start(api, apiserver, tmp_path)
     yield run
-    run.stop.set()
-    apiserver.drop_watches()
+    run.end(apiserver)
 
 
 def ready_condition(apiserver: FakeApiServer, name: str) -> dict[str, Any] | None:
@@ -109,8 +108,7 @@ def test_nothing_is_published_before_both_lists_succeed(
         state = wait_for(run.read, what="the first published state")
         assert state.synced and [p["metadata"]["name"] for p in state.policies] == ["p1"]
     finally:
-        run.stop.set()
-        apiserver.drop_watches()
+        run.end(apiserver)
 
 
 def test_policies_and_namespace_labels_are_published_as_they_change(
@@ -203,9 +201,8 @@ def test_only_the_lease_holder_writes_status_and_another_replica_takes_over_when
         transitions = apiserver.leases[LEASE_NAME]["spec"]["leaseTransitions"]
         assert transitions == 1
     finally:
-        a.stop.set()
-        b.stop.set()
-        apiserver.drop_watches()
+        a.end(apiserver)
+        b.end(apiserver)
 
 
 def test_a_lease_held_by_a_live_replica_is_not_taken(apiserver: FakeApiServer, api: KubeApi) -> None:
@@ -322,8 +319,7 @@ def test_a_restarted_controller_clears_what_its_predecessor_left(
         wait_for(lambda: second.controller.namespaces.synced, what="the second controller's first list written")
         assert "new" in second.namespaces() and "old" not in second.namespaces()
     finally:
-        second.stop.set()
-        apiserver.drop_watches()
+        second.end(apiserver)
 
 
 def test_workers_recompile_only_the_policies_that_changed(apiserver: FakeApiServer, running: Running) -> None:

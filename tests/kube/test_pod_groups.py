@@ -9,6 +9,7 @@ resource" when the CRD is not installed).
 import copy
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -67,7 +68,9 @@ def keeper(api: KubeApi, apiserver: FakeApiServer) -> Iterator[tuple[PodGroupKee
         thread.start()
     yield keeper, clock
     stop.set()
-    apiserver.drop_watches()
+    while any(thread.is_alive() for thread in threads):  # no watch left to open a connection after this
+        apiserver.drop_watches()
+        time.sleep(0.05)
 
 
 def pod_group(apiserver: FakeApiServer, name: str, namespace: str = "team-a") -> dict[str, Any] | None:
