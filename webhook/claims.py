@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from webhook.node_fit import Nodes
+from webhook.policy.snapshot import PolicySnapshot
+from webhook.review import AdmissionRequest
 from webhook.volumes import NODE_KEYS, ClaimPlacement, NodePin, place_claim, pod_claims
 
 
@@ -38,6 +40,13 @@ class ClaimLookup:
         self._nodes = nodes
         self._index: tuple[int, frozenset[tuple[str, str]]] | None = None
         """(nodes version, every (key, value) a node answers to: its name and its per-node labels)."""
+
+    def for_admission(self, request: AdmissionRequest, snapshot: PolicySnapshot) -> dict[str, ClaimPlacement] | None:
+        """What the engine needs of a request: the placements of a Pod's claims when some rule of the snapshot
+        pins pods to their volumes' nodes; None for anything else (nothing is read)."""
+        if not snapshot.reads_claims or request.kind != "Pod" or request.group or not request.object:
+            return None
+        return self.placements(request.namespace, request.object)
 
     def placements(self, namespace: str, pod: Mapping[str, Any]) -> dict[str, ClaimPlacement] | None:
         """Per claim the pod mounts, where its data is; None when the pod mounts none or nothing is known."""

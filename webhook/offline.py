@@ -120,7 +120,7 @@ def apply_manifests(
             elif isinstance(document.content, dict) and not is_policy(document.content):
                 manifests.append((f"{path}:{document.line}", _as_json(document.content)))
     manifests, declared_volumes = _split_volumes(manifests, default_namespace)
-    claims_of = ClaimLookup(declared_volumes, _KnownNodes(list(nodes)) if nodes else None).placements
+    claims = ClaimLookup(declared_volumes, _KnownNodes(list(nodes)) if nodes else None)
     if read_namespaces is not None:
         wanted = (str(as_map(obj.get("metadata")).get("namespace") or default_namespace) for _, obj in manifests)
         namespaces.update(read_namespaces([name for name in wanted if name not in declared]))
@@ -134,12 +134,11 @@ def apply_manifests(
         if namespace_labels:
             namespace = dataclasses.replace(namespace, labels={**namespace.labels, **namespace_labels})
         request = _request_for(obj, namespace.name, operation, index)
-        claims = claims_of(namespace.name, obj) if snapshot.reads_claims and obj.get("kind") == "Pod" else None
         mutation = mutate(
             request,
             dataclasses.replace(snapshot, namespaces={**namespaces, namespace.name: namespace}),
             workloads,
-            claims=claims,
+            claims=claims.for_admission(request, snapshot),
         )
         mutated = jsonpatch.apply_patch(obj, mutation.patch) if mutation.patch else obj
         result = ManifestResult(origin, obj, mutated, mutation, namespace)

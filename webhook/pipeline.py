@@ -74,10 +74,10 @@ def _claims(
     claims: ClaimLookup | None, snapshot: PolicySnapshot, request: AdmissionRequest
 ) -> dict[str, ClaimPlacement] | None:
     """For a Pod, when some rule pins pods to their volumes' nodes: where each claim's data lives."""
-    if claims is None or not snapshot.reads_claims or request.kind != "Pod" or request.group or not request.object:
+    if claims is None:
         return None
     try:
-        return claims.placements(request.namespace, request.object)
+        return claims.for_admission(request, snapshot)
     except Exception:  # the other rules still apply; pins need what could not be read
         log.exception("claims of admission %s unreadable; pod not pinned", request.uid)
         return None

@@ -181,3 +181,18 @@ def test_a_deleted_workload_is_forgotten(apiserver: FakeApiServer, keeper: tuple
     wait_for(lambda: groups.marked == 0, what="the deletion")
     groups.reconcile()
     assert len(apiserver.podgroup_writes) == 1, "the PodGroup goes with its owner (garbage collection)"
+
+
+def test_a_failed_discovery_is_asked_again_only_after_the_retry_delay(
+        apiserver: FakeApiServer, keeper: tuple[PodGroupKeeper, Clock]) -> None:
+    groups, clock = keeper
+    apiserver.put(JOBS, marked_job("train", parallelism=4))
+    apiserver.fail("GET", "/apis/scheduling.x-k8s.io/v1alpha1", 503, "ServiceUnavailable")
+    settle(groups, 1)
+    for _ in range(3):
+        groups.reconcile()
+    discovery = [p for m, p, _ in apiserver.requests if p == "/apis/scheduling.x-k8s.io/v1alpha1"]
+    assert len(discovery) == 1 and pod_group(apiserver, "train") is None
+    clock.now += 6
+    groups.reconcile()
+    assert pod_group(apiserver, "train") is not None

@@ -257,6 +257,8 @@ def test_what_was_done_per_claim_is_counted_once_however_many_passes(tmp_path: P
               "parameters: {more: 'yes'}}\n")
     request = parse_review(statefulset_pod("data", "cache", "logs", "scratch"))
     admission = admit(request, snapshot_of(labels, policy()), default_workload_table(), claims=lookup)
+    # `more` reads the label `tier` writes: it can only have applied in a second pass over every rule.
+    assert "a-labels/more" in admission.mutation.applied
     assert admission.mutation.volume_outcomes == {
         "data-db-0": "node-gone", "cache-db-0": "pinned", "logs-db-0": "volume-missing"}
 

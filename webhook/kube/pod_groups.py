@@ -73,8 +73,9 @@ class PodGroupKeeper:
         self._settled: dict[str, DesiredPodGroup] = {}
         """What each workload's PodGroup was last made to be (or found to be someone else's)."""
         self._retry_at: dict[str, float] = {}
-        self._served: bool | None = None
-        self._checked_at = 0.0
+        self._served = False
+        self._next_check = 0.0
+        """When discovery may be asked again whether PodGroups are served (while they are not known to be)."""
         self.reflectors = [Reflector(api, resource, _MarkedWorkloads(self, kind)) for kind, resource in
                            workload_resources(table)]
 
@@ -130,24 +131,26 @@ class PodGroupKeeper:
                 self._settled[key] = want
                 self._retry_at.pop(key, None)
             elif outcome == "not-served":  # the CRD went away meanwhile
-                self._served, self._checked_at = False, now
+                self._served, self._next_check = False, now + self._recheck
                 return
             else:
                 self._retry_at[key] = now + self._retry
 
     def _api_served(self, now: float, waiting: int) -> bool:
-        """Whether PodGroups are served, asked of discovery at most once a `recheck` while they are not."""
-        if self._served or (self._served is False and now - self._checked_at < self._recheck):
-            return bool(self._served)
-        self._checked_at = now
+        """Whether PodGroups are served, asked of discovery at most once a `recheck` after a 404 (once a
+        `retry` after a failed call) until they are."""
+        if self._served:
+            return True
+        if now < self._next_check:
+            return False
         try:
             self._api.get(API_PATH)
         except ApiError as error:
             if error.code != 404:
                 log.warning("PodGroup API discovery failed (%s); %d workloads wait for their PodGroup", error, waiting)
-                self._checked_at = now - self._recheck + self._retry
+                self._next_check = now + self._retry
                 return False
-            self._served = False
+            self._next_check = now + self._recheck
             log.error(
                 "PodGroups are not served by the API server (%s: is the scheduler-plugins PodGroup CRD installed?);"
                 " %d workloads wait for their PodGroup; checking again in %.0fs", API_VERSION, waiting, self._recheck,
@@ -156,9 +159,9 @@ class PodGroupKeeper:
             return False
         except TransportError as error:
             log.warning("PodGroup API discovery failed (%s)", error)
-            self._checked_at = now - self._recheck + self._retry
+            self._next_check = now + self._retry
             return False
-        if self._served is False:
+        if self._next_check:
             log.info("PodGroups are served now (%s): creating the ones workloads wait for", API_VERSION)
         self._served = True
         return True
