@@ -150,8 +150,27 @@ def test_conditions_evaluated_together_give_each_rule_its_own_outcome() -> None:
              + rule("pod.metadata.labels['no-such-label'] == 'x'", name="c", parameters="{c: x}")
              + rule("namespaceObject.metadata.labels['team'] == 'ml'", name="d", parameters="{d: x}"))
     snapshot = snapshot_of(policy(rules), namespaces=[TEAM_A])
-    assert snapshot.policies[0].conditions is not None
+    assert snapshot.policies[0].conditions
     mutation = run(snapshot, fixture_request("deployment-create-dryrun"))
     assert [(t.rule, t.outcome) for t in mutation.traces] == [
         ("a", "applied"), ("b", "not-matched"), ("c", "missing"), ("d", "applied")]
     assert mutation.warnings == []
+
+
+def test_conditions_reading_variables_are_decided_together_and_a_missing_variable_fails_only_its_own() -> None:
+    """Conditions reading variables are batched with the variables written in, apart from the plain ones: the
+    variable `team` reads a label this Deployment's pods lack, so its rules say so, and every other rule is unaffected."""
+    extra = ("  variables:\n  - name: replicas\n    expression: workload.replicas\n"
+             "  - name: team\n    expression: pod.metadata.labels['team']\n")
+    rules = (rule("variables.replicas >= 1", name="a", parameters="{a: x}")
+             + rule("variables.replicas > 100", name="b", parameters="{b: x}")
+             + rule("variables.team == 'ml'", name="c", parameters="{c: x}")
+             + rule("workload.kind == 'Deployment'", name="d", parameters="{d: x}")
+             + rule("workload.kind == 'Pod'", name="e", parameters="{e: x}"))
+    snapshot = snapshot_of(policy(rules, extra=extra), namespaces=[TEAM_A])
+    assert [batch.rules for batch in snapshot.policies[0].conditions] == [("d", "e"), ("a", "b", "c")]
+    mutation = run(snapshot, fixture_request("deployment-create-dryrun"))
+    assert [(t.rule, t.outcome) for t in mutation.traces] == [
+        ("a", "applied"), ("b", "not-matched"), ("c", "missing"), ("d", "applied"), ("e", "not-matched")]
+    assert mutation.warnings == []
+    assert {"op": "add", "path": "/spec/template/spec/nodeSelector", "value": {"a": "x", "d": "x"}} in mutation.patch

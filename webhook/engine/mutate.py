@@ -42,9 +42,12 @@ DEADLINE_WARNING = "deadline reached before every rule was evaluated; admitted u
 Outcome = Literal["applied", "not-matched", "missing", "error", "skipped"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RuleTrace:
-    """What one rule did to one template, for `placer apply -o explain`, metrics and logs."""
+    """What one rule did to one template, for `placer apply -o explain`, metrics and logs.
+
+    Not frozen: one is made per rule and template on every admission, and a frozen dataclass costs four
+    times as much to build. Nothing changes a trace once made."""
 
     policy: str
     rule: str
@@ -412,27 +415,28 @@ class _Run:
         kind = self.kind
         own_pods: Callable[[JSONObject], JSONObject | None] = lambda current: kind.own_pods(obj, current)  # noqa: E731
         applied = self.applied.setdefault(slot.name, {})
-        context = _ContextParts(own_pods, self.protected, slot.name, self.gang, self.default_priority_class,
-                                self.claims if kind.kind == "Pod" else None, self.marks, self.volume_outcomes)
+        context = _RuleContexts(ActionContext(
+            False, own_pods, self.protected, slot.name, self.gang, workload_marks=self.marks,
+            claims=self.claims if kind.kind == "Pod" else None, volume_outcomes=self.volume_outcomes,
+            default_priority_class=self.default_priority_class,
+        ))
+        outcomes, traces, deadline, mutation = self.outcomes, self.traces, self.deadline, self.mutation
         for policy in self.policies:
             scope = _PolicyScope(policy, data, activation, environment)
             for rule in policy.rules:
-                if self.deadline is not None and time.monotonic() > self.deadline:
+                if deadline is not None and time.monotonic() > deadline:
                     raise _DeadlineReached
-                trace = _run_rule(
-                    policy=policy,
-                    rule=rule,
-                    scope=scope,
-                    template=template,
-                    slot=slot,
-                    mutation=self.mutation,
-                    context=context,
-                )
                 key = (policy.name, rule.name, slot.name)
-                self.outcomes[key] = trace.outcome
-                previous = self.traces.get(key)
+                if scope.batch_rejects(rule):  # most rules, on most objects: nothing else to do
+                    outcomes[key] = "not-matched"
+                    if key not in traces:
+                        traces[key] = RuleTrace(policy.name, rule.name, slot.name, "not-matched", "condition is false")
+                    continue
+                trace = _run_rule(policy, rule, scope, template, slot=slot, mutation=mutation, context=context)
+                outcomes[key] = trace.outcome
+                previous = traces.get(key)
                 if previous is None or (trace.changed and not previous.changed):
-                    self.traces[key] = trace
+                    traces[key] = trace
                 if trace.outcome == "applied":
                     applied[_rule_id(policy, rule)] = None
         return template
@@ -467,14 +471,14 @@ def _unique(messages: list[str]) -> list[str]:
 
 
 def _run_rule(
-    *,
     policy: Policy,
     rule: Rule,
     scope: "_PolicyScope",
     template: JSONObject,
+    *,
     slot: TemplateSlot,
     mutation: Mutation,
-    context: "_ContextParts",
+    context: "_RuleContexts",
 ) -> RuleTrace:
     def trace(outcome: Outcome, detail: str = "", changed: bool = False) -> RuleTrace:
         return RuleTrace(policy.name, rule.name, slot.name, outcome, detail, changed)
@@ -485,8 +489,16 @@ def _run_rule(
             raise _DenyRequest(f"policy {policy.name}, rule {rule.name}: {detail}")
         return trace("error", detail)
 
-    activation, problem = scope.activation_for(rule)
     condition, expressions = rule.condition, rule.parameter_expressions
+    batched = scope.batched_condition(rule) if condition is not None else None
+    if batched is not None and (rule.inlined is not None or not rule.reads_variables):
+        # Decided by the batch, which read the variables written in: they are evaluated only for the
+        # parameter expressions of a rule that matched (a failing one, as below, when they are evaluated).
+        if not batched:
+            return trace("not-matched", "condition is false")
+        if not expressions:
+            return _act(policy, rule, rule.parameters, template, mutation=mutation, context=context, trace=trace)
+    activation, problem = scope.activation_for(rule)
     if problem is not None:
         if rule.inlined is None:
             return trace("missing", problem.missing) if problem.missing else fail(problem.error or "")
@@ -494,7 +506,7 @@ def _run_rule(
         # lazy variables would (an error in a branch that does not decide is absorbed).
         activation, condition, expressions = scope.base, rule.inlined.condition, rule.inlined.parameter_expressions
     if condition is not None:
-        result = scope.batched_condition(rule) or cel.evaluate(condition, activation)
+        result = cel.Result(value=batched) if batched is not None else cel.evaluate(condition, activation)
         if result.missing is not None:
             return trace("missing", result.missing)
         if result.error is not None:
@@ -516,6 +528,20 @@ def _run_rule(
         parameters, problems = parse_parameters(rule.action, computed)
         if problems:
             return fail("; ".join(f"parameters.{name}: {message}" for name, message in problems))
+    return _act(policy, rule, parameters, template, mutation=mutation, context=context, trace=trace)
+
+
+def _act(
+    policy: Policy,
+    rule: Rule,
+    parameters: Mapping[str, Any],
+    template: JSONObject,
+    *,
+    mutation: Mutation,
+    context: "_RuleContexts",
+    trace: Callable[..., RuleTrace],
+) -> RuleTrace:
+    """Apply a matched rule's action to the working template."""
     action_context = context.for_rule(rule)
     try:
         changed = rule.action.apply(template, parameters, action_context)
@@ -532,31 +558,21 @@ def _rule_id(policy: Policy, rule: Rule) -> str:
     return f"{policy.name}/{rule.name}"
 
 
-@dataclass(frozen=True, slots=True)
-class _ContextParts:
-    """What every rule's ActionContext shares on one template; the context is made only for rules that act."""
+class _RuleContexts:
+    """The ActionContext of one template's pass, handed to each rule that acts with that rule's `override`
+    and an empty conflict list: what the rules share on a template is built once, not once per rule."""
 
-    own_pods: Callable[[JSONObject], JSONObject | None]
-    protected: frozenset[str]
-    template: str
-    gang: Callable[[], Any]
-    default_priority_class: str | None
-    claims: Mapping[str, ClaimPlacement] | None
-    marks: dict[tuple[str, str], str | None] | None
-    volume_outcomes: dict[str, str]
+    __slots__ = ("_context",)
+
+    def __init__(self, context: ActionContext) -> None:
+        self._context = context
 
     def for_rule(self, rule: Rule) -> ActionContext:
-        return ActionContext(
-            rule.override,
-            self.own_pods,
-            self.protected,
-            self.template,
-            self.gang,
-            workload_marks=self.marks,
-            claims=self.claims,
-            volume_outcomes=self.volume_outcomes,
-            default_priority_class=self.default_priority_class,
-        )
+        context = self._context
+        context.override = rule.override
+        if context.conflicts:
+            context.conflicts = []
+        return context
 
 
 class _PolicyScope:
@@ -570,26 +586,42 @@ class _PolicyScope:
         self._values: dict[str, Any] = {}
         self._failures: dict[str, cel.Result] = {}
         self._activation = activation
-        self._batch: dict[str, cel.Result] | None = None
+        self._batch: dict[str, bool] | None = None
+        self._pending: dict[str, ConditionBatch] = {}
+        """The batch each rule's condition is in, until that batch is evaluated."""
 
     @property
     def base(self) -> Any:
         """The activation without policy variables."""
         return self._base_activation
 
-    def batched_condition(self, rule: Rule) -> cel.Result | None:
-        """The rule's condition from the policy's one-call batch, or None to evaluate it alone.
+    def batch_rejects(self, rule: Rule) -> bool:
+        """Whether the rule's condition is false by its batch, which decides the rule's outcome alone: the
+        batch read any variable written in, and a rule whose variables cannot be written in is left to them
+        (one that fails is reported before its condition, see _run_rule)."""
+        return (
+            rule.condition is not None
+            and (rule.inlined is not None or not rule.reads_variables)
+            and self.batched_condition(rule) is False
+        )
 
-        The batch is evaluated on first use, on the template's base activation (batched conditions read
-        no policy variables). A batch that failed as a whole yields None for every rule: the one-by-one
-        evaluation then gives each rule its own outcome and message.
+    def batched_condition(self, rule: Rule) -> bool | None:
+        """The rule's condition from one of the policy's batches, or None to evaluate it alone.
+
+        Each batch is evaluated on first use, on the template's base activation (a batch reads no policy
+        variable: those are written in). A batch that failed as a whole yields None for each of its rules:
+        the one-by-one evaluation then gives each rule its own outcome and message.
         """
-        batch = self._policy.conditions
-        if batch is None:
-            return None
         if self._batch is None:
-            self._batch = _split_batch(batch, cel.evaluate(batch.program, self._base_activation))
-        return self._batch.get(rule.name)
+            self._batch = {}
+            self._pending = {name: batch for batch in self._policy.conditions for name in batch.rules}
+        found = self._batch.get(rule.name)
+        if found is None and (batch := self._pending.get(rule.name)) is not None:
+            for name in batch.rules:
+                del self._pending[name]
+            self._batch.update(_split_batch(batch, cel.evaluate(batch.program, self._base_activation)))
+            found = self._batch.get(rule.name)
+        return found
 
     def activation_for(self, rule: Rule) -> tuple[Any, cel.Result | None]:
         """An activation with every variable the rule needs, or the failure of one of them."""
@@ -617,12 +649,12 @@ class _PolicyScope:
         return self._activation, None
 
 
-def _split_batch(batch: ConditionBatch, result: cel.Result) -> dict[str, cel.Result]:
+def _split_batch(batch: ConditionBatch, result: cel.Result) -> dict[str, bool]:
     values = result.value if result.missing is None and result.error is None else None
     if not isinstance(values, list) or len(values) != len(batch.rules):
         return {}
     return {
-        name: cel.Result(value=value)
+        name: value
         for name, value in zip(batch.rules, values, strict=True)
         if isinstance(value, bool)
     }

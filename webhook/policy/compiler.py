@@ -93,23 +93,39 @@ class PolicyCompiler:
             rules=tuple(rules),
             source=source,
             generation=generation if isinstance(generation, int) else None,
-            conditions=self._condition_batch(rules),
+            conditions=self._condition_batches(rules),
             reads_namespace=_reads_namespace(selector, variables.values(), rules),
             document=document,
         )
         return CompileResult(policy, (), name)
 
-    def _condition_batch(self, rules: list[Rule]) -> ConditionBatch | None:
-        """One program for the conditions that need no policy variables (see ConditionBatch)."""
-        eligible = [rule for rule in rules if rule.condition is not None and not rule.condition.reads_variables]
-        if len(eligible) < 2:
+    def _condition_batches(self, rules: list[Rule]) -> tuple[ConditionBatch, ...]:
+        """One program for the conditions that need no policy variables, one for those that do (see
+        ConditionBatch and Policy.conditions).
+
+        A condition reading variables is batched with its variables written in: evaluated alone it needs the
+        variables evaluated first and a second activation holding them, whose first evaluation converts the
+        whole object again — three CEL calls and a conversion where the batch element costs next to nothing.
+        Its result is the same: CEL has no side effects, and the engine falls back to the inlined condition
+        whenever a variable fails. A single plain condition gains nothing from a batch of one.
+        """
+        plain = [(rule.name, rule.condition.source) for rule in rules
+                 if rule.condition is not None and not rule.condition.reads_variables]
+        inlined = [(rule.name, rule.inlined.condition.source) for rule in rules
+                   if rule.condition is not None and rule.condition.reads_variables
+                   and rule.inlined is not None and rule.inlined.condition is not None]
+        batches = (self._condition_batch(plain) if len(plain) >= 2 else None, self._condition_batch(inlined))
+        return tuple(batch for batch in batches if batch is not None)
+
+    def _condition_batch(self, conditions: list[tuple[str, str]]) -> ConditionBatch | None:
+        if not conditions:
             return None
-        source = "[" + ", ".join(f"({rule.condition.source})" for rule in eligible if rule.condition) + "]"
+        source = "[" + ", ".join(f"({condition})" for _, condition in conditions) + "]"
         try:
             program = cel.compile_expression(self.environment, source)
         except cel.CelCompileError:
             return None  # each condition compiled alone; the engine then evaluates them one by one
-        return ConditionBatch(program, tuple(rule.name for rule in eligible))
+        return ConditionBatch(program, tuple(name for name, _ in conditions))
 
     def _variables(self, raw: Any, errors: "_ErrorSink") -> dict[str, Variable]:
         variables: dict[str, Variable] = {}

@@ -71,7 +71,11 @@ class Policy:
     source: str
     """Where the policy came from (a file path, or `cluster`), for messages."""
     generation: int | None = None
-    conditions: ConditionBatch | None = None
+    conditions: tuple[ConditionBatch, ...] = ()
+    """At most two batches: the conditions that read no policy variable, then those that do, with their
+    variables written in (`Rule.inlined`): rules without a batch, or whose batch fails, are evaluated alone.
+    Kept apart so that a variable that is missing for some objects (`object.metadata.labels.tier`) fails only
+    its own batch."""
     reads_namespace: bool = False
     """Whether the policy selects namespaces by label or reads `namespaceObject`: it cannot be decided for a
     namespace Placer could not read."""
