@@ -84,7 +84,8 @@ def floor_server(workdir: Path, certs: Any, workers: int, threads: int) -> Itera
     try:
         for _ in range(200):
             with contextlib.suppress(requests.RequestException):
-                if requests.post(url + "/mutate", data=b"{}", verify=str(certs.ca_cert), timeout=1).status_code == 200:
+                if (requests.post(url + "/mutate", data=b"{}", verify=str(certs.ca_cert), timeout=1).status_code == 200
+                        and len(children(process.pid)) == workers):
                     break
             time.sleep(0.05)
         yield url, children(process.pid)

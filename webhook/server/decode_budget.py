@@ -16,13 +16,13 @@ the object and its old version: for ordinary objects their cost stays under the 
 dense one is refused with 413, which the API server treats as a webhook failure (`failurePolicy`).
 """
 
-import ctypes
-import ctypes.util
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+from webhook.server.c_heap import heap_trimmer
 
 MIB = 1024 * 1024
 _PER_MAP = 128
@@ -71,7 +71,7 @@ class DecodeBudget:
         self._monotonic = monotonic
         self._in_use = 0
         self._condition = threading.Condition()
-        self._trim = _heap_trimmer()
+        self._trim = heap_trimmer()
 
     @property
     def in_use(self) -> int:
@@ -109,19 +109,3 @@ class DecodeBudget:
                     raise DecodeRefused(503, "too many large requests being decoded at once; try again")
                 self._condition.wait(remaining)
             self._in_use += cost
-
-
-def _heap_trimmer() -> Callable[[], None]:
-    """glibc's `malloc_trim(0)`, which hands freed heap pages back to the kernel; a no-op elsewhere."""
-    name = ctypes.util.find_library("c")
-    try:
-        trim = ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
-        trim = None
-    if trim is None:
-        return lambda: None
-
-    def trim_heap() -> None:
-        trim(0)
-
-    return trim_heap

@@ -66,7 +66,9 @@ class ReviewEndpoints:
 
     def _serve(self, environ: dict[str, Any], answer: Answer) -> Any:
         """Read the body, reserve its memory, parse the AdmissionReview and answer it. The reservation is
-        held until the answer is built: the decoded review and CEL's copies of it live that long."""
+        held until the answer is built and the decoded review let go: the review and CEL's copies of it live
+        that long, and the heap is trimmed when the reservation ends (a review still held then would stay in
+        the worker's memory)."""
         started = time.monotonic()
         body = self._read_body(environ)
         deadline = _deadline(started, _query_value(environ.get("QUERY_STRING", ""), "timeout"))
@@ -76,7 +78,9 @@ class ReviewEndpoints:
                     review = parse_review(decode_json(body))
                 except ReviewError as error:
                     raise _Refusal(400, str(error)) from None
-                return answer(review, started, deadline)
+                response = answer(review, started, deadline)
+                del review
+            return response
         except DecodeRefused as refused:
             raise _Refusal(refused.status, str(refused)) from None
 
