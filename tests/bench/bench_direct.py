@@ -1,6 +1,7 @@
 """The direct table: what Placer's `/mutate` costs beside the stack's floor, on the same gunicorn and TLS.
 
     python -m tests.bench.bench_direct [--duration 5] [--connections 1,8,32] [--workers 2] [--threads 4]
+                                       [--cases floor,2,50]
 
 Cases, each served by its own server and loaded at each connection count (keep-alive TLS, one request in
 flight per connection, `wrk` when installed — Debian's package — else tests.bench.loadgen):
@@ -142,7 +143,7 @@ def measure(url: str, pids: list[int], body: Path, connections: int, duration: f
 
 
 def run(duration: float, connections: list[int], workers: int, threads: int, *, quiet: bool = False,
-        big: bool = True) -> list[dict[str, Any]]:
+        big: bool = True, only: frozenset[str] = frozenset({"floor", "2", "50"})) -> list[dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="placer-direct-") as tmp:
         workdir = Path(tmp)
@@ -154,6 +155,8 @@ def run(duration: float, connections: list[int], workers: int, threads: int, *, 
         cases = [("floor (minimal WSGI, gthread)", None, [pod]), ("placer, 2 rules", 2, [pod]),
                  ("placer, 50 rules", 50, [pod, deployment_body] if big else [pod])]
         for label, rules, bodies in cases:
+            if str(rules or "floor") not in only:
+                continue
             with (floor_server(workdir, certs, workers, threads) if rules is None
                   else placer_server(workdir, certs, rules, workers, threads)) as (url, pids):
                 for body in bodies:
@@ -182,11 +185,13 @@ def main() -> None:
     parser.add_argument("--connections", default="1,8,32")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--cases", default="floor,2,50", help="which of: floor, 2 (rules), 50 (rules)")
     args = parser.parse_args()
     print(f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, {args.workers} workers x {args.threads} "
           f"threads, TLS, keep-alive, load from {'wrk' if shutil.which('wrk') else 'tests.bench.loadgen'}")
     print(HEADER, flush=True)
-    run(args.duration, [int(c) for c in args.connections.split(",")], args.workers, args.threads)
+    run(args.duration, [int(c) for c in args.connections.split(",")], args.workers, args.threads,
+        only=frozenset(args.cases.split(",")))
 
 
 if __name__ == "__main__":

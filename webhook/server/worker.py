@@ -1,7 +1,7 @@
 """gunicorn's threaded worker, with a deadline on slow clients (see `read_deadline`), that serves a kept-alive
-connection's next request in the same thread (holding the connection while requests keep coming and no other
-connection waits), writes a response's head and body in one write, and asks to be replaced once Kubernetes'
-CEL library calls have leaked their budget in it (`cel_libraries.leaks`).
+connection's next request in the same thread when it is already there, writes a response's head and body
+in one write, and asks to be replaced once
+Kubernetes' CEL library calls have leaked their budget in it (`cel_libraries.leaks`).
 
 The deadline is armed when a thread takes a connection (before the TLS handshake) and disarmed when the
 application has read the request body in full; the WSGI callable is wrapped so the body stream reports
@@ -16,7 +16,6 @@ arbiter starts a fresh one.
 import logging
 import select
 import threading
-import time
 from typing import Any
 
 from gunicorn.workers.gthread import ThreadWorker
@@ -24,15 +23,11 @@ from gunicorn.workers.gthread import ThreadWorker
 from webhook.server.c_heap import use_one_arena
 from webhook.server.read_deadline import BodyReadSignal, ReadDeadlines
 
-HOLD_IDLE_CONNECTION = 1.0
-"""Seconds a thread keeps a kept-alive connection whose next request has not come yet, before handing it back
-to gunicorn's poller. Handing it back costs, per request, a wake-up of the main thread, a re-register in the
-poller and a hand-off to a pool thread when the request comes: as much CPU as the 2-rule admission itself,
-and a third of the latency. The API server sends its next request on a connection within milliseconds under
-load; a connection idle for a second is not under load."""
-HOLD_CHECK_INTERVAL = 0.01
-"""While it holds an idle connection, how often a thread looks whether another connection waits for a
-thread (it then gives the idle one back at once): the longest a new connection can wait for a free thread."""
+NEXT_REQUEST_LINGER = 0.002
+"""Seconds a thread waits on a kept-alive connection for its next request before handing the connection
+back to gunicorn's poller. Handing it back costs, per request, a wake-up of the main thread, a re-register
+in the poller and a hand-off to a pool thread when the request comes: as much as the 2-rule admission
+itself. The API server sends requests back to back on its kept-alive connections under load."""
 
 LEAKS_EXTENSION = "placer.cel_leaks"
 """Where the Flask app keeps its compiler's `LeakAccount`."""
@@ -63,8 +58,8 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.wsgi = signal_body_read
 
     def handle(self, conn: Any) -> Any:
-        """Serve a connection's requests while the next one comes within `HOLD_IDLE_CONNECTION` and no other
-        connection waits for a thread; then give it back to the poller."""
+        """Serve a connection's requests while the next one is already there (or comes within
+        `NEXT_REQUEST_LINGER`) and no other connection waits for a thread; then give it back to the poller."""
         while True:
             self.read_deadlines.arm(conn)
             try:
@@ -85,24 +80,16 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
             held.flush()
 
     def _next_request_ready(self, conn: Any) -> bool:
-        """Whether the connection's next request is there, waiting for it up to HOLD_IDLE_CONNECTION while no
-        other connection waits for a thread (then this one goes back to the poller at once)."""
         work_queue = getattr(self.tpool, "_work_queue", None)
         if work_queue is None or not work_queue.empty():
             return False  # another connection waits for a thread: this one goes back to the poller
         if conn.parser.unreader.buf.getvalue() or (hasattr(conn.sock, "pending") and conn.sock.pending()):
             return True
-        give_up = time.monotonic() + HOLD_IDLE_CONNECTION
-        while self.alive and work_queue.empty():
-            try:
-                readable, _, _ = select.select([conn.sock], [], [], HOLD_CHECK_INTERVAL)
-            except (OSError, ValueError):
-                return False
-            if readable:
-                return True
-            if time.monotonic() >= give_up:
-                return False
-        return False
+        try:
+            readable, _, _ = select.select([conn.sock], [], [], NEXT_REQUEST_LINGER)
+        except (OSError, ValueError):
+            return False
+        return bool(readable)
 
     def _recycle_when_leaked(self) -> None:
         leaks = getattr(self, "cel_leaks", None)
