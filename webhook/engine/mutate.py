@@ -316,13 +316,13 @@ class _Run:
         """Each rule's outcome per template in the current pass."""
         self.selector_changed: set[str] = set()
         """Templates whose own-pods selector the current pass changed (it changed labels it comes from)."""
-        self.selector_rules = any(_falls_back_to_own_pods(rule) for policy in policies for rule in policy.rules)
-        self.sensitive = [
-            (policy, rule)
-            for policy in policies
-            for rule in policy.rules
-            if rule.reads.template or rule.reads.object or _falls_back_to_own_pods(rule)
-        ]
+        self.selector_rules = False
+        self.sensitive: list[tuple[Policy, Rule]] = []
+        for policy in policies:
+            for rule in policy.rules:
+                if rule.pass_sensitive:
+                    self.sensitive.append((policy, rule))
+                    self.selector_rules = self.selector_rules or rule.own_pods_fallback
         """The rules whose outcome can depend on what a pass writes: only they can make another pass useful."""
 
     def settle(self, obj: JSONObject) -> JSONPatch:
@@ -444,17 +444,13 @@ class _Run:
 
 def _repeats_itself(rule: Rule) -> bool:
     """An applied rule whose parameters are fixed and whose action needs no derived selector: idempotent."""
-    return not rule.parameter_expressions and not _falls_back_to_own_pods(rule)
-
-
-def _falls_back_to_own_pods(rule: Rule) -> bool:
-    return rule.action.own_pods != "never" and "labelSelector" not in rule.raw_parameters
+    return not rule.parameter_expressions and not rule.own_pods_fallback
 
 
 def _derives_selector(rule: Rule, outcome: Outcome) -> bool:
     """The rule's action falls back to the own-pods selector and may act differently on a new one: one that
     was skipped for want of a selector may find one now, and a term keyed by its selector is added again."""
-    return _falls_back_to_own_pods(rule) and (outcome != "applied" or rule.action.own_pods == "keyed-by-selector")
+    return rule.own_pods_fallback and (outcome != "applied" or rule.action.own_pods == "keyed-by-selector")
 
 
 def pointer_tokens(pointer: str) -> tuple[str, ...]:

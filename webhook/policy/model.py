@@ -36,6 +36,16 @@ class Rule:
     inlined: "Inlined | None" = None
     """The condition and parameter expressions with the variables written into them, for when a variable
     fails or holds a value that cannot leave CEL (an optional, a type); None without variables."""
+    own_pods_fallback: bool = field(init=False, compare=False, repr=False)
+    """The action derives the workload's own-pods selector (no `labelSelector` parameter given)."""
+    pass_sensitive: bool = field(init=False, compare=False, repr=False)
+    """What the rule does may change when a pass writes to the template: it reads the template or the
+    object, or derives a selector from labels a rule may add (the engine's fixed point looks at these)."""
+
+    def __post_init__(self) -> None:
+        fallback = self.action.own_pods != "never" and "labelSelector" not in self.raw_parameters
+        object.__setattr__(self, "own_pods_fallback", fallback)
+        object.__setattr__(self, "pass_sensitive", bool(self.reads.template or self.reads.object or fallback))
 
 
 @dataclass(frozen=True, slots=True)
