@@ -1,5 +1,6 @@
 """gunicorn's threaded worker, with a deadline on slow clients (see `read_deadline`), that serves a kept-alive
-connection's next request in the same thread when it is already there, writes a response's head and body
+connection's next request in the same thread when it is already there, leaves a new connection to a less
+loaded worker (see `accept_pacing`), writes a response's head and body
 in one write, and asks to be replaced once
 Kubernetes' CEL library calls have leaked their budget in it (`cel_libraries.leaks`).
 
@@ -16,10 +17,12 @@ arbiter starts a fresh one.
 import logging
 import select
 import threading
+import weakref
 from typing import Any
 
 from gunicorn.workers.gthread import ThreadWorker
 
+from webhook.server.accept_pacing import AcceptPacing
 from webhook.server.c_heap import use_one_arena
 from webhook.server.read_deadline import BodyReadSignal, ReadDeadlines
 
@@ -43,7 +46,32 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.read_deadlines = ReadDeadlines(self.app.settings.read_timeout)
         self.recycling = threading.Lock()
         self.read_deadlines.start()
+        self.accept_pacing = AcceptPacing(self.cfg.threads, enabled=self.cfg.workers > 1)
+        self.connections: weakref.WeakSet[Any] = weakref.WeakSet()
+        """The connections this worker holds: gunicorn's own count (`nr_conns`) goes below zero when
+        clients close kept-alive connections, so the connections themselves are counted (a closed one is
+        dropped by gunicorn, and so from here)."""
         super().init_process()
+
+    def accept(self, listener: Any) -> None:
+        """Take the waiting connection, unless this worker has a connection per thread already and
+        another worker may take it first (`accept_pacing`)."""
+        if self.alive and self.accept_pacing.defer(len(self.connections)):
+            self.set_accept_enabled(False)
+            return
+        super().accept(listener)
+
+    def enqueue_req(self, conn: Any) -> None:
+        self.connections.add(conn)
+        super().enqueue_req(conn)
+
+    def set_accept_enabled(self, enabled: bool) -> None:
+        if enabled and not self.accept_pacing.resume():
+            return  # deferring: gunicorn's loop asks again after its next wait
+        super().set_accept_enabled(enabled)
+
+    def wait_for_and_dispatch_events(self, timeout: float) -> None:
+        super().wait_for_and_dispatch_events(self.accept_pacing.wait_at_most(timeout))
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
