@@ -1,8 +1,7 @@
 """gunicorn's threaded worker, with a deadline on slow clients (see `read_deadline`), that serves a kept-alive
-connection's next request in the same thread when it is already there, leaves a new connection to a less
-loaded worker (see `accept_pacing`), writes a response's head and body
-in one write, and asks to be replaced once
-Kubernetes' CEL library calls have leaked their budget in it (`cel_libraries.leaks`).
+connection's next request in the same thread while it comes in time, leaves a new connection to a less
+loaded worker (see `accept_pacing`), writes a response's head and body in one write, and asks to be replaced
+once Kubernetes' CEL library calls have leaked their budget in it (`cel_libraries.leaks`).
 
 The deadline is armed when a thread takes a connection (before the TLS handshake) and disarmed when the
 application has read the request body in full; the WSGI callable is wrapped so the body stream reports
@@ -17,6 +16,7 @@ arbiter starts a fresh one.
 import logging
 import select
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -28,9 +28,16 @@ from webhook.server.read_deadline import BodyReadSignal, ReadDeadlines
 
 NEXT_REQUEST_LINGER = 0.002
 """Seconds a thread waits on a kept-alive connection for its next request before handing the connection
-back to gunicorn's poller. Handing it back costs, per request, a wake-up of the main thread, a re-register
-in the poller and a hand-off to a pool thread when the request comes: as much as the 2-rule admission
-itself. The API server sends requests back to back on its kept-alive connections under load."""
+back to gunicorn's poller, when the worker has more connections than threads. Handing it back costs, per
+request, a wake-up of the main thread, a re-register in the poller and a hand-off to a pool thread when the
+request comes: as much as the 2-rule admission itself. Clients send requests back to back under load."""
+HOLD_IDLE_CONNECTION = 1.0
+"""The same wait when the worker has no more connections than threads: each can keep its thread, so a
+connection is held up to a second idle (the API server's next admission on it comes within milliseconds
+under load), and given back at once when another connection waits for a thread."""
+HOLD_CHECK_INTERVAL = 0.01
+"""While it holds an idle connection, how often a thread looks whether another connection waits for a
+thread: the longest a new connection can wait for one."""
 
 LEAKS_EXTENSION = "placer.cel_leaks"
 """Where the Flask app keeps its compiler's `LeakAccount`."""
@@ -86,8 +93,8 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.wsgi = signal_body_read
 
     def handle(self, conn: Any) -> Any:
-        """Serve a connection's requests while the next one is already there (or comes within
-        `NEXT_REQUEST_LINGER`) and no other connection waits for a thread; then give it back to the poller."""
+        """Serve a connection's requests while the next one comes in time (`_next_request_ready`) and no
+        other connection waits for a thread; then give it back to the poller."""
         while True:
             self.read_deadlines.arm(conn)
             try:
@@ -108,16 +115,28 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
             held.flush()
 
     def _next_request_ready(self, conn: Any) -> bool:
+        """Whether the connection's next request is there, waiting for it while no other connection waits
+        for a thread: `HOLD_IDLE_CONNECTION` when the worker has a thread per connection, else
+        `NEXT_REQUEST_LINGER` (connections beyond the threads reach the work queue only through the
+        poller: a thread holding an idle one would leave them waiting)."""
         work_queue = getattr(self.tpool, "_work_queue", None)
         if work_queue is None or not work_queue.empty():
             return False  # another connection waits for a thread: this one goes back to the poller
         if conn.parser.unreader.buf.getvalue() or (hasattr(conn.sock, "pending") and conn.sock.pending()):
             return True
-        try:
-            readable, _, _ = select.select([conn.sock], [], [], NEXT_REQUEST_LINGER)
-        except (OSError, ValueError):
-            return False
-        return bool(readable)
+        own_thread = len(self.connections) <= self.cfg.threads
+        give_up = time.monotonic() + (HOLD_IDLE_CONNECTION if own_thread else NEXT_REQUEST_LINGER)
+        while self.alive and work_queue.empty():
+            try:
+                wait = min(HOLD_CHECK_INTERVAL, max(give_up - time.monotonic(), 0.0))
+                readable, _, _ = select.select([conn.sock], [], [], wait)
+            except (OSError, ValueError):
+                return False
+            if readable:
+                return True
+            if time.monotonic() >= give_up:
+                return False
+        return False
 
     def _recycle_when_leaked(self) -> None:
         leaks = getattr(self, "cel_leaks", None)
