@@ -3,8 +3,8 @@
 The worker serves a connection's next request in the same thread when it comes in time (saving the
 round trip through gunicorn's poller). With more connections than threads, every connection must still be
 served in turn: clients pipelining all their requests at once are answered in turn, not the first one's
-all before the others', and a connection arriving just after the only thread answered an idle one is
-answered at once.
+all before the others', and a connection arriving while the only thread holds an idle one is answered at
+once, not when the hold ends.
 """
 
 import json
@@ -82,7 +82,7 @@ def test_a_new_connection_is_answered_at_once_while_the_only_thread_holds_an_idl
 
         idle = connect()
         idle.sendall(request)
-        assert _read_response(idle.makefile("rb")) == 200  # its thread may now wait for its next request
+        assert _read_response(idle.makefile("rb")) == 200  # its thread now holds it for its next request
         latecomer = connect()
         started = time.monotonic()
         latecomer.sendall(request)
