@@ -1,12 +1,13 @@
 """The direct table: what Placer's `/mutate` costs beside the stack's floor, on the same gunicorn and TLS.
 
     python -m tests.bench.bench_direct [--duration 5] [--connections 1,8,32] [--workers 2] [--threads 4]
-                                       [--cases floor,2,50]
+                                       [--cases floor,floor-gthread,2,50]
 
 Cases, each served by its own server and loaded at each connection count (keep-alive TLS, one request in
 flight per connection, `wrk` when installed — Debian's package — else tests.bench.loadgen):
 
-- floor: a minimal WSGI app (tests.bench.floor_app) under gunicorn gthread, the captured Pod review;
+- floor: a minimal WSGI app (tests.bench.floor_app) under Placer's gunicorn worker (gthread with its
+  changes, webhook.server.worker), the captured Pod review; `floor-gthread`: the same under gunicorn's own;
 - Placer with 2 rules (a node selector from a namespace label, a GPU toleration), the captured Pod review
   (3.1 KB, what the API server sends for such a Pod);
 - Placer with 50 rules, the same Pod review, and the 8.5 KB Deployment of bench_engine.
@@ -54,6 +55,7 @@ spec:
     action: add-toleration
     parameters: {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
 """
+PLACER_WORKER = "webhook.server.worker.PlacerThreadWorker"
 NAMESPACE_WITH_POOL = NAMESPACES.replace("team: ml}", "team: ml, node-pool: ml}")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -73,9 +75,10 @@ def children(pid: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def floor_server(workdir: Path, certs: Any, workers: int, threads: int) -> Iterator[tuple[str, list[int]]]:
+def floor_server(workdir: Path, certs: Any, workers: int, threads: int, worker_class: str = PLACER_WORKER
+                 ) -> Iterator[tuple[str, list[int]]]:
     port = free_port()
-    args = [sys.executable, "-m", "gunicorn", "--worker-class", "gthread", "--workers", str(workers),
+    args = [sys.executable, "-m", "gunicorn", "--worker-class", worker_class, "--workers", str(workers),
             "--threads", str(threads), "--bind", f"127.0.0.1:{port}", "--certfile", str(certs.cert),
             "--keyfile", str(certs.key), "--log-level", "warning", "tests.bench.floor_app:app"]
     with (workdir / "floor.log").open("wb") as output:
@@ -144,6 +147,7 @@ def measure(url: str, pids: list[int], body: Path, connections: int, duration: f
 
 def run(duration: float, connections: list[int], workers: int, threads: int, *, quiet: bool = False,
         big: bool = True, only: frozenset[str] = frozenset({"floor", "2", "50"})) -> list[dict[str, Any]]:
+    """Every case in `only` (floor, floor-gthread, 2, 50), loaded at each connection count; one row each."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="placer-direct-") as tmp:
         workdir = Path(tmp)
@@ -152,13 +156,16 @@ def run(duration: float, connections: list[int], workers: int, threads: int, *, 
         pod.write_text(json.dumps(fixture_request("pod-bare-create-dryrun")))
         deployment_body = workdir / "deployment.json"
         deployment_body.write_text(json.dumps(deployment(8_500)))
-        cases = [("floor (minimal WSGI, gthread)", None, [pod]), ("placer, 2 rules", 2, [pod]),
-                 ("placer, 50 rules", 50, [pod, deployment_body] if big else [pod])]
-        for label, rules, bodies in cases:
-            if str(rules or "floor") not in only:
+        cases: list[tuple[str, str, int | str, list[Path]]] = [
+            ("floor (minimal WSGI)", "floor", PLACER_WORKER, [pod]),
+            ("floor, plain gthread", "floor-gthread", "gthread", [pod]),
+            ("placer, 2 rules", "2", 2, [pod]),
+            ("placer, 50 rules", "50", 50, [pod, deployment_body] if big else [pod])]
+        for label, name, setup, bodies in cases:
+            if name not in only:
                 continue
-            with (floor_server(workdir, certs, workers, threads) if rules is None
-                  else placer_server(workdir, certs, rules, workers, threads)) as (url, pids):
+            with (floor_server(workdir, certs, workers, threads, setup) if isinstance(setup, str)
+                  else placer_server(workdir, certs, setup, workers, threads)) as (url, pids):
                 for body in bodies:
                     measure(url + "/mutate?timeout=10s", pids, body, 4, 1.0, str(certs.ca_cert))  # warm-up
                     for count in connections:
@@ -185,7 +192,8 @@ def main() -> None:
     parser.add_argument("--connections", default="1,8,32")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)
-    parser.add_argument("--cases", default="floor,2,50", help="which of: floor, 2 (rules), 50 (rules)")
+    parser.add_argument("--cases", default="floor,2,50",
+                        help="which of: floor, floor-gthread (gunicorn's own worker), 2 (rules), 50 (rules)")
     args = parser.parse_args()
     print(f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, {args.workers} workers x {args.threads} "
           f"threads, TLS, keep-alive, load from {'wrk' if shutil.which('wrk') else 'tests.bench.loadgen'}")

@@ -1,7 +1,8 @@
 """The stack's floor: the smallest WSGI app that answers an AdmissionReview (allowed, no patch), served by
 the same gunicorn worker model and TLS settings as Placer, so the direct benchmark shows what Placer adds.
 
-    gunicorn --worker-class gthread --workers 2 --threads 4 --certfile … --keyfile … tests.bench.floor_app:app
+    gunicorn --worker-class webhook.server.worker.PlacerThreadWorker --workers 2 --threads 4 \
+        --certfile … --keyfile … tests.bench.floor_app:app
 """
 
 import json

@@ -22,6 +22,7 @@ from typing import Any
 
 from gunicorn.workers.gthread import ThreadWorker
 
+from webhook.config import READ_TIMEOUT_SECONDS
 from webhook.server.accept_pacing import AcceptPacing
 from webhook.server.c_heap import use_one_arena
 from webhook.server.read_deadline import BodyReadSignal, ReadDeadlines
@@ -50,7 +51,8 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
 
     def init_process(self) -> None:
         use_one_arena()  # before any thread starts (c_heap)
-        self.read_deadlines = ReadDeadlines(self.app.settings.read_timeout)
+        settings = getattr(self.app, "settings", None)  # Placer's server has them; plain `gunicorn` does not
+        self.read_deadlines = ReadDeadlines(getattr(settings, "read_timeout", READ_TIMEOUT_SECONDS))
         self.recycling = threading.Lock()
         self.read_deadlines.start()
         self.accept_pacing = AcceptPacing(self.cfg.threads, enabled=self.cfg.workers > 1)
