@@ -13,11 +13,12 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import fixture_request
-from tests.e2e.server import copy_policies, running_server
+from tests.e2e.server import RunningServer, copy_policies, running_server
 
 CLIENTS, REQUESTS = 3, 40
 
@@ -33,20 +34,35 @@ def _read_response(stream: Any) -> int:
     return status
 
 
-def test_busy_connections_share_one_thread_in_turn(tmp_path: Path, certificates: Any) -> None:
+def _pod_review_request() -> bytes:
+    """The captured Pod review as one raw HTTP/1.1 request."""
     body = json.dumps(fixture_request("pod-bare-create-dryrun")).encode()
-    request = (b"POST /mutate?timeout=10s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-               b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    return (b"POST /mutate?timeout=10s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+def _connector(server: RunningServer) -> Callable[[], ssl.SSLSocket]:
+    """Opens a TLS connection to the server (one per call)."""
+    port = int(server.url.rsplit(":", 1)[1])
+    context = ssl.create_default_context(cafile=str(server.ca))
+
+    def connect() -> ssl.SSLSocket:
+        return context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=30),
+                                   server_hostname="localhost")
+
+    return connect
+
+
+def test_busy_connections_share_one_thread_in_turn(tmp_path: Path, certificates: Any) -> None:
+    request = _pod_review_request()
     answered: list[tuple[float, int, int]] = []
     lock = threading.Lock()
     with running_server(tmp_path, certificates, policies=copy_policies(tmp_path),
                         extra=["--workers", "1", "--threads", "1"]) as server:
-        port = int(server.url.rsplit(":", 1)[1])
-        context = ssl.create_default_context(cafile=str(server.ca))
+        connect = _connector(server)
 
         def client(number: int) -> None:
-            connection = context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=30),
-                                             server_hostname="localhost")
+            connection = connect()
             connection.sendall(request * REQUESTS)
             stream = connection.makefile("rb")
             for _ in range(REQUESTS):
@@ -68,17 +84,10 @@ def test_busy_connections_share_one_thread_in_turn(tmp_path: Path, certificates:
 
 def test_a_new_connection_is_answered_at_once_while_the_only_thread_holds_an_idle_one(
         tmp_path: Path, certificates: Any) -> None:
-    body = json.dumps(fixture_request("pod-bare-create-dryrun")).encode()
-    request = (b"POST /mutate?timeout=10s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-               b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    request = _pod_review_request()
     with running_server(tmp_path, certificates, policies=copy_policies(tmp_path),
                         extra=["--workers", "1", "--threads", "1"]) as server:
-        port = int(server.url.rsplit(":", 1)[1])
-        context = ssl.create_default_context(cafile=str(server.ca))
-
-        def connect() -> ssl.SSLSocket:
-            return context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10),
-                                       server_hostname="localhost")
+        connect = _connector(server)
 
         idle = connect()
         idle.sendall(request)
@@ -115,13 +124,10 @@ def _wait_until(condition: Any, timeout: float = 5.0) -> None:
 def test_connections_opened_together_are_shared_between_the_workers(tmp_path: Path, certificates: Any) -> None:
     """The API server (or a load test) opens its connections at once; each worker must get its share, not the
     first one awake most of them (one core working for two, for the connections' lifetime)."""
-    body = json.dumps(fixture_request("pod-bare-create-dryrun")).encode()
-    request = (b"POST /mutate?timeout=10s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-               b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    request = _pod_review_request()
     with running_server(tmp_path, certificates, policies=copy_policies(tmp_path),
                         extra=["--workers", "2", "--threads", "2"]) as server:
-        port = int(server.url.rsplit(":", 1)[1])
-        context = ssl.create_default_context(cafile=str(server.ca))
+        connect = _connector(server)
         _wait_until(lambda: len(server.worker_pids()) == 2, timeout=10)
         workers = server.worker_pids()
         idle = [1, 1]  # the listening socket: the start-up probe's connection and the last round's are closed
@@ -130,15 +136,14 @@ def test_connections_opened_together_are_shared_between_the_workers(tmp_path: Pa
             connections: list[ssl.SSLSocket] = []
             start = threading.Barrier(8)
 
-            def client() -> None:
+            def client(start: threading.Barrier, opened: list[ssl.SSLSocket]) -> None:
                 start.wait()
-                connection = context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10),
-                                                 server_hostname="localhost")
+                connection = connect()
                 connection.sendall(request)
                 assert _read_response(connection.makefile("rb")) == 200
-                connections.append(connection)
+                opened.append(connection)
 
-            threads = [threading.Thread(target=client) for _ in range(8)]
+            threads = [threading.Thread(target=client, args=(start, connections)) for _ in range(8)]
             for thread in threads:
                 thread.start()
             for thread in threads:
