@@ -15,7 +15,10 @@ def add_toleration(template: JSONObject, params: Mapping[str, Any], context: Act
     wanted = toleration_from(params)
     tolerations = ensure_list(template, "spec", "tolerations")
     identity = _identity(wanted)
-    if any(_identity(existing) == identity for existing in tolerations):
+    key = identity[0]
+    # the key first: most tolerations differ by it, and it is the cheap part of the identity
+    if any(isinstance(existing, dict) and str(existing.get("key") or "") == key and _identity(existing) == identity
+           for existing in tolerations):
         return False
     tolerations.append(wanted)
     return True
