@@ -582,9 +582,9 @@ class _PolicyScope:
         self._values: dict[str, Any] = {}
         self._failures: dict[str, cel.Result] = {}
         self._activation = activation
-        self._batch: dict[str, bool] | None = None
-        self._pending: dict[str, ConditionBatch] = {}
-        """The batch each rule's condition is in, until that batch is evaluated."""
+        self._decided: dict[str, bool] = {}
+        """Conditions decided by the batches evaluated so far, by rule."""
+        self._evaluated = [False] * len(policy.conditions)
 
     @property
     def base(self) -> Any:
@@ -608,16 +608,16 @@ class _PolicyScope:
         variable: those are written in). A batch that failed as a whole yields None for each of its rules:
         the one-by-one evaluation then gives each rule its own outcome and message.
         """
-        if self._batch is None:
-            self._batch = {}
-            self._pending = {name: batch for batch in self._policy.conditions for name in batch.rules}
-        found = self._batch.get(rule.name)
-        if found is None and (batch := self._pending.get(rule.name)) is not None:
-            for name in batch.rules:
-                del self._pending[name]
-            self._batch.update(_split_batch(batch, cel.evaluate(batch.program, self._base_activation)))
-            found = self._batch.get(rule.name)
-        return found
+        found = self._decided.get(rule.name)
+        if found is not None:
+            return found
+        index = self._policy.batch_of.get(rule.name)
+        if index is None or self._evaluated[index]:
+            return None
+        self._evaluated[index] = True
+        batch = self._policy.conditions[index]
+        self._decided.update(_split_batch(batch, cel.evaluate(batch.program, self._base_activation)))
+        return self._decided.get(rule.name)
 
     def activation_for(self, rule: Rule) -> tuple[Any, cel.Result | None]:
         """An activation with every variable the rule needs, or the failure of one of them."""

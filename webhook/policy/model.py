@@ -90,6 +90,12 @@ class Policy:
     """Whether the policy selects namespaces by label or reads `namespaceObject`: it cannot be decided for a
     namespace Placer could not read."""
     document: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    batch_of: Mapping[str, int] = field(init=False, compare=False, repr=False)
+    """For each rule with a batched condition, the index of its batch in `conditions`."""
+
+    def __post_init__(self) -> None:
+        batch_of = {name: index for index, batch in enumerate(self.conditions) for name in batch.rules}
+        object.__setattr__(self, "batch_of", batch_of)
 
     @property
     def order_key(self) -> tuple[int, str]:
