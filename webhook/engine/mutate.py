@@ -427,7 +427,7 @@ class _Run:
                 if deadline is not None and time.monotonic() > deadline:
                     raise _DeadlineReached
                 key = (policy.name, rule.name, slot.name)
-                if scope.batch_rejects(rule):  # most rules, on most objects: nothing else to do
+                if scope.decided_by_batch(rule) is False:  # most rules, on most objects: nothing else to do
                     outcomes[key] = "not-matched"
                     if key not in traces:
                         traces[key] = RuleTrace(policy.name, rule.name, slot.name, "not-matched", "condition is false")
@@ -486,14 +486,9 @@ def _run_rule(
         return trace("error", detail)
 
     condition, expressions = rule.condition, rule.parameter_expressions
-    batched = scope.batched_condition(rule) if condition is not None else None
-    if batched is not None and (rule.inlined is not None or not rule.reads_variables):
-        # Decided by the batch, which read the variables written in: they are evaluated only for the
-        # parameter expressions of a rule that matched (a failing one, as below, when they are evaluated).
-        if not batched:
-            return trace("not-matched", "condition is false")
-        if not expressions:
-            return _act(policy, rule, rule.parameters, template, mutation=mutation, context=context, trace=trace)
+    if not expressions and scope.decided_by_batch(rule):
+        # matched by its batch, which read any variable written in: nothing else to evaluate
+        return _act(policy, rule, rule.parameters, template, mutation=mutation, context=context, trace=trace)
     activation, problem = scope.activation_for(rule)
     if problem is not None:
         if rule.inlined is None:
@@ -502,6 +497,7 @@ def _run_rule(
         # lazy variables would (an error in a branch that does not decide is absorbed).
         activation, condition, expressions = scope.base, rule.inlined.condition, rule.inlined.parameter_expressions
     if condition is not None:
+        batched = scope.batched_condition(rule)
         result = cel.Result(value=batched) if batched is not None else cel.evaluate(condition, activation)
         if result.missing is not None:
             return trace("missing", result.missing)
@@ -591,15 +587,13 @@ class _PolicyScope:
         """The activation without policy variables."""
         return self._base_activation
 
-    def batch_rejects(self, rule: Rule) -> bool:
-        """Whether the rule's condition is false by its batch, which decides the rule's outcome alone: the
-        batch read any variable written in, and a rule whose variables cannot be written in is left to them
-        (one that fails is reported before its condition, see _run_rule)."""
-        return (
-            rule.condition is not None
-            and (rule.inlined is not None or not rule.reads_variables)
-            and self.batched_condition(rule) is False
-        )
+    def decided_by_batch(self, rule: Rule) -> bool | None:
+        """The rule's condition as its batch found it, when that alone decides whether the rule matches: the
+        batch read any variable written in. A rule whose variables cannot be written in is left to them (one
+        that fails is reported before its condition, see _run_rule): None, as for a rule without a batch."""
+        if rule.condition is None or (rule.inlined is None and rule.reads_variables):
+            return None
+        return self.batched_condition(rule)
 
     def batched_condition(self, rule: Rule) -> bool | None:
         """The rule's condition from one of the policy's batches, or None to evaluate it alone.
