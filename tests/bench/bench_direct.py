@@ -39,6 +39,7 @@ from tests.bench.loadgen import load
 from tests.conftest import fixture_request
 from tests.e2e.server import free_port, running_server
 from webhook.certs import issue
+from webhook.server.gunicorn_app import WORKER_CLASS
 
 TWO_RULES = """apiVersion: placer.dev/v1alpha1
 kind: SchedulingPolicy
@@ -55,7 +56,6 @@ spec:
     action: add-toleration
     parameters: {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
 """
-PLACER_WORKER = "webhook.server.worker.PlacerThreadWorker"
 NAMESPACE_WITH_POOL = NAMESPACES.replace("team: ml}", "team: ml, node-pool: ml}")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -75,7 +75,7 @@ def children(pid: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def floor_server(workdir: Path, certs: Any, workers: int, threads: int, worker_class: str = PLACER_WORKER
+def floor_server(workdir: Path, certs: Any, workers: int, threads: int, worker_class: str = WORKER_CLASS
                  ) -> Iterator[tuple[str, list[int]]]:
     port = free_port()
     args = [sys.executable, "-m", "gunicorn", "--worker-class", worker_class, "--workers", str(workers),
@@ -157,7 +157,7 @@ def run(duration: float, connections: list[int], workers: int, threads: int, *, 
         deployment_body = workdir / "deployment.json"
         deployment_body.write_text(json.dumps(deployment(8_500)))
         cases: list[tuple[str, str, int | str, list[Path]]] = [
-            ("floor (minimal WSGI)", "floor", PLACER_WORKER, [pod]),
+            ("floor (minimal WSGI)", "floor", WORKER_CLASS, [pod]),
             ("floor, plain gthread", "floor-gthread", "gthread", [pod]),
             ("placer, 2 rules", "2", 2, [pod]),
             ("placer, 50 rules", "50", 50, [pod, deployment_body] if big else [pod])]

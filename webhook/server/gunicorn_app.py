@@ -38,6 +38,9 @@ from webhook.server.worker import LEAKS_EXTENSION
 
 log = logging.getLogger(__name__)
 
+WORKER_CLASS = "webhook.server.worker.PlacerThreadWorker"
+"""The gunicorn worker Placer runs on (`worker.PlacerThreadWorker`), as gunicorn's `worker_class` names it."""
+
 
 def build_worker_app(settings: Settings) -> Any:
     """Everything one worker process needs: policies, their reloader, metrics, and the Flask app.
@@ -123,7 +126,7 @@ class PlacerServer(BaseApplication):  # type: ignore[misc]
         options: dict[str, Any] = {
             "bind": [settings.bind],
             "workers": settings.workers,
-            "worker_class": "webhook.server.worker.PlacerThreadWorker",
+            "worker_class": WORKER_CLASS,
             "threads": settings.threads,
             "certfile": str(settings.tls_cert),
             "keyfile": str(settings.tls_key),
