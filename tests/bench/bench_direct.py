@@ -1,7 +1,7 @@
 """The direct table: what Placer's `/mutate` costs beside the stack's floor, on the same gunicorn and TLS.
 
     python -m tests.bench.bench_direct [--duration 5] [--connections 1,8,32] [--workers 2] [--threads 4]
-                                       [--cases floor,floor-gthread,2,50]
+                                       [--cases floor,floor-gthread,2,50] [--rounds 1]
 
 Cases, each served by its own server and loaded at each connection count (keep-alive TLS, one request in
 flight per connection, `wrk` when installed — Debian's package — else tests.bench.loadgen):
@@ -14,6 +14,11 @@ flight per connection, `wrk` when installed — Debian's package — else tests.
 
 Printed per row: requests/s, p50 and p99 latency, CPU seconds per 1,000 requests (the workers' utime +
 stime from /proc, summed over workers, before and after the run) and worker RSS.
+
+A shared machine's speed drifts by 10-50 % within minutes (a neighbour's load), more than most changes
+worth measuring. `--rounds N` runs every case N times in turn (floor, 2, 50, floor, 2, 50, ...) and then
+prints each row's median over the rounds, the range of its req/s, and its CPU per request as a multiple of
+the floor's in the same round and connection count (a ratio the drift mostly cancels out of).
 """
 
 import argparse
@@ -23,6 +28,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -186,6 +192,46 @@ def print_row(row: dict[str, Any]) -> None:
           f"{row['p99_ms']:>8.2f} {row['cpu_s_per_1000']:>9.3f} {row['errors']:>6}  {row['rss_mb']}", flush=True)
 
 
+def summarise(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Each row's median over the rounds, with its req/s range and its CPU per request over the floor's (the
+    floor's row in the same round at the same connection count, Pod body), when the floor was measured."""
+    floors: dict[tuple[int, int], float] = {}
+    for index, rows in enumerate(rounds):
+        for row in rows:
+            if row["case"].startswith("floor (") and row["cpu_s_per_1000"] > 0:
+                floors[(index, row["connections"])] = row["cpu_s_per_1000"]
+    grouped: dict[tuple[str, str, int], list[tuple[int, dict[str, Any]]]] = {}
+    for index, rows in enumerate(rounds):
+        for row in rows:
+            grouped.setdefault((row["case"], row["body"], row["connections"]), []).append((index, row))
+    summary = []
+    for (case, body, connections), measured in grouped.items():
+        rows = [row for _, row in measured]
+        ratios = [row["cpu_s_per_1000"] / floors[(index, connections)]
+                  for index, row in measured if (index, connections) in floors]
+        summary.append({
+            "case": case, "body": body, "connections": connections, "rounds": len(rows),
+            **{key: statistics.median(row[key] for row in rows)
+               for key in ("rps", "p50_ms", "p99_ms", "cpu_s_per_1000")},
+            "rps_range": (min(row["rps"] for row in rows), max(row["rps"] for row in rows)),
+            "cpu_over_floor": statistics.median(ratios) if ratios else None,
+            "errors": sum(row["errors"] for row in rows),
+        })
+    return summary
+
+
+SUMMARY_HEADER = (f"{'case':32} {'body':22} {'conns':>5} {'req/s':>8} {'req/s range':>13} {'p50 ms':>8} {'p99 ms':>8} "
+                  f"{'CPU s/1k':>9} {'x floor':>7} {'errors':>6}")
+
+
+def print_summary_row(row: dict[str, Any]) -> None:
+    low, high = row["rps_range"]
+    ratio = f"{row['cpu_over_floor']:.2f}" if row["cpu_over_floor"] is not None else "-"
+    print(f"{row['case']:32} {row['body']:22} {row['connections']:>5} {row['rps']:>8.0f} "
+          f"{f'{low:.0f}-{high:.0f}':>13} {row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f} "
+          f"{row['cpu_s_per_1000']:>9.3f} {ratio:>7} {row['errors']:>6}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--duration", type=float, default=5.0)
@@ -194,12 +240,23 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--cases", default="floor,2,50",
                         help="which of: floor, floor-gthread (gunicorn's own worker), 2 (rules), 50 (rules)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every case this many times in turn, then print each row's median")
     args = parser.parse_args()
     print(f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, {args.workers} workers x {args.threads} "
           f"threads, TLS, keep-alive, load from {'wrk' if shutil.which('wrk') else 'tests.bench.loadgen'}")
-    print(HEADER, flush=True)
-    run(args.duration, [int(c) for c in args.connections.split(",")], args.workers, args.threads,
-        only=frozenset(args.cases.split(",")))
+    rounds = []
+    for index in range(max(args.rounds, 1)):
+        if args.rounds > 1:
+            print(f"round {index + 1} of {args.rounds}, {time.strftime('%H:%M:%S')}")
+        print(HEADER, flush=True)
+        rounds.append(run(args.duration, [int(c) for c in args.connections.split(",")], args.workers, args.threads,
+                          only=frozenset(args.cases.split(","))))
+    if args.rounds > 1:
+        print(f"median of {args.rounds} rounds (x floor: CPU per request over the floor's in the same round)")
+        print(SUMMARY_HEADER)
+        for row in summarise(rounds):
+            print_summary_row(row)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench.bench_direct import run as run_direct
+from tests.bench.bench_direct import summarise
 from tests.bench.bench_engine import phase_rows, run
 from tests.bench.bench_scale import measure as measure_scale
 from tests.bench.bench_server import run as run_server
@@ -40,6 +41,23 @@ def test_direct_benchmark_measures_the_floor_and_placer_side_by_side() -> None:
         assert row["requests"] > 0 and row["errors"] == 0, row
         assert row["p50_ms"] <= row["p99_ms"], row
         assert row["cpu_s_per_1000"] > 0 and len(row["rss_mb"]) == 1, row
+
+
+def test_direct_rounds_give_each_row_its_median_and_its_cpu_over_the_same_rounds_floor() -> None:
+    def row(case: str, connections: int, rps: float, cpu: float) -> dict[str, Any]:
+        return {"case": case, "body": "pod 3.1 KB", "connections": connections, "rps": rps, "p50_ms": 1000 / rps,
+                "p99_ms": 3000 / rps, "cpu_s_per_1000": cpu, "errors": 0}
+
+    rounds = [  # the machine slows down by half in round 2: the ratio to the floor stays
+        [row("floor (minimal WSGI)", 8, 6000, 0.25), row("placer, 2 rules", 8, 3000, 0.50)],
+        [row("floor (minimal WSGI)", 8, 3000, 0.50), row("placer, 2 rules", 8, 1500, 1.00)],
+        [row("floor (minimal WSGI)", 8, 5000, 0.30), row("placer, 2 rules", 8, 2500, 0.66)],
+    ]
+    summary = {item["case"]: item for item in summarise(rounds)}
+    placer = summary["placer, 2 rules"]
+    assert placer["rounds"] == 3 and placer["rps"] == 2500 and placer["rps_range"] == (1500, 3000)
+    assert placer["cpu_s_per_1000"] == 0.66 and placer["cpu_over_floor"] == 2.0
+    assert summary["floor (minimal WSGI)"]["cpu_over_floor"] == 1.0
 
 
 def test_scale_benchmark_publishes_every_relabel_and_counts_every_placer_process(
