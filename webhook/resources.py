@@ -18,19 +18,21 @@ Totals = dict[str, float]
 def effective_resources(spec: JSONObject) -> tuple[dict[str, Totals], list[str]]:
     """`{requests, limits}` maps of resource name -> number, and a note per unreadable quantity.
 
-    Every quantity is parsed once. Runs on every admission that reads `resources`: the common pod (app
-    containers only) is one sum per map.
+    Every quantity is parsed once, and every distinct quantity string once per pod (sidecars and replicas
+    of one container repeat theirs: `1`, `500m`, `4Gi`). Runs on every admission that reads `resources`:
+    the common pod (app containers only) is one sum per map.
     """
     notes: list[str] = []
+    parsed = _Quantities(notes)
     requests: Totals = {}
     limits: Totals = {}
     for container in _containers(spec.get("containers")):
-        needs = _needs(container, notes)
+        needs = _needs(container, parsed)
         _add(requests, needs[0])
         _add(limits, needs[1])
     totals = [requests, limits]
     if spec.get("initContainers"):
-        init = [(container.get("restartPolicy") == "Always", _needs(container, notes))
+        init = [(container.get("restartPolicy") == "Always", _needs(container, parsed))
                 for container in _containers(spec.get("initContainers"))]
         for index in (0, 1):
             sidecars: Totals = {}
@@ -42,12 +44,12 @@ def effective_resources(spec: JSONObject) -> tuple[dict[str, Totals], list[str]]
                     peak = _max(peak, _sum([sidecars, needs[index]]))
             totals[index] = _max(_sum([totals[index], sidecars]), peak)
     if "resources" in spec:
-        pod_level = _needs(spec, notes, where="pod resources")
+        pod_level = _needs(spec, parsed, where="pod resources")
         totals[0].update(pod_level[0])
         totals[1].update(pod_level[1])
     overhead = spec.get("overhead")
     if isinstance(overhead, dict):
-        totals[0] = _sum([totals[0], _parse_map(overhead, "overhead", notes)])
+        totals[0] = _sum([totals[0], parsed.of_map(overhead, "overhead")])
     return {"requests": totals[0], "limits": totals[1]}, notes
 
 
@@ -55,29 +57,45 @@ def _containers(value: Any) -> Iterable[JSONObject]:
     return (item for item in value if isinstance(item, dict)) if isinstance(value, list) else ()
 
 
-def _needs(container: JSONObject, notes: list[str], *, where: str = "") -> tuple[Totals, Totals]:
+def _needs(container: JSONObject, parsed: "_Quantities", *, where: str = "") -> tuple[Totals, Totals]:
     """A container's (or the pod's) requests — defaulted from its limits as the API server does — and
     limits."""
     resources = container.get("resources")
     if not isinstance(resources, dict):
         return {}, {}
-    limits = _parse_map(resources.get("limits"), where or container, notes)
-    requests = _parse_map(resources.get("requests"), where or container, notes)
+    limits = parsed.of_map(resources.get("limits"), where or container)
+    requests = parsed.of_map(resources.get("requests"), where or container)
     return {**limits, **requests}, limits
 
 
-def _parse_map(raw: Any, where: str | JSONObject, notes: list[str]) -> Totals:
-    """Parsed quantities; `where` (a place, or the container, named only when a quantity is unreadable)."""
-    parsed: Totals = {}
-    if not isinstance(raw, dict):
+class _Quantities:
+    """The quantities of one pod, each distinct string parsed once; a note per unreadable one."""
+
+    __slots__ = ("_known", "notes")
+
+    def __init__(self, notes: list[str]) -> None:
+        self.notes = notes
+        self._known: dict[str, float] = {}
+
+    def of_map(self, raw: Any, where: str | JSONObject) -> Totals:
+        """Parsed quantities; `where` (a place, or the container, named only when a quantity is unreadable)."""
+        parsed: Totals = {}
+        if not isinstance(raw, dict):
+            return parsed
+        known = self._known
+        for name, value in raw.items():
+            number = known.get(value) if type(value) is str else None
+            if number is None:
+                try:
+                    number = parse_quantity(value)
+                except InvalidQuantityError as error:
+                    place = where if isinstance(where, str) else f"container {str(where.get('name', '?'))[:30]}"
+                    self.notes.append(f"{place}: {str(name)[:40]}: {error}")
+                    continue
+                if type(value) is str:
+                    known[value] = number
+            parsed[str(name)] = number
         return parsed
-    for name, value in raw.items():
-        try:
-            parsed[str(name)] = parse_quantity(value)
-        except InvalidQuantityError as error:
-            place = where if isinstance(where, str) else f"container {str(where.get('name', '?'))[:30]}"
-            notes.append(f"{place}: {str(name)[:40]}: {error}")
-    return parsed
 
 
 def _add(total: Totals, item: Totals) -> None:

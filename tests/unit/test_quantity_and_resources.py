@@ -51,6 +51,18 @@ def test_invalid_quantity_is_left_out_with_a_note() -> None:
     assert notes and "cpu" in notes[0]
 
 
+def test_containers_repeating_a_quantity_each_count_and_each_bad_one_is_named() -> None:
+    """Sidecars copied from one template share their quantity strings (each string is parsed once a pod)."""
+    sidecar = {"resources": {"requests": {"cpu": "500m", "memory": "64Mi"}, "limits": {"cpu": "500m"}}}
+    containers = [{"name": f"side-{index}", **sidecar} for index in range(3)]
+    containers += [{"name": f"bad-{index}", "resources": {"requests": {"cpu": "half", "memory": 1024}}}
+                   for index in range(2)]
+    resources, notes = effective_resources({"containers": containers})
+    assert resources["requests"] == {"cpu": 1.5, "memory": 3 * 64 * 2**20 + 2 * 1024}
+    assert resources["limits"] == {"cpu": 1.5}
+    assert [note.split(":")[0] for note in notes] == ["container bad-0", "container bad-1"]
+
+
 def test_malformed_specs_do_not_raise() -> None:
     for spec in ({"containers": "x"}, {"containers": [1, None]}, {"containers": [{"resources": []}]},
                  {"initContainers": {"a": 1}}, {"overhead": 5}):
