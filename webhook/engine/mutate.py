@@ -427,12 +427,17 @@ class _Run:
                 if deadline is not None and time.monotonic() > deadline:
                     raise _DeadlineReached
                 key = (policy.name, rule.name, slot.name)
-                if scope.decided_by_batch(rule) is False:  # most rules, on most objects: nothing else to do
+                decided = scope.decided_by_batch(rule)
+                if decided is False:  # most rules, on most objects: nothing else to do
                     outcomes[key] = "not-matched"
                     if key not in traces:
                         traces[key] = RuleTrace(policy.name, rule.name, slot.name, "not-matched", "condition is false")
                     continue
-                trace = _run_rule(policy, rule, scope, template, slot=slot, mutation=mutation, context=context)
+                if decided and not rule.parameter_expressions:
+                    # matched by its batch, which read any variable written in: nothing else to evaluate
+                    trace = _act(policy, rule, rule.parameters, template, slot.name, mutation=mutation, context=context)
+                else:
+                    trace = _run_rule(policy, rule, scope, template, slot=slot, mutation=mutation, context=context)
                 outcomes[key] = trace.outcome
                 previous = traces.get(key)
                 if previous is None or (trace.changed and not previous.changed):
@@ -486,9 +491,6 @@ def _run_rule(
         return trace("error", detail)
 
     condition, expressions = rule.condition, rule.parameter_expressions
-    if not expressions and scope.decided_by_batch(rule):
-        # matched by its batch, which read any variable written in: nothing else to evaluate
-        return _act(policy, rule, rule.parameters, template, mutation=mutation, context=context, trace=trace)
     activation, problem = scope.activation_for(rule)
     if problem is not None:
         if rule.inlined is None:
@@ -520,7 +522,7 @@ def _run_rule(
         parameters, problems = parse_parameters(rule.action, computed)
         if problems:
             return fail("; ".join(f"parameters.{name}: {message}" for name, message in problems))
-    return _act(policy, rule, parameters, template, mutation=mutation, context=context, trace=trace)
+    return _act(policy, rule, parameters, template, slot.name, mutation=mutation, context=context)
 
 
 def _act(
@@ -528,10 +530,10 @@ def _act(
     rule: Rule,
     parameters: Mapping[str, Any],
     template: JSONObject,
+    slot_name: str,
     *,
     mutation: Mutation,
     context: "_RuleContexts",
-    trace: Callable[..., RuleTrace],
 ) -> RuleTrace:
     """Apply a matched rule's action to the working template."""
     action_context = context.for_rule(rule)
@@ -539,10 +541,11 @@ def _act(
         changed = rule.action.apply(template, parameters, action_context)
     except ActionSkipped as skipped:
         mutation.warnings.append(f"{_rule_id(policy, rule)}: skipped: {skipped}")
-        return trace("skipped", str(skipped))
-    if action_context.conflicts:
-        mutation.warnings.extend(f"{_rule_id(policy, rule)}: {conflict}" for conflict in action_context.conflicts)
-    return trace("applied", "; ".join(action_context.conflicts), changed)
+        return RuleTrace(policy.name, rule.name, slot_name, "skipped", str(skipped))
+    if not action_context.conflicts:
+        return RuleTrace(policy.name, rule.name, slot_name, "applied", "", changed)
+    mutation.warnings.extend(f"{_rule_id(policy, rule)}: {conflict}" for conflict in action_context.conflicts)
+    return RuleTrace(policy.name, rule.name, slot_name, "applied", "; ".join(action_context.conflicts), changed)
 
 
 def _rule_id(policy: Policy, rule: Rule) -> str:
