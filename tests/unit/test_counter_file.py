@@ -1,0 +1,61 @@
+"""The rule counters' own multiprocess file: what `/metrics` reads from it is what was counted."""
+
+import threading
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from webhook.counter_file import CounterFile
+
+LABELS = ("policy", "rule", "outcome")
+
+
+def scrape(directory: Path) -> list[str]:
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
+    return [line for line in generate_latest(registry).decode().splitlines() if not line.startswith("#")]
+
+
+def test_every_increment_is_scraped_as_a_counter_with_its_labels(tmp_path: Path) -> None:
+    counter = CounterFile(str(tmp_path), "placer_rule_evaluations", "Rule evaluations.", LABELS)
+    counter.increment_each([("p", "a", "applied"), ("p", "b", "not-matched")])
+    counter.increment_each([("p", "a", "applied"), ("p", "a", "applied")])  # a set given twice counts twice
+    counter.close()
+    counter.increment_each([("p", "b", "not-matched")])  # reopened: carries on from the file
+    counter.close()
+    lines = scrape(tmp_path)
+    assert 'placer_rule_evaluations_total{outcome="applied",policy="p",rule="a"} 3.0' in lines
+    assert 'placer_rule_evaluations_total{outcome="not-matched",policy="p",rule="b"} 2.0' in lines
+
+
+def test_threads_counting_together_lose_nothing(tmp_path: Path) -> None:
+    counter = CounterFile(str(tmp_path), "placer_rule_evaluations", "Rule evaluations.", LABELS)
+    rules = [("p", f"r{index}", "applied") for index in range(20)]
+
+    def admissions() -> None:
+        for _ in range(250):
+            counter.increment_each(rules)
+
+    threads = [threading.Thread(target=admissions) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    counter.close()
+    lines = scrape(tmp_path)
+    assert all(f'placer_rule_evaluations_total{{outcome="applied",policy="p",rule="r{index}"}} 1000.0' in lines
+               for index in range(20))
+
+
+def test_a_replaced_worker_s_counts_stay_in_the_sum(tmp_path: Path) -> None:
+    """A worker that exits leaves its file: the counter must not go back when its replacement starts."""
+    old = CounterFile(str(tmp_path), "placer_rule_evaluations", "Rule evaluations.", LABELS)
+    old.increment_each([("p", "a", "applied")] * 5)
+    old.close()
+    (tmp_path / next(path.name for path in tmp_path.iterdir())).rename(
+        tmp_path / "counter_placer_rule_evaluations_999999.db")  # as if written by a process now gone
+    new = CounterFile(str(tmp_path), "placer_rule_evaluations", "Rule evaluations.", LABELS)
+    new.increment_each([("p", "a", "applied")] * 2)
+    new.close()
+    assert 'placer_rule_evaluations_total{outcome="applied",policy="p",rule="a"} 7.0' in scrape(tmp_path)
