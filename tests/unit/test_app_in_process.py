@@ -1,10 +1,14 @@
 """The Flask app without gunicorn: readiness, /validate, fail-open and the opt-in mode."""
 
+import io
+import json
+import logging
 from typing import Any
 
 from tests.conftest import fixture_request
 from tests.helpers import snapshot_of
 from webhook.config import Settings
+from webhook.logs import ADMISSION_LOGGER
 from webhook.metrics import Metrics
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, SnapshotHolder
 from webhook.server.app import create_app
@@ -82,3 +86,60 @@ def test_hostile_object_shapes_fail_open() -> None:
         reply = app.post("/mutate", json=body)
         assert reply.status_code == 200
         assert reply.get_json()["response"]["allowed"] is True
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _admissions_counted(metrics: Metrics) -> float:
+    samples = [line for line in metrics.render()[0].decode().splitlines()
+               if line.startswith("placer_admission_requests_total{")]
+    return sum(float(line.split()[-1]) for line in samples)
+
+
+def test_the_admission_is_logged_and_counted_once_its_response_is_written(caplog: Any) -> None:
+    """The API server waits for the response, not for Placer's bookkeeping: the log line and the metrics
+    are written when the server closes the body it sent (WSGI), and a failure there costs no response."""
+    metrics = Metrics()
+    app = create_app(holder=SnapshotHolder(snapshot_of(POLICY)), settings=Settings(), metrics=metrics)
+    lines = _Lines()
+    admission_logger = logging.getLogger(ADMISSION_LOGGER)
+    level = admission_logger.level
+    admission_logger.addHandler(lines)
+    admission_logger.setLevel(logging.INFO)
+    try:
+        raw = json.dumps(fixture_request("pod-bare-create-dryrun")).encode()
+        environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/mutate", "QUERY_STRING": "timeout=10s",
+                   "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(raw)), "wsgi.input": io.BytesIO(raw)}
+        body = app.wsgi_app(environ, lambda status, headers: None)
+        answered = json.loads(b"".join(body))
+        assert "patch" in answered["response"]
+        assert lines.records == [] and _admissions_counted(metrics) == 0  # nothing written yet
+        body.close()  # type: ignore[attr-defined]
+        assert [record.getMessage() for record in lines.records] == ["admission"]
+        assert lines.records[0].fields["uid"] == answered["response"]["uid"]  # type: ignore[attr-defined]
+        assert lines.records[0].fields["applied"] == ["p/r"]  # type: ignore[attr-defined]
+        assert _admissions_counted(metrics) == 1
+        body.close()  # type: ignore[attr-defined]  # a second close writes nothing more
+        assert len(lines.records) == 1 and _admissions_counted(metrics) == 1
+
+        # through Flask's test client too, which closes the body when its response is closed
+        reply = app.test_client().post("/mutate", json=fixture_request("pod-bare-create-dryrun"))
+        assert reply.status_code == 200 and len(lines.records) == 1
+        reply.close()
+        assert len(lines.records) == 2 and _admissions_counted(metrics) == 2
+
+        metrics.observe_admission = None  # type: ignore[assignment,method-assign]  # recording now fails
+        reply = app.test_client().post("/mutate", json=fixture_request("pod-bare-create-dryrun"))
+        assert reply.status_code == 200 and "patch" in reply.get_json()["response"]
+        reply.close()
+        assert "recording an admission that was answered" in caplog.text
+    finally:
+        admission_logger.removeHandler(lines)
+        admission_logger.setLevel(level)

@@ -7,6 +7,7 @@ that arrives can produce a stack trace in a response or take a worker down.
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from flask import Flask, Response, request
@@ -24,7 +25,7 @@ from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.snapshot import SnapshotHolder
 from webhook.review import AdmissionRequest
 from webhook.server.decode_budget import DecodeBudget
-from webhook.server.review_endpoint import ReviewEndpoints
+from webhook.server.review_endpoint import AfterResponse, ReviewEndpoints
 from webhook.validation import validate_policy_review
 from webhook.workloads import WorkloadTable, default_workload_table
 
@@ -60,8 +61,8 @@ def create_app(
             placement=placement,
             claims=claims,
         )
-        _record(metrics, admission_log, admission, time.monotonic() - started)
-        return admission.response
+        return AfterResponse(admission.response, _record(metrics, admission_log, admission,
+                                                         time.monotonic() - started))
 
     def validate(review: AdmissionRequest, _started: float, _deadline: float | None) -> Any:
         return validate_policy_review(review, policy_compiler)
@@ -105,37 +106,41 @@ def create_app(
     return app
 
 
-def _record(metrics: Metrics, admission_log: AdmissionLog, admission: Admission, seconds: float) -> None:
+def _record(metrics: Metrics, admission_log: AdmissionLog, admission: Admission, seconds: float
+            ) -> Callable[[], None]:
+    """The admission's metrics and log line, to write once the response is sent (the API server does not
+    wait for them: ~10 % of a 50-rule admission). What they need is taken now, so the decoded review can go
+    before the response is written."""
     review, mutation = admission.request, admission.mutation
-    metrics.observe_admission(
-        review.kind,
-        review.operation,
-        admission.result,
-        seconds,
-        ((trace.policy, trace.rule, trace.outcome) for trace in mutation.traces),
-    )
-    if admission.unplaceable:
-        metrics.observe_unplaceable(review.kind, admission.unplaceable)
-    if admission.over_capacity:
-        metrics.observe_over_capacity(review.kind, admission.over_capacity)
-    if mutation.volume_outcomes:
-        metrics.observe_volume_pins(mutation.volume_outcomes.values())
-    admission_log.info(
-        "admission",
-        {
-            "uid": review.uid,
-            "kind": review.kind,
-            "namespace": review.namespace,
-            "name": review.name or _generate_name(review.object),
-            "operation": review.operation,
-            "dryRun": review.dry_run,
-            "result": admission.result,
-            "applied": mutation.applied,
-            "warnings": _capped(mutation.warnings),
-            "reason": mutation.passed_through or mutation.denial,
-            "durationMs": round(seconds * 1000, 3),
-        },
-    )
+    kind, operation, result = review.kind, review.operation, admission.result
+    rules = [(trace.policy, trace.rule, trace.outcome) for trace in mutation.traces]
+    unplaceable, over_capacity = admission.unplaceable, admission.over_capacity
+    volume_outcomes = list(mutation.volume_outcomes.values())
+    fields = {
+        "uid": review.uid,
+        "kind": kind,
+        "namespace": review.namespace,
+        "name": review.name or _generate_name(review.object),
+        "operation": operation,
+        "dryRun": review.dry_run,
+        "result": result,
+        "applied": mutation.applied,
+        "warnings": _capped(mutation.warnings),
+        "reason": mutation.passed_through or mutation.denial,
+        "durationMs": round(seconds * 1000, 3),
+    }
+
+    def write() -> None:
+        metrics.observe_admission(kind, operation, result, seconds, rules)
+        if unplaceable:
+            metrics.observe_unplaceable(kind, unplaceable)
+        if over_capacity:
+            metrics.observe_over_capacity(kind, over_capacity)
+        if volume_outcomes:
+            metrics.observe_volume_pins(volume_outcomes)
+        admission_log.info("admission", fields)
+
+    return write
 
 
 def _capped(warnings: list[str], limit: int = 50) -> list[str]:

@@ -10,6 +10,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qsl
@@ -21,12 +22,39 @@ from webhook.server.decode_budget import DecodeBudget, DecodeRefused
 log = logging.getLogger(__name__)
 
 Answer = Callable[[AdmissionRequest, float, float | None], Any]
-"""(request, when it arrived, deadline) → the response payload (an AdmissionReview as a dict)."""
+"""(request, when it arrived, deadline) → the response payload (an AdmissionReview as a dict), or an
+`AfterResponse` holding it with what to do once it is sent."""
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0}
 _DRAIN_LIMIT = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class AfterResponse:
+    """A payload, and work that the API server need not wait for (the admission's log line and metrics):
+    done when the server has written the response, as WSGI closes the body it returned."""
+
+    payload: Any
+    then: Callable[[], None]
+
+
+class _BodyThen(list[bytes]):
+    """The response body; closing it (the server does, once it is written) runs the deferred work."""
+
+    def __init__(self, body: bytes, then: Callable[[], None]) -> None:
+        super().__init__((body,))
+        self._then: Callable[[], None] | None = then
+
+    def close(self) -> None:
+        then, self._then = self._then, None
+        if then is None:
+            return
+        try:
+            then()
+        except Exception:
+            log.exception("recording an admission that was answered")
 
 
 class _Refusal(Exception):
@@ -49,12 +77,16 @@ class ReviewEndpoints:
         if answer is None:
             return self.fallback(environ, start_response)
         headers: list[tuple[str, str]] = []
+        then: Callable[[], None] | None = None
         if environ.get("REQUEST_METHOD") != "POST":
             status, body = 405, _error("The method is not allowed for the requested URL.")
             headers.append(("Allow", "POST"))
         else:
             try:
-                status, body = 200, encode_json(self._serve(environ, answer))
+                payload = self._serve(environ, answer)
+                if isinstance(payload, AfterResponse):
+                    payload, then = payload.payload, payload.then
+                status, body = 200, encode_json(payload)
             except _Refusal as refusal:
                 status, body = refusal.status, _error(str(refusal))
             except Exception:
@@ -62,7 +94,7 @@ class ReviewEndpoints:
                 status, body = 500, _error("internal error")
         start_response(f"{status} {HTTPStatus(status).phrase}",
                        [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *headers])
-        return [body]
+        return [body] if then is None else _BodyThen(body, then)
 
     def _serve(self, environ: dict[str, Any], answer: Answer) -> Any:
         """Read the body, reserve its memory, parse the AdmissionReview and answer it. The reservation is
