@@ -1,9 +1,12 @@
 """CEL error semantics (DESIGN §3.3), ordering, conflicts and pass-through rules of the engine."""
 
 import time
+from typing import Any
+from unittest import mock
 
 from tests.conftest import fixture_request
 from tests.helpers import run, snapshot_of
+from webhook.policy import cel
 from webhook.policy.snapshot import NamespaceInfo
 
 TEAM_A = NamespaceInfo("team-a", {"environment": "production", "team": "ml"})
@@ -174,3 +177,34 @@ def test_conditions_reading_variables_are_decided_together_and_a_missing_variabl
         ("a", "applied"), ("b", "not-matched"), ("c", "missing"), ("d", "applied"), ("e", "not-matched")]
     assert mutation.warnings == []
     assert {"op": "add", "path": "/spec/template/spec/nodeSelector", "value": {"a": "x", "d": "x"}} in mutation.patch
+
+
+def test_a_policy_whose_batches_both_hold_is_decided_by_one_evaluation_with_the_same_outcomes() -> None:
+    """Both batches in one program, tried first: where no condition fails (these pods carry `team`), the rules
+    come out exactly as from the two batches."""
+    extra = ("  variables:\n  - name: replicas\n    expression: workload.replicas\n"
+             "  - name: team\n    expression: pod.metadata.labels['team']\n")
+    rules = (rule("variables.replicas >= 1", name="a", parameters="{a: x}")
+             + rule("variables.replicas > 100", name="b", parameters="{b: x}")
+             + rule("variables.team == 'ml'", name="c", parameters="{c: x}")
+             + rule("workload.kind == 'Deployment'", name="d", parameters="{d: x}")
+             + rule("workload.kind == 'Pod'", name="e", parameters="{e: x}"))
+    snapshot = snapshot_of(policy(rules, extra=extra), namespaces=[TEAM_A])
+    combined = snapshot.policies[0].combined
+    assert combined is not None and combined.rules == ("d", "e", "a", "b", "c")
+    body = fixture_request("deployment-create-dryrun")
+    body["request"]["object"]["spec"]["template"]["metadata"].setdefault("labels", {})["team"] = "ml"
+    evaluations = []
+    real = cel.evaluate
+
+    def counted(program: Any, bound: Any) -> Any:
+        evaluations.append(program)
+        return real(program, bound)
+
+    with mock.patch.object(cel, "evaluate", counted):
+        mutation = run(snapshot, body)
+    assert [(t.rule, t.outcome) for t in mutation.traces] == [
+        ("a", "applied"), ("b", "not-matched"), ("c", "applied"), ("d", "applied"), ("e", "not-matched")]
+    assert evaluations == [combined.program]
+    assert {"op": "add", "path": "/spec/template/spec/nodeSelector", "value": {"a": "x", "c": "x", "d": "x"}} in (
+        mutation.patch)

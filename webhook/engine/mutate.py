@@ -584,6 +584,7 @@ class _PolicyScope:
         self._decided: dict[str, bool] = {}
         """Conditions decided by the batches evaluated so far, by rule."""
         self._evaluated = [False] * len(policy.conditions)
+        self._combined_tried = False
 
     @property
     def base(self) -> Any:
@@ -611,6 +612,14 @@ class _PolicyScope:
         index = self._policy.batch_of.get(rule.name)
         if index is None or self._evaluated[index]:
             return None
+        combined = self._policy.combined
+        if combined is not None and not self._combined_tried:
+            self._combined_tried = True
+            decided = _split_batch(combined, cel.evaluate(combined.program, self._base_activation))
+            if decided:  # neither batch failed: both are decided by this one call
+                self._decided.update(decided)
+                self._evaluated = [True] * len(self._evaluated)
+                return decided.get(rule.name)
         self._evaluated[index] = True
         batch = self._policy.conditions[index]
         self._decided.update(_split_batch(batch, cel.evaluate(batch.program, self._base_activation)))

@@ -84,6 +84,7 @@ class PolicyCompiler:
             return CompileResult(None, errors.items, name)
         metadata_map = metadata if isinstance(metadata, dict) else {}
         generation = metadata_map.get("generation")
+        batches = self._condition_batches(rules)
         policy = Policy(
             name=name,
             priority=priority,
@@ -93,7 +94,9 @@ class PolicyCompiler:
             rules=tuple(rules),
             source=source,
             generation=generation if isinstance(generation, int) else None,
-            conditions=self._condition_batches(rules),
+            conditions=batches,
+            combined=self._condition_batch([pair for batch in batches for pair in batch.conditions])
+            if len(batches) > 1 else None,
             reads_namespace=_reads_namespace(selector, variables.values(), rules),
             document=document,
         )
@@ -125,7 +128,7 @@ class PolicyCompiler:
             program = cel.compile_expression(self.environment, source)
         except cel.CelCompileError:
             return None  # each condition compiled alone; the engine then evaluates them one by one
-        return ConditionBatch(program, tuple(name for name, _ in conditions))
+        return ConditionBatch(program, tuple(name for name, _ in conditions), tuple(conditions))
 
     def _variables(self, raw: Any, errors: "_ErrorSink") -> dict[str, Variable]:
         variables: dict[str, Variable] = {}

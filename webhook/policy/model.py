@@ -68,6 +68,8 @@ class ConditionBatch:
     program: Program
     rules: tuple[str, ...]
     """Names of the rules whose conditions are the list's elements, in order."""
+    conditions: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
+    """(rule, condition source) of each element, in order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,9 @@ class Policy:
     reads_namespace: bool = False
     """Whether the policy selects namespaces by label or reads `namespaceObject`: it cannot be decided for a
     namespace Placer could not read."""
+    combined: ConditionBatch | None = field(default=None, compare=False, repr=False)
+    """Both batches of `conditions` in one program, tried first when there are two: one CEL call instead of
+    two on the objects where neither fails; where it fails, the two batches are evaluated as before."""
     document: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     batch_of: Mapping[str, int] = field(init=False, compare=False, repr=False)
     """For each rule with a batched condition, the index of its batch in `conditions`."""
