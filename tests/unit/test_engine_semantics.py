@@ -160,9 +160,8 @@ def test_conditions_evaluated_together_give_each_rule_its_own_outcome() -> None:
     assert mutation.warnings == []
 
 
-def test_conditions_reading_variables_are_decided_together_and_a_missing_variable_fails_only_its_own() -> None:
-    """Conditions reading variables are batched with the variables written in, apart from the plain ones: the
-    variable `team` reads a label this Deployment's pods lack, so its rules say so, and every other rule is unaffected."""
+def variables_and_plain_conditions() -> Any:
+    """A policy with conditions that read variables (`team` reads a pod label) and plain ones."""
     extra = ("  variables:\n  - name: replicas\n    expression: workload.replicas\n"
              "  - name: team\n    expression: pod.metadata.labels['team']\n")
     rules = (rule("variables.replicas >= 1", name="a", parameters="{a: x}")
@@ -170,7 +169,13 @@ def test_conditions_reading_variables_are_decided_together_and_a_missing_variabl
              + rule("variables.team == 'ml'", name="c", parameters="{c: x}")
              + rule("workload.kind == 'Deployment'", name="d", parameters="{d: x}")
              + rule("workload.kind == 'Pod'", name="e", parameters="{e: x}"))
-    snapshot = snapshot_of(policy(rules, extra=extra), namespaces=[TEAM_A])
+    return snapshot_of(policy(rules, extra=extra), namespaces=[TEAM_A])
+
+
+def test_conditions_reading_variables_are_decided_together_and_a_missing_variable_fails_only_its_own() -> None:
+    """Conditions reading variables are batched with the variables written in, apart from the plain ones: the
+    variable `team` reads a label this Deployment's pods lack, so its rules say so, and every other rule is unaffected."""
+    snapshot = variables_and_plain_conditions()
     assert [batch.rules for batch in snapshot.policies[0].conditions] == [("d", "e"), ("a", "b", "c")]
     mutation = run(snapshot, fixture_request("deployment-create-dryrun"))
     assert [(t.rule, t.outcome) for t in mutation.traces] == [
@@ -182,14 +187,7 @@ def test_conditions_reading_variables_are_decided_together_and_a_missing_variabl
 def test_a_policy_whose_batches_both_hold_is_decided_by_one_evaluation_with_the_same_outcomes() -> None:
     """Both batches in one program, tried first: where no condition fails (these pods carry `team`), the rules
     come out exactly as from the two batches."""
-    extra = ("  variables:\n  - name: replicas\n    expression: workload.replicas\n"
-             "  - name: team\n    expression: pod.metadata.labels['team']\n")
-    rules = (rule("variables.replicas >= 1", name="a", parameters="{a: x}")
-             + rule("variables.replicas > 100", name="b", parameters="{b: x}")
-             + rule("variables.team == 'ml'", name="c", parameters="{c: x}")
-             + rule("workload.kind == 'Deployment'", name="d", parameters="{d: x}")
-             + rule("workload.kind == 'Pod'", name="e", parameters="{e: x}"))
-    snapshot = snapshot_of(policy(rules, extra=extra), namespaces=[TEAM_A])
+    snapshot = variables_and_plain_conditions()
     combined = snapshot.policies[0].combined
     assert combined is not None and combined.rules == ("d", "e", "a", "b", "c")
     body = fixture_request("deployment-create-dryrun")
