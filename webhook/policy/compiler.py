@@ -84,7 +84,7 @@ class PolicyCompiler:
             return CompileResult(None, errors.items, name)
         metadata_map = metadata if isinstance(metadata, dict) else {}
         generation = metadata_map.get("generation")
-        batches = self._condition_batches(rules)
+        batches, combined = self._condition_batches(rules)
         policy = Policy(
             name=name,
             priority=priority,
@@ -95,16 +95,16 @@ class PolicyCompiler:
             source=source,
             generation=generation if isinstance(generation, int) else None,
             conditions=batches,
-            combined=self._condition_batch([pair for batch in batches for pair in batch.conditions])
-            if len(batches) > 1 else None,
+            combined=combined,
             reads_namespace=_reads_namespace(selector, variables.values(), rules),
             document=document,
         )
         return CompileResult(policy, (), name)
 
-    def _condition_batches(self, rules: list[Rule]) -> tuple[ConditionBatch, ...]:
+    def _condition_batches(self, rules: list[Rule]) -> tuple[tuple[ConditionBatch, ...], ConditionBatch | None]:
         """One program for the conditions that need no policy variables, one for those that do (see
-        ConditionBatch and Policy.conditions).
+        ConditionBatch and Policy.conditions), and, when there are both, one for all of them
+        (Policy.combined).
 
         A condition reading variables is batched with its variables written in: evaluated alone it needs the
         variables evaluated first and a second activation holding them, whose first evaluation converts the
@@ -117,8 +117,11 @@ class PolicyCompiler:
         inlined = [(rule.name, rule.inlined.condition.source) for rule in rules
                    if rule.condition is not None and rule.condition.reads_variables
                    and rule.inlined is not None and rule.inlined.condition is not None]
-        batches = (self._condition_batch(plain) if len(plain) >= 2 else None, self._condition_batch(inlined))
-        return tuple(batch for batch in batches if batch is not None)
+        plain_batch = self._condition_batch(plain) if len(plain) >= 2 else None
+        inlined_batch = self._condition_batch(inlined)
+        if plain_batch is None or inlined_batch is None:
+            return tuple(batch for batch in (plain_batch, inlined_batch) if batch is not None), None
+        return (plain_batch, inlined_batch), self._condition_batch(plain + inlined)
 
     def _condition_batch(self, conditions: list[tuple[str, str]]) -> ConditionBatch | None:
         if not conditions:
@@ -128,7 +131,7 @@ class PolicyCompiler:
             program = cel.compile_expression(self.environment, source)
         except cel.CelCompileError:
             return None  # each condition compiled alone; the engine then evaluates them one by one
-        return ConditionBatch(program, tuple(name for name, _ in conditions), tuple(conditions))
+        return ConditionBatch(program, tuple(name for name, _ in conditions))
 
     def _variables(self, raw: Any, errors: "_ErrorSink") -> dict[str, Variable]:
         variables: dict[str, Variable] = {}

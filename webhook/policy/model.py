@@ -68,8 +68,6 @@ class ConditionBatch:
     program: Program
     rules: tuple[str, ...]
     """Names of the rules whose conditions are the list's elements, in order."""
-    conditions: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
-    """(rule, condition source) of each element, in order."""
 
 
 @dataclass(frozen=True, slots=True)
