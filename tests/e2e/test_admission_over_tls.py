@@ -120,6 +120,25 @@ def test_connections_are_kept_alive_across_requests(server: RunningServer) -> No
     connection.close()
 
 
+def test_a_body_left_unread_does_not_spill_into_the_next_request(server: RunningServer) -> None:
+    """A refused request's body (415: not read) is drained before the connection's next request, which is
+    answered on the same connection; a body read in full (200) is not drained again."""
+    host, port = server.url.removeprefix("https://").split(":")
+    context = ssl.create_default_context(cafile=str(server.ca))
+    connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=10)
+    review = json.dumps(fixture_request("pod-bare-create-dryrun"))
+    connection.connect()
+    first_socket = connection.sock
+    for content_type, status in [("text/plain", 415), ("application/json", 200)] * 3:
+        connection.request("POST", "/mutate?timeout=5s", body=review, headers={"Content-Type": content_type})
+        reply = connection.getresponse()
+        answer = json.loads(reply.read())
+        assert reply.status == status, answer
+        assert ("response" in answer) == (status == 200)
+        assert connection.sock is first_socket
+    connection.close()
+
+
 def test_tls_is_at_least_1_2_with_forward_secret_ciphers(server: RunningServer) -> None:
     host, port = server.url.removeprefix("https://").split(":")
     context = ssl.create_default_context(cafile=str(server.ca))

@@ -22,6 +22,25 @@ log = logging.getLogger(__name__)
 CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
 
+class SteadyTimeoutSocket(ssl.SSLSocket):
+    """A TLS connection whose timeout changes are skipped when they change nothing.
+
+    gunicorn sets a connection's timeout or blocking mode four or five times per request, mostly to the
+    value it has already (`setblocking(True)` before each request, `settimeout(prior)` after each check for
+    an unread body). Each is an `ioctl` during which Python lets another thread take the GIL: under load,
+    a hand-off between threads and its context switches, per call. The mode of the file descriptor follows
+    the timeout (None: blocking; any number: non-blocking), so when the timeout is already the one asked
+    for, the descriptor is already in the mode that goes with it.
+    """
+
+    def settimeout(self, value: float | None) -> None:
+        if value != self.gettimeout():
+            super().settimeout(value)
+
+    def setblocking(self, flag: bool) -> None:
+        self.settimeout(None if flag else 0.0)
+
+
 def server_context(cert: Path, key: Path, client_ca: Path | None) -> ssl.SSLContext:
     """A server-side context; with `client_ca`, clients must present a certificate it signed."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -29,6 +48,7 @@ def server_context(cert: Path, key: Path, client_ca: Path | None) -> ssl.SSLCont
     context.set_ciphers(CIPHERS)
     context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
     context.load_cert_chain(certfile=str(cert), keyfile=str(key))
+    context.sslsocket_class = SteadyTimeoutSocket
     if client_ca is not None:
         context.load_verify_locations(cafile=str(client_ca))
         context.verify_mode = ssl.CERT_REQUIRED

@@ -3,6 +3,10 @@ connection's next request in the same thread while it comes in time, leaves a ne
 loaded worker (see `accept_pacing`), writes a response's head and body in one write, and asks to be replaced
 once Kubernetes' CEL library calls have leaked their budget in it (`cel_libraries.leaks`).
 
+Per request it also leaves out system calls gunicorn makes that change nothing: the drain of a body the
+application has read in full (two timeout changes, see also `tls.SteadyTimeoutSocket`), and heartbeats to
+the arbiter more often than once a second. Each such call lets another thread take the GIL.
+
 The deadline is armed when a thread takes a connection (before the TLS handshake) and disarmed when the
 application has read the request body in full; the WSGI callable is wrapped so the body stream reports
 that moment. A connection that goes back to the poller (idle keep-alive) has no deadline: waiting there
@@ -18,8 +22,10 @@ import select
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
+from gunicorn.http.body import LengthReader
 from gunicorn.workers.gthread import ThreadWorker
 
 from webhook.config import READ_TIMEOUT_SECONDS
@@ -40,6 +46,11 @@ HOLD_CHECK_INTERVAL = 0.01
 """While it holds an idle connection, how often a thread looks whether another connection waits for a
 thread: the longest a new connection can wait for one."""
 
+HEARTBEAT_INTERVAL = 1.0
+"""Seconds between the worker's heartbeats to the arbiter (it replaces a worker silent for `timeout`, 30 s).
+gunicorn beats on every turn of the worker's event loop, which under load is every request or two: each
+beat is a file-time update during which another thread takes the GIL."""
+
 LEAKS_EXTENSION = "placer.cel_leaks"
 """Where the Flask app keeps its compiler's `LeakAccount`."""
 
@@ -54,6 +65,7 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
         settings = getattr(self.app, "settings", None)  # Placer's server has them; plain `gunicorn` does not
         self.read_deadlines = ReadDeadlines(getattr(settings, "read_timeout", READ_TIMEOUT_SECONDS))
         self.recycling = threading.Lock()
+        self.heartbeat = Heartbeat(HEARTBEAT_INTERVAL)
         self.read_deadlines.start()
         self.accept_pacing = AcceptPacing(self.cfg.threads, enabled=self.cfg.workers > 1)
         self.connections: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -61,6 +73,10 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
         clients close kept-alive connections, so the connections themselves are counted (a closed one is
         dropped by gunicorn, and so from here)."""
         super().init_process()
+
+    def notify(self) -> None:
+        if self.heartbeat.due():
+            super().notify()
 
     def accept(self, listener: Any) -> None:
         """Take the waiting connection, unless this worker has a connection per thread already and
@@ -107,6 +123,15 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
             if keepalive is not True or not self.alive or not self._next_request_ready(conn):
                 return keepalive
 
+    def _keepalive_after(self, conn: Any, keepalive: Any) -> bool:
+        """gunicorn drains a body the application left unread before the connection serves another
+        request, under a deadline it sets on the socket and then takes off again (two mode changes, each
+        releasing the GIL). A body read in full (the review endpoints read the whole body) has nothing to
+        drain."""
+        if keepalive is True and _body_read_in_full(conn.parser):
+            return True
+        return bool(super()._keepalive_after(conn, keepalive))
+
     def handle_request(self, req: Any, conn: Any) -> Any:
         raw = conn.sock
         conn.sock = _HeadWithBody(raw)
@@ -149,6 +174,24 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
             )
 
 
+class Heartbeat:
+    """When the worker's next heartbeat is due: at most one per interval, the first at once."""
+
+    __slots__ = ("_clock", "_interval", "_last")
+
+    def __init__(self, interval: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._interval = interval
+        self._clock = clock
+        self._last: float | None = None
+
+    def due(self) -> bool:
+        now = self._clock()
+        if self._last is not None and now - self._last < self._interval:
+            return False
+        self._last = now
+        return True
+
+
 class _HeadWithBody:
     """The connection's socket, holding the response head until the body is written so that both leave in
     one write (one TLS record, one wake-up of the client) instead of two: gunicorn writes them separately."""
@@ -179,6 +222,14 @@ class _HeadWithBody:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._socket, name)
+
+
+def _body_read_in_full(parser: Any) -> bool:
+    """Whether the current request's body, of a declared length, has been read to its end."""
+    body: Any = getattr(getattr(parser, "mesg", None), "body", None)
+    reader: Any = getattr(body, "reader", None)
+    return (type(reader) is LengthReader and reader.length == 0 and body.failed is False
+            and body.buf.tell() == 0)
 
 
 def _readable(sock: Any, timeout: float) -> bool:
