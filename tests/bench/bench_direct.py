@@ -13,7 +13,11 @@ flight per connection, `wrk` when installed — Debian's package — else tests.
 - Placer with 50 rules, the same Pod review, and the 8.5 KB Deployment of bench_engine.
 
 Printed per row: requests/s, p50 and p99 latency, CPU seconds per 1,000 requests (the workers' utime +
-stime from /proc, summed over workers, before and after the run) and worker RSS.
+stime from /proc, summed over workers, before and after the run), the whole machine's CPU seconds per 1,000
+requests (every process and the kernel's interrupt work: the workers, the load generator and the TCP
+loopback between them), the share of the run the machine's CPUs were stolen by its host (`steal`, a
+virtual machine's neighbours), and worker RSS. When the machine is busy all the time, its CPU seconds per
+request are what bounds req/s: `CPUs x 1000 / machine CPU s/1k`.
 
 A shared machine's speed drifts by 10-50 % within minutes (a neighbour's load), more than most changes
 worth measuring. `--rounds N` runs every case N times in turn (floor, 2, 50, floor, 2, 50, ...) and then
@@ -73,6 +77,16 @@ def cpu_seconds(pids: list[int]) -> float:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             total += int(fields[11]) + int(fields[12])  # utime, stime
     return total / CLOCK_TICKS
+
+
+def machine_cpu() -> tuple[float, float, float]:
+    """Seconds since boot the machine's CPUs were busy (user, nice, system, irq, softirq), stolen by the host,
+    and counted at all (every field of /proc/stat's `cpu` line)."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    # guest time is counted in user time already
+    return ((user + nice + system + irq + softirq) / CLOCK_TICKS, steal / CLOCK_TICKS,
+            sum(fields[:8]) / CLOCK_TICKS)
 
 
 def children(pid: int) -> list[int]:
@@ -138,14 +152,17 @@ def wrk(url: str, body: Path, connections: int, duration: float) -> dict[str, An
 
 def measure(url: str, pids: list[int], body: Path, connections: int, duration: float, ca: str) -> dict[str, Any]:
     use_wrk = shutil.which("wrk") is not None
-    before = cpu_seconds(pids)
+    before, machine_before = cpu_seconds(pids), machine_cpu()
     if use_wrk:
         result = wrk(url, body, connections, duration)
     else:
         result = load(url, body.read_bytes(), connections=connections, duration=duration, ca=ca,
                       processes=min(2, connections))
     spent = cpu_seconds(pids) - before
+    busy, stolen, counted = (after - start for after, start in zip(machine_cpu(), machine_before, strict=True))
     result["cpu_s_per_1000"] = round(spent / max(result["requests"], 1) * 1000, 3)
+    result["machine_cpu_s_per_1000"] = round(busy / max(result["requests"], 1) * 1000, 3)
+    result["steal_pct"] = round(100 * stolen / counted, 1) if counted > 0 else 0.0
     result["rss_mb"] = [round(rss_mb(pid), 1) for pid in pids]
     result["generator"] = "wrk" if use_wrk else "loadgen"
     return result
@@ -184,12 +201,13 @@ def run(duration: float, connections: list[int], workers: int, threads: int, *, 
 
 
 HEADER = (f"{'case':32} {'body':22} {'conns':>5} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU s/1k':>9} "
-          f"{'errors':>6}  worker RSS MB")
+          f"{'machine':>8} {'steal %':>7} {'errors':>6}  worker RSS MB")
 
 
 def print_row(row: dict[str, Any]) -> None:
     print(f"{row['case']:32} {row['body']:22} {row['connections']:>5} {row['rps']:>8.0f} {row['p50_ms']:>8.2f} "
-          f"{row['p99_ms']:>8.2f} {row['cpu_s_per_1000']:>9.3f} {row['errors']:>6}  {row['rss_mb']}", flush=True)
+          f"{row['p99_ms']:>8.2f} {row['cpu_s_per_1000']:>9.3f} {row['machine_cpu_s_per_1000']:>8.3f} "
+          f"{row['steal_pct']:>7.1f} {row['errors']:>6}  {row['rss_mb']}", flush=True)
 
 
 def summarise(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -212,7 +230,7 @@ def summarise(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
         summary.append({
             "case": case, "body": body, "connections": connections, "rounds": len(rows),
             **{key: statistics.median(row[key] for row in rows)
-               for key in ("rps", "p50_ms", "p99_ms", "cpu_s_per_1000")},
+               for key in ("rps", "p50_ms", "p99_ms", "cpu_s_per_1000", "machine_cpu_s_per_1000", "steal_pct")},
             "rps_range": (min(row["rps"] for row in rows), max(row["rps"] for row in rows)),
             "cpu_over_floor": statistics.median(ratios) if ratios else None,
             "errors": sum(row["errors"] for row in rows),
@@ -221,7 +239,7 @@ def summarise(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 
 SUMMARY_HEADER = (f"{'case':32} {'body':22} {'conns':>5} {'req/s':>8} {'req/s range':>13} {'p50 ms':>8} {'p99 ms':>8} "
-                  f"{'CPU s/1k':>9} {'x floor':>7} {'errors':>6}")
+                  f"{'CPU s/1k':>9} {'x floor':>7} {'machine':>8} {'steal %':>7} {'errors':>6}")
 
 
 def print_summary_row(row: dict[str, Any]) -> None:
@@ -229,7 +247,8 @@ def print_summary_row(row: dict[str, Any]) -> None:
     ratio = f"{row['cpu_over_floor']:.2f}" if row["cpu_over_floor"] is not None else "-"
     print(f"{row['case']:32} {row['body']:22} {row['connections']:>5} {row['rps']:>8.0f} "
           f"{f'{low:.0f}-{high:.0f}':>13} {row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f} "
-          f"{row['cpu_s_per_1000']:>9.3f} {ratio:>7} {row['errors']:>6}", flush=True)
+          f"{row['cpu_s_per_1000']:>9.3f} {ratio:>7} {row['machine_cpu_s_per_1000']:>8.3f} {row['steal_pct']:>7.1f} "
+          f"{row['errors']:>6}", flush=True)
 
 
 def main() -> None:

@@ -41,12 +41,15 @@ def test_direct_benchmark_measures_the_floor_and_placer_side_by_side() -> None:
         assert row["requests"] > 0 and row["errors"] == 0, row
         assert row["p50_ms"] <= row["p99_ms"], row
         assert row["cpu_s_per_1000"] > 0 and len(row["rss_mb"]) == 1, row
+        # the whole machine spent at least what the worker did: the load generator and the kernel add to it
+        assert row["machine_cpu_s_per_1000"] >= row["cpu_s_per_1000"] * 0.9 and 0 <= row["steal_pct"] <= 100, row
 
 
 def test_direct_rounds_give_each_row_its_median_and_its_cpu_over_the_same_rounds_floor() -> None:
     def row(case: str, connections: int, rps: float, cpu: float) -> dict[str, Any]:
         return {"case": case, "body": "pod 3.1 KB", "connections": connections, "rps": rps, "p50_ms": 1000 / rps,
-                "p99_ms": 3000 / rps, "cpu_s_per_1000": cpu, "errors": 0}
+                "p99_ms": 3000 / rps, "cpu_s_per_1000": cpu, "machine_cpu_s_per_1000": 1.5 * cpu, "steal_pct": 0.0,
+                "errors": 0}
 
     rounds = [  # the machine slows down by half in round 2: the ratio to the floor stays
         [row("floor (minimal WSGI)", 8, 6000, 0.25), row("placer, 2 rules", 8, 3000, 0.50)],
