@@ -25,7 +25,7 @@ from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.snapshot import SnapshotHolder
 from webhook.review import AdmissionRequest
 from webhook.server.decode_budget import DecodeBudget
-from webhook.server.review_endpoint import AfterResponse, ReviewEndpoints
+from webhook.server.review_endpoint import REVIEW_ENDPOINTS_EXTENSION, AfterResponse, ReviewEndpoints
 from webhook.validation import validate_policy_review
 from webhook.workloads import WorkloadTable, default_workload_table
 
@@ -67,9 +67,11 @@ def create_app(
     def validate(review: AdmissionRequest, _started: float, _deadline: float | None) -> Any:
         return validate_policy_review(review, policy_compiler)
 
-    app.wsgi_app = ReviewEndpoints(  # type: ignore[method-assign]
+    endpoints = ReviewEndpoints(
         app.wsgi_app, {"/mutate": mutate, "/validate": validate}, settings.max_body_bytes, DecodeBudget()
     )
+    app.wsgi_app = endpoints  # type: ignore[method-assign]
+    app.extensions[REVIEW_ENDPOINTS_EXTENSION] = endpoints
 
     @app.get("/healthz")
     def healthz() -> Response:

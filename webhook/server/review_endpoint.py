@@ -26,6 +26,9 @@ Answer = Callable[[AdmissionRequest, float, float | None], Any]
 `AfterResponse` holding it with what to do once it is sent."""
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
+REVIEW_ENDPOINTS_EXTENSION = "placer.review_endpoints"
+"""Where the Flask app keeps its `ReviewEndpoints`, for the worker to serve them directly (`review_shortcut`)."""
+
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0}
 _DRAIN_LIMIT = 64 * 1024 * 1024

@@ -25,6 +25,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from gunicorn.config import PostRequest
 from gunicorn.http.body import LengthReader
 from gunicorn.workers.gthread import ThreadWorker
 
@@ -32,6 +33,8 @@ from webhook.config import READ_TIMEOUT_SECONDS
 from webhook.server.accept_pacing import AcceptPacing
 from webhook.server.c_heap import use_one_arena
 from webhook.server.read_deadline import BodyReadSignal, ReadDeadlines
+from webhook.server.review_endpoint import REVIEW_ENDPOINTS_EXTENSION
+from webhook.server.review_shortcut import ReviewShortcut
 
 HOLD_IDLE_CONNECTION = 1.0
 """Seconds a thread keeps a kept-alive connection for its next request, while the worker has no more
@@ -101,14 +104,21 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
     def load_wsgi(self) -> None:
         super().load_wsgi()
         application: Any = self.wsgi  # type: ignore[has-type]
-        self.cel_leaks = getattr(application, "extensions", {}).get(LEAKS_EXTENSION)
+        extensions = getattr(application, "extensions", {})
+        self.cel_leaks = extensions.get(LEAKS_EXTENSION)
         deadlines = self.read_deadlines
 
-        def signal_body_read(environ: dict[str, Any], start_response: Any) -> Any:
-            environ["wsgi.input"] = BodyReadSignal(environ["wsgi.input"], _content_length(environ), deadlines.disarm)
-            return application(environ, start_response)
+        def signalling_body_read(app: Any) -> Any:
+            def signal_body_read(environ: dict[str, Any], start_response: Any) -> Any:
+                environ["wsgi.input"] = BodyReadSignal(environ["wsgi.input"], _content_length(environ),
+                                                       deadlines.disarm)
+                return app(environ, start_response)
+            return signal_body_read
 
-        self.wsgi = signal_body_read
+        self.wsgi = signalling_body_read(application)
+        endpoints = extensions.get(REVIEW_ENDPOINTS_EXTENSION)
+        self.review_shortcut = (ReviewShortcut(signalling_body_read(endpoints), endpoints.answers)
+                                if endpoints is not None and self._nothing_after_requests() else None)
 
     def handle(self, conn: Any) -> Any:
         """Serve a connection's requests while the next one comes in time (`_next_request_ready`) and no
@@ -133,6 +143,9 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
         return bool(super()._keepalive_after(conn, keepalive))
 
     def handle_request(self, req: Any, conn: Any) -> Any:
+        shortcut = self.review_shortcut
+        if shortcut is not None and shortcut.takes(req):
+            return self._serve_review(shortcut, req, conn)
         raw = conn.sock
         conn.sock = _HeadWithBody(raw)
         try:
@@ -140,6 +153,28 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
         finally:
             held, conn.sock = conn.sock, raw
             held.flush()
+
+    def _serve_review(self, shortcut: ReviewShortcut, req: Any, conn: Any) -> bool:
+        """gunicorn's `handle_request` for a review (`review_shortcut`): the same hook before, the same
+        count towards `max_requests` and the same keep-alive decision; whether the connection stays open."""
+        self.cfg.pre_request(self, req)
+        self.nr += 1
+        keep_alive = not req.should_close()
+        if self.nr >= self.max_requests:
+            if self.alive:  # type: ignore[has-type]
+                self.log.info("Autorestarting worker after current request.")
+                self.alive = False
+            keep_alive = False
+        if not self.alive or not self.cfg.keepalive or len(self.keepalived_conns) >= self.max_keepalived:
+            keep_alive = False
+        shortcut.serve(req, conn.sock, keep_alive=keep_alive)
+        return keep_alive
+
+    def _nothing_after_requests(self) -> bool:
+        """Whether gunicorn has nothing to do once a request is answered: no access log and no
+        `post_request` hook (they take gunicorn's response object, which the review shortcut does not make).
+        Placer's server sets neither."""
+        return not self.log.access_log_enabled and self.cfg.post_request is PostRequest.default
 
     def _next_request_ready(self, conn: Any) -> bool:
         """Whether the connection's next request is there, waiting for it up to `HOLD_IDLE_CONNECTION`
@@ -164,7 +199,7 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
         if leaks is None or not leaks.exhausted():
             return
         with self.recycling:  # threads finishing together: one of them says it
-            if not self.alive:  # type: ignore[has-type]
+            if not self.alive:
                 return
             self.alive = False
             log.warning(
