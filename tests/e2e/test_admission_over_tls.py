@@ -104,38 +104,26 @@ def test_body_over_8_mib_is_refused_with_413(server: RunningServer) -> None:
     assert "exceeds" in response.json()["error"]
 
 
-def test_connections_are_kept_alive_across_requests(server: RunningServer) -> None:
-    host, port = server.url.removeprefix("https://").split(":")
-    context = ssl.create_default_context(cafile=str(server.ca))
-    connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=10)
-    body = json.dumps(fixture_request("pod-bare-create-dryrun"))
-    connection.connect()
-    first_socket = connection.sock
-    for _ in range(20):
-        connection.request("POST", "/mutate?timeout=5s", body=body, headers={"Content-Type": "application/json"})
-        reply = connection.getresponse()
-        assert reply.status == 200
-        reply.read()
-        assert connection.sock is first_socket  # http.client reconnects (new socket) if the server closed it
-    connection.close()
-
-
-def test_a_body_left_unread_does_not_spill_into_the_next_request(server: RunningServer) -> None:
-    """A refused request's body (415: not read) is drained before the connection's next request, which is
-    answered on the same connection; a body read in full (200) is not drained again."""
+@pytest.mark.parametrize("exchanges", [
+    [("application/json", 200)] * 20,
+    # a refused request's body (415: not read) is drained before the connection's next request; a body
+    # read in full (200) is not drained again
+    [("text/plain", 415), ("application/json", 200)] * 3,
+], ids=["reviews", "refused-then-answered"])
+def test_connections_are_kept_alive_across_requests(server: RunningServer, exchanges: list[tuple[str, int]]) -> None:
     host, port = server.url.removeprefix("https://").split(":")
     context = ssl.create_default_context(cafile=str(server.ca))
     connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=10)
     review = json.dumps(fixture_request("pod-bare-create-dryrun"))
     connection.connect()
     first_socket = connection.sock
-    for content_type, status in [("text/plain", 415), ("application/json", 200)] * 3:
+    for content_type, status in exchanges:
         connection.request("POST", "/mutate?timeout=5s", body=review, headers={"Content-Type": content_type})
         reply = connection.getresponse()
         answer = json.loads(reply.read())
         assert reply.status == status, answer
         assert ("response" in answer) == (status == 200)
-        assert connection.sock is first_socket
+        assert connection.sock is first_socket  # http.client reconnects (new socket) if the server closed it
     connection.close()
 
 

@@ -17,7 +17,7 @@ from gunicorn.glogging import Logger
 from gunicorn.http.parser import RequestParser
 
 from tests.conftest import fixture_request
-from tests.helpers import snapshot_of
+from tests.helpers import node_selector_policy, snapshot_of
 from webhook.config import Settings
 from webhook.metrics import Metrics
 from webhook.policy.snapshot import SnapshotHolder
@@ -25,13 +25,7 @@ from webhook.server.app import create_app
 from webhook.server.read_deadline import ReadDeadlines
 from webhook.server.worker import PlacerThreadWorker
 
-POLICY = """apiVersion: placer.dev/v1alpha1
-kind: SchedulingPolicy
-metadata: {name: p}
-spec:
-  rules:
-  - {name: r, action: add-node-selector, parameters: {pool: x}}
-"""
+POLICY = node_selector_policy("p", "pool", "x")
 REVIEW = json.dumps(fixture_request("pod-bare-create-dryrun")).encode()
 
 
