@@ -14,10 +14,10 @@ this does not take (another path or method, HTTP/1.0, `Expect: 100-continue`) go
 
 import email.utils
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
-WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+from webhook.server.review_endpoint import WsgiApp
 
 
 class HttpDates:

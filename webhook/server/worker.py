@@ -1,7 +1,9 @@
 """gunicorn's threaded worker, with a deadline on slow clients (see `read_deadline`), that serves a kept-alive
 connection's next request in the same thread while it comes in time, leaves a new connection to a less
 loaded worker (see `accept_pacing`), writes a response's head and body in one write, and asks to be replaced
-once Kubernetes' CEL library calls have leaked their budget in it (`cel_libraries.leaks`).
+once Kubernetes' CEL library calls have leaked their budget in it (`cel_libraries.leaks`). The review
+endpoints' requests are answered from gunicorn's parsed request without its WSGI environ and response
+objects (`review_shortcut`).
 
 Per request it also leaves out system calls gunicorn makes that change nothing: the drain of a body the
 application has read in full (two timeout changes, see also `tls.SteadyTimeoutSocket`), and heartbeats to
