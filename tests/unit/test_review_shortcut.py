@@ -4,9 +4,11 @@ answers, the same keep-alive decisions as gunicorn's own path, and gunicorn's pa
 A real `PlacerThreadWorker` with Placer's Flask app, fed by gunicorn's parser over a socket pair (the
 over-TLS tests run the same through a real server)."""
 
+import email.utils
 import json
 import os
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -129,7 +131,9 @@ def test_a_review_is_answered_on_the_shortcut_and_the_connection_stays_open(serv
         status, headers, answer = _parts(raw)
         assert keep is True and status == "HTTP/1.1 200 OK"
         assert headers["Connection"] == "keep-alive" and headers["Content-Type"] == "application/json"
-        assert "Date" in headers and "Server" not in headers  # gunicorn's path says "Server: gunicorn"
+        assert "Server" not in headers  # gunicorn's path says "Server: gunicorn"
+        sent = email.utils.parsedate_to_datetime(headers["Date"])  # RFC 9110 IMF-fixdate, GMT
+        assert headers["Date"].endswith(" GMT") and abs(sent.timestamp() - time.time()) < 5
         assert answer["response"]["allowed"] is True and answer["response"]["patchType"] == "JSONPatch"
     assert served.worker.nr == 3
 

@@ -17,24 +17,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from webhook.logs import PerSecond
 from webhook.server.review_endpoint import WsgiApp
-
-
-class HttpDates:
-    """The `Date` header's value, formatted once a second (`email.utils.formatdate` costs a few µs)."""
-
-    __slots__ = ("_cached",)
-
-    def __init__(self) -> None:
-        self._cached = (-1, "")
-
-    def __call__(self) -> str:
-        second = int(time.time())
-        cached_second, text = self._cached
-        if second != cached_second:
-            text = email.utils.formatdate(second, usegmt=True)
-            self._cached = (second, text)
-        return text
 
 
 class ReviewShortcut:
@@ -43,7 +27,8 @@ class ReviewShortcut:
     def __init__(self, endpoints: WsgiApp, paths: Iterable[str]) -> None:
         self.endpoints = endpoints
         self.paths = frozenset(paths)
-        self.dates = HttpDates()
+        self.dates = PerSecond(lambda second: email.utils.formatdate(second, usegmt=True))
+        """The `Date` header's value."""
 
     def takes(self, req: Any) -> bool:
         """Whether `req` (gunicorn's parsed request) is one this serves."""
@@ -75,7 +60,7 @@ class ReviewShortcut:
         try:
             payload = b"".join(answer)
             status, headers = started
-            lines = [f"HTTP/1.1 {status}", f"Date: {self.dates()}",
+            lines = [f"HTTP/1.1 {status}", f"Date: {self.dates(int(time.time()))}",
                      "Connection: keep-alive" if keep_alive else "Connection: close",
                      *(f"{name}: {value}" for name, value in headers)]
             sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload)
