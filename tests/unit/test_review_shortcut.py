@@ -155,8 +155,7 @@ def test_a_client_asking_to_close_gets_its_answer_and_the_connection_closes(serv
 
 
 def test_the_last_request_before_max_requests_closes_and_retires_the_worker(serve: Any) -> None:
-    served = serve(max_requests=2)
-    served.worker.max_requests = 2  # gunicorn sets it (with its jitter) in Worker.__init__ from the config
+    served = serve(max_requests=2)  # no jitter configured: gunicorn's Worker takes exactly 2
     assert served.send(post())[0] is True
     keep, raw = served.send(post())
     assert keep is False and _parts(raw)[1]["Connection"] == "close" and served.worker.alive is False
