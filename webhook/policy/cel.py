@@ -21,7 +21,8 @@ from webhook.policy import cel_libraries, cost, kubernetes_cel, stepwise
 from webhook.policy.cel_libraries.leaks import LeakAccount
 from webhook.policy.cel_libraries.literals import LiteralError, rewrite
 from webhook.policy.cel_libraries.messages import Messages
-from webhook.policy.checked_ast import AstError, CheckedAst
+from webhook.policy.checked_ast import AstError, CheckedAst, Expr
+from webhook.policy.field_reads import FieldReads, field_reads
 from webhook.policy.runtime_errors import BUDGET_EXCEEDED, clean_runtime_message
 from webhook.policy.runtime_null import leaf_value
 
@@ -58,6 +59,8 @@ class Program:
     """The checked type can hold no optional or type value: the result converts in one call."""
     parts: stepwise.Parts = field(default_factory=stepwise.Parts, compare=False, repr=False)
     """Sub-expressions compiled for step-wise evaluation (`stepwise`), kept for the next large object."""
+    fields: FieldReads | None = field(default=None, compare=False, repr=False)
+    """What the expression observes of each variable (`field_reads`); None: every variable, whole."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +127,11 @@ def compile_expression(environment: Any, source: str) -> Program:
         expression = environment.compile(resolved)
     except RuntimeError as error:
         raise _compile_error(environment, source, error) from None
-    refusal = kubernetes_cel.load_time_refusal(source) or _cost_refusal(expression)
+    try:
+        tree: Expr | None = CheckedAst.parse(expression.serialize()).root()
+    except AstError:
+        tree = None  # neither estimated (bounded when it runs) nor analysed (its variables are read whole)
+    refusal = kubernetes_cel.load_time_refusal(source) or (_cost_refusal(tree) if tree is not None else None)
     if refusal is not None:
         raise CelCompileError(f"<input>: {refusal}")
     returns = expression.return_type().name().lower()
@@ -134,13 +141,23 @@ def compile_expression(environment: Any, source: str) -> Program:
         returns=returns,
         reads_variables=frozenset(referenced_variables(source)),
         plain_result=bool(_PLAIN_STATIC.match(returns)),
+        fields=_field_reads(tree),
     )
 
 
-def _cost_refusal(expression: Any) -> str | None:
+def _field_reads(tree: Expr | None) -> FieldReads | None:
+    if tree is None:
+        return None
+    try:
+        return field_reads(tree, VARIABLE_NAMES)
+    except AstError:
+        return None
+
+
+def _cost_refusal(tree: Expr) -> str | None:
     """An expression whose loops over literal ranges alone exceed the cost limit (`cost`)."""
     try:
-        steps = cost.literal_steps(CheckedAst.parse(expression.serialize()).root())
+        steps = cost.literal_steps(tree)
     except AstError:
         return None  # not estimated: bounded when it runs
     if steps <= cost.ESTIMATE_LIMIT:

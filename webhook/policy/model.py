@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webhook.actions.base import ActionSpec
-from webhook.policy.cel import Program
+from webhook.policy.cel import VARIABLE_NAMES, Program
+from webhook.policy.field_reads import FieldTree, merged
 from webhook.policy.reads import Reads
 from webhook.selectors import LabelSelector
 
@@ -95,10 +96,29 @@ class Policy:
     document: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     batch_of: Mapping[str, int] = field(init=False, compare=False, repr=False)
     """For each rule with a batched condition, the index of its batch in `conditions`."""
+    observed: Mapping[str, FieldTree] = field(init=False, compare=False, repr=False)
+    """What the policy's expressions observe of each variable, together (`field_reads`)."""
 
     def __post_init__(self) -> None:
         batch_of = {name: index for index, batch in enumerate(self.conditions) for name in batch.rules}
         object.__setattr__(self, "batch_of", batch_of)
+        object.__setattr__(self, "observed", merged((program.fields for program in self.programs()), VARIABLE_NAMES))
+
+    def programs(self) -> list[Program]:
+        """Every program the engine may evaluate for this policy."""
+        found = [variable.program for variable in self.variables]
+        for rule in self.rules:
+            found.extend(rule.parameter_expressions.values())
+            if rule.condition is not None:
+                found.append(rule.condition)
+            if rule.inlined is not None:
+                found.extend(rule.inlined.parameter_expressions.values())
+                if rule.inlined.condition is not None:
+                    found.append(rule.inlined.condition)
+        found.extend(batch.program for batch in self.conditions)
+        if self.combined is not None:
+            found.append(self.combined.program)
+        return found
 
     @property
     def order_key(self) -> tuple[int, str]:

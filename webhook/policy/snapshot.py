@@ -8,7 +8,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.policy.cel import VARIABLE_NAMES
 from webhook.policy.errors import PolicyError
+from webhook.policy.field_reads import FieldTree, merged, prune
 from webhook.policy.model import Policy
 
 
@@ -110,10 +112,20 @@ class PolicySnapshot:
     names none, before webhooks run, so on a Pod it means "unset" to `set-priority-class`."""
     reads_claims: bool = field(init=False, default=False)
     """Some rule pins pods to their volumes' nodes: a Pod's claims are looked up before its admission."""
+    observed: Mapping[str, FieldTree] = field(init=False, default_factory=dict, compare=False, repr=False)
+    """What any policy's expressions observe of each CEL variable (`field_reads`)."""
 
     def __post_init__(self) -> None:
         reads = any(rule.action.pod_only for policy in self.policies for rule in policy.rules)
         object.__setattr__(self, "reads_claims", reads)
+        object.__setattr__(self, "observed", merged((policy.observed for policy in self.policies), VARIABLE_NAMES))
+
+    def observable(self, variable: str, value: Any) -> Any:
+        """`value` of the CEL `variable` cut down to what the policies can observe of it (`field_reads.prune`):
+        the runtime converts a variable whole on first use, so this is what it then costs. A variable no
+        policy reads is never converted and is handed over as it is."""
+        tree = self.observed.get(variable)
+        return value if tree is None else prune(value, tree)
 
     @classmethod
     def build(
