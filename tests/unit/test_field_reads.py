@@ -202,13 +202,14 @@ def test_a_snapshot_keeps_what_any_of_its_policies_observes() -> None:
         "  - name: db\n    condition: \"variables.tier == 'db'\"\n    action: add-labels\n"
         "    parameterExpressions: {replicas: \"string(object.spec.replicas)\"}\n",
     )
-    assert snapshot.observable("pod", POD) == {
-        "metadata": {"labels": {"tier": "db"}},
-        "spec": {"containers": [{"image": "registry.corp/app:1"}, {"image": "proxy:2"}]},
-    }
     deployment = fixture_request("deployment-create-dryrun")["request"]["object"]
-    assert snapshot.observable("object", deployment) == {"spec": {"replicas": deployment["spec"]["replicas"]}}
-    assert snapshot.observable("namespaceObject", {"metadata": {}}) == {"metadata": {}}  # not read: as it is
+    namespace = {"metadata": {"name": "team-a"}}
+    assert snapshot.observable({"pod": POD, "object": deployment, "namespaceObject": namespace}) == {
+        "pod": {"metadata": {"labels": {"tier": "db"}},
+                "spec": {"containers": [{"image": "registry.corp/app:1"}, {"image": "proxy:2"}]}},
+        "object": {"spec": {"replicas": deployment["spec"]["replicas"]}},
+        "namespaceObject": namespace,  # read by no policy: never converted, handed over as it is
+    }
 
 
 def test_an_expression_that_cannot_be_analysed_observes_everything_whole() -> None:

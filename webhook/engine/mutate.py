@@ -299,7 +299,7 @@ class _Run:
         self.policies = policies
         self.mutation = mutation
         self.deadline = deadline
-        self.request_cel = snapshot.observable("request", request.as_cel())
+        self.request_cel = request.as_cel()
         self.namespace_cel = namespace.as_cel()
         obj = request.object or {}
         self.gang = lazy(lambda: gang_facts(kind, obj, request.name or "", unique_suffix=_uid_suffix(request.uid)))
@@ -400,17 +400,16 @@ class _Run:
         template = working_copy(original)
         pod, resources, notes = pod_variable(original)
         self.mutation.warnings.extend(f"{slot.name or self.kind.kind}: {note}" for note in notes)
-        observable = self.snapshot.observable
-        data = {
-            "object": observable("object", obj),
-            "oldObject": observable("oldObject", self.request.old_object),
+        data = self.snapshot.observable({
+            "object": obj,
+            "oldObject": self.request.old_object,
             "request": self.request_cel,
             "namespaceObject": self.namespace_cel,
             "workload": workload_variable(self.request, self.kind, obj),
-            "pod": observable("pod", pod),
+            "pod": pod,
             "resources": resources,
             "variables": {},
-        }
+        })
         environment = self.snapshot.environment
         activation = cel.activation(environment, data, self.deadline)
         kind = self.kind

@@ -120,12 +120,13 @@ class PolicySnapshot:
         object.__setattr__(self, "reads_claims", reads)
         object.__setattr__(self, "observed", merged((policy.observed for policy in self.policies), VARIABLE_NAMES))
 
-    def observable(self, variable: str, value: Any) -> Any:
-        """`value` of the CEL `variable` cut down to what the policies can observe of it (`field_reads.prune`):
-        the runtime converts a variable whole on first use, so this is what it then costs. A variable no
-        policy reads is never converted and is handed over as it is."""
-        tree = self.observed.get(variable)
-        return value if tree is None else prune(value, tree)
+    def observable(self, variables: Mapping[str, Any]) -> dict[str, Any]:
+        """The CEL variables cut down to what the policies can observe of them (`field_reads.prune`): the
+        runtime converts a variable whole on first use, so this is what it then costs. A variable no policy
+        reads is never converted and is handed over as it is."""
+        observed = self.observed
+        return {name: value if (tree := observed.get(name)) is None else prune(value, tree)
+                for name, value in variables.items()}
 
     @classmethod
     def build(
