@@ -6,6 +6,7 @@ these cases pin the conservative direction.
 
 import pytest
 
+from webhook.engine.mutate import pointer_tokens
 from webhook.policy.reads import Changes, Reads, reads_of
 
 
@@ -43,3 +44,13 @@ def test_list_indexes_in_template_paths_match_json_pointer_tokens() -> None:
     slot = ("spec", "replicatedJobs", 3, "template", "spec", "template")
     change = ("spec", "replicatedJobs", "3", "template", "spec", "template", "spec", "nodeSelector")
     assert reads.touched_by(Changes([change]), slot)
+
+
+@pytest.mark.parametrize(("pointer", "tokens"), [
+    ("/spec/template/spec/nodeSelector", ("spec", "template", "spec", "nodeSelector")),
+    ("/metadata/labels/app.kubernetes.io~1name", ("metadata", "labels", "app.kubernetes.io/name")),
+    ("/metadata/annotations/a~0b~01", ("metadata", "annotations", "a~b~1")),
+    ("/spec/containers/0/-", ("spec", "containers", "0", "-")),
+])
+def test_a_patch_path_is_read_as_the_keys_it_changes(pointer: str, tokens: tuple[str, ...]) -> None:
+    assert pointer_tokens(pointer) == tokens

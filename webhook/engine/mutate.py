@@ -459,6 +459,8 @@ def _derives_selector(rule: Rule, outcome: Outcome) -> bool:
 
 
 def pointer_tokens(pointer: str) -> tuple[str, ...]:
+    if "~" not in pointer:  # nothing escaped: the usual case
+        return tuple(pointer.split("/")[1:])
     return tuple(unescape(token) for token in pointer.split("/")[1:])
 
 
