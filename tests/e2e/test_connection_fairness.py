@@ -1,10 +1,10 @@
-"""A thread keeps serving its kept-alive connection only while no other connection waits for it.
+"""A thread serves a kept-alive connection's next request itself only while no other connection waits.
 
-The worker serves a connection's next request in the same thread when it comes in time (saving the
-round trip through gunicorn's poller). With more connections than threads, every connection must still be
-served in turn: clients pipelining all their requests at once are answered in turn, not the first one's
-all before the others', and a connection arriving while the only thread holds an idle one is answered at
-once, not when the hold ends.
+The serving threads wait on the idle connections themselves (server/parking.py), and a thread serves its
+connection's next request at once when it is already there (saving another thread's wake-up). With more
+connections than threads, every connection must still be served in turn: clients pipelining all their
+requests at once are answered in turn, not the first one's all before the others', and a connection
+arriving while the only thread has just served an idle one is answered at once.
 """
 
 import json
@@ -91,7 +91,7 @@ def test_a_new_connection_is_answered_at_once_while_the_only_thread_holds_an_idl
 
         idle = connect()
         idle.sendall(request)
-        assert _read_response(idle.makefile("rb")) == 200  # its thread now holds it for its next request
+        assert _read_response(idle.makefile("rb")) == 200  # parked now, waiting for its next request
         latecomer = connect()
         started = time.monotonic()
         latecomer.sendall(request)
@@ -155,3 +155,30 @@ def test_connections_opened_together_are_shared_between_the_workers(tmp_path: Pa
             # 4 and 4, or 3 and 5 when a worker was not scheduled for the whole deferral on a busy machine
             # (left to themselves, the workers shared 2 and 6, 1 and 7 as often as not)
             assert len(connections) == 8 and sum(shares) == 8 and min(shares) >= 3, shares
+
+
+def test_clients_dropping_their_connections_never_take_a_worker_down(tmp_path: Path, certificates: Any) -> None:
+    """A client that closes its connection without a TLS close_notify (an API server restarting) or before
+    the TLS handshake (a load balancer's TCP health check): the worker closes its side and goes on. The
+    closing runs in the worker's main loop, where an exception would end the worker (see also
+    tests/unit/test_parking.py: a socket the failed handshake closed already)."""
+    request = _pod_review_request()
+    with running_server(tmp_path, certificates, policies=copy_policies(tmp_path),
+                        extra=["--workers", "1", "--threads", "2"]) as server:
+        connect = _connector(server)
+        workers = server.worker_pids()
+        for _ in range(5):
+            dropped = connect()
+            dropped.sendall(request)
+            assert _read_response(dropped.makefile("rb")) == 200
+            dropped.close()  # no close_notify: the worker reads an unexpected EOF
+            connect().close()  # a handshake, then nothing
+            socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])), timeout=5).close()
+        time.sleep(0.5)
+        survivor = connect()
+        survivor.sendall(request)
+        assert _read_response(survivor.makefile("rb")) == 200
+        survivor.close()
+        assert server.worker_pids() == workers
+        _wait_until(lambda: _sockets(workers[0]) <= 2)  # the listener, and the heartbeat pipe's peer at most
+        assert "Traceback" not in server.log.read_text()

@@ -24,6 +24,7 @@ from webhook.config import Settings
 from webhook.metrics import Metrics
 from webhook.policy.snapshot import SnapshotHolder
 from webhook.server.app import create_app
+from webhook.server.parking import ParkingLot
 from webhook.server.read_deadline import ReadDeadlines
 from webhook.server.worker import PlacerThreadWorker
 
@@ -86,6 +87,7 @@ def _worker(**config: Any) -> PlacerThreadWorker:
 
     worker = PlacerThreadWorker(0, os.getppid(), [], Application(), 30, cfg, Logger(cfg))
     worker.read_deadlines = ReadDeadlines(10)
+    worker.parking = ParkingLot()  # what init_process makes in a worker process
     worker.load_wsgi()
     return worker
 

@@ -1,18 +1,26 @@
-"""gunicorn's threaded worker, with a deadline on slow clients (see `read_deadline`), that serves a kept-alive
-connection's next request in the same thread while it comes in time, leaves a new connection to a less
-loaded worker (see `accept_pacing`), writes a response's head and body in one write, and asks to be replaced
-once Kubernetes' CEL library calls have leaked their budget in it (`cel_libraries.leaks`). The review
-endpoints' requests are answered from gunicorn's parsed request without its WSGI environ and response
-objects (`review_shortcut`).
+"""gunicorn's threaded worker, with a deadline on slow clients (see `read_deadline`), whose serving threads
+wait on the idle connections themselves (`parking`: no round trip through the main thread per request),
+that leaves a new connection to a less loaded worker (see `accept_pacing`), writes a response's head and
+body in one write, and asks to be replaced once Kubernetes' CEL library calls have leaked their budget in
+it (`cel_libraries.leaks`). The review endpoints' requests are answered from gunicorn's parsed request
+without its WSGI environ and response objects (`review_shortcut`).
+
+gunicorn's main loop stays in charge of everything but serving: it accepts connections (and parks them),
+closes those idle past the keep-alive timeout, closes the ones a request ended with `Connection: close`,
+beats the heart, and runs the graceful shutdown. The serving threads replace gunicorn's thread pool; after
+each request a thread serves another connection's request that is already there, else this connection's
+next one if it is already there, else parks the connection and waits for whichever comes first.
 
 Per request it also leaves out system calls gunicorn makes that change nothing: the drain of a body the
-application has read in full (two timeout changes, see also `tls.SteadyTimeoutSocket`), and heartbeats to
-the arbiter more often than once a second. Each such call lets another thread take the GIL.
+application has read in full (two timeout changes, see also `tls.SteadyTimeoutSocket`), the switch to
+non-blocking mode and back around each wait in the poller (a parked connection stays blocking: only its
+readiness is waited on), and heartbeats to the arbiter more often than once a second. Each such call lets
+another thread take the GIL.
 
 The deadline is armed when a thread takes a connection (before the TLS handshake) and disarmed when the
 application has read the request body in full; the WSGI callable is wrapped so the body stream reports
-that moment. A connection that goes back to the poller (idle keep-alive) has no deadline: waiting there
-costs no thread, and gunicorn's keep-alive timeout closes it.
+that moment. A parked connection (idle keep-alive) has no deadline: waiting there costs no thread, and the
+keep-alive timeout closes it.
 
 Replacement is gunicorn's own graceful restart (as for `max_requests`): the worker stops accepting, answers
 the requests it holds, closes its connections (the API server reconnects to another worker) and exits; the
@@ -29,27 +37,19 @@ from typing import Any
 
 from gunicorn.config import PostRequest
 from gunicorn.http.body import LengthReader
-from gunicorn.workers.gthread import ThreadWorker
+from gunicorn.workers.gthread import _DEFER, STOP_KEEPALIVE_LINGER, ThreadWorker
 
 from webhook.config import READ_TIMEOUT_SECONDS
 from webhook.server.accept_pacing import AcceptPacing
 from webhook.server.c_heap import use_one_arena
+from webhook.server.parking import ParkingLot
 from webhook.server.read_deadline import BodyReadSignal, ReadDeadlines
 from webhook.server.review_endpoint import REVIEW_ENDPOINTS_EXTENSION
 from webhook.server.review_shortcut import ReviewShortcut
 
-HOLD_IDLE_CONNECTION = 1.0
-"""Seconds a thread keeps a kept-alive connection for its next request, while the worker has no more
-connections than threads, before handing it back to gunicorn's poller. Handing it back costs, per request,
-a wake-up of the main thread, a re-register in the poller and a hand-off to a pool thread when the request
-comes: as much CPU as the 2-rule admission itself, and a third of its latency. The API server's next
-admission on a connection comes within milliseconds under load. With more connections than threads the
-others reach the work queue only through the poller, so a thread then serves only a next request that is
-already there (measured at 32 connections on 2 x 4 threads: 1,730-1,810 req/s and p99 37 ms, against
-1,450-1,630 and 41-51 ms when it waited 2 ms for it)."""
-HOLD_CHECK_INTERVAL = 0.01
-"""While it holds an idle connection, how often a thread looks whether another connection waits for a
-thread: the longest a new connection can wait for one."""
+PARKED_WAIT = 1.0
+"""Seconds a serving thread waits for a parked connection's request before it looks whether the worker is
+stopping."""
 
 HEARTBEAT_INTERVAL = 1.0
 """Seconds between the worker's heartbeats to the arbiter (it replaces a worker silent for `timeout`, 30 s).
@@ -77,7 +77,92 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
         """The connections this worker holds: gunicorn's own count (`nr_conns`) goes below zero when
         clients close kept-alive connections, so the connections themselves are counted (a closed one is
         dropped by gunicorn, and so from here)."""
+        self.parking = ParkingLot()
+        self.serving = False
         super().init_process()
+
+    def run(self) -> None:
+        """gunicorn's event loop in the main thread (accepting, timeouts, shutdown), with the serving threads
+        waiting on the parked connections themselves (`parking`) instead of on gunicorn's thread pool."""
+        self.serving = True
+        threads = [threading.Thread(target=self._serve_parked, name=f"placer-serving-{index}", daemon=True)
+                   for index in range(self.cfg.threads)]
+        for thread in threads:
+            thread.start()
+        try:
+            super().run()
+        finally:
+            self.serving = False
+            for thread in threads:
+                thread.join(PARKED_WAIT + 1.0)
+            self.parking.close()
+
+    def _serve_parked(self) -> None:
+        """One serving thread: take a connection whose request has come, serve it, park it again."""
+        conn = None
+        while self.serving:
+            if conn is None:
+                conn = self.parking.next_ready(PARKED_WAIT)
+                if conn is None:
+                    continue
+            try:
+                conn = self._after_request(conn, self.handle(conn))
+            except Exception:  # handle() answers every failure itself; this thread must never end
+                log.exception("serving a connection")
+                self.parking.forget(conn)
+                self.method_queue.defer(self._close, conn)
+                conn = None
+
+    def _after_request(self, conn: Any, result: Any) -> Any | None:
+        """What gunicorn's `finish_request` does in the main thread, here in the serving thread: park a
+        kept-alive connection (or one whose first request did not come in time) or close it. Returns the
+        connection this thread serves next, if one is ready now: another connection's request first (each
+        in turn), else this connection's next request when it is already there (the API server sends its
+        next admission at once under load: serving it here saves waking another thread)."""
+        if result is True and _next_request_buffered(conn):
+            self.parking.park_buffered(conn)
+            return self.parking.next_ready(0.0)
+        if result is True or (result is _DEFER and self.alive):
+            ready = self.parking.next_ready(0.0)
+            if ready is None and result is True and self.alive and _readable(conn.sock):
+                return conn
+            timeout = time.monotonic() + self.cfg.keepalive
+            if not self.alive:  # a stopping worker answers a request that comes meanwhile, then closes
+                timeout = min(timeout, time.monotonic() + STOP_KEEPALIVE_LINGER)
+            self.parking.park(conn, timeout)
+            return ready
+        self.parking.forget(conn)
+        self.method_queue.defer(self._close, conn)  # in the main thread, as gunicorn closes
+        return None
+
+    def _close(self, conn: Any) -> None:
+        """Close a connection in the main thread (a callback of its loop: it must not raise), as gunicorn's
+        `finish_request` does: gracefully, or at once when that fails (a socket closed already)."""
+        self.nr_conns -= 1
+        try:
+            conn.close(graceful=True)
+        except Exception:
+            conn.close()  # gunicorn's util.close: ignores a socket closed already
+
+    def enqueue_req(self, conn: Any) -> None:
+        """A new connection (gunicorn's `accept`): park it until its first request comes."""
+        self.connections.add(conn)
+        try:
+            self.parking.park(conn, time.monotonic() + self.cfg.keepalive)
+        except (OSError, ValueError):  # the descriptor cannot be waited on (closed meanwhile, no memory)
+            log.exception("parking a new connection")
+            self.nr_conns -= 1
+            conn.close()
+
+    def murder_keepalived(self, force: bool = False) -> None:
+        for conn in self.parking.expired() if force else self.parking.expired(time.monotonic()):
+            self.nr_conns -= 1
+            conn.close()
+        super().murder_keepalived(force)
+
+    def _cap_keepalive(self, deadline: float) -> None:
+        self.parking.cap_timeouts(deadline)
+        super()._cap_keepalive(deadline)
 
     def notify(self) -> None:
         if self.heartbeat.due():
@@ -90,10 +175,6 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
             self.set_accept_enabled(False)
             return
         super().accept(listener)
-
-    def enqueue_req(self, conn: Any) -> None:
-        self.connections.add(conn)
-        super().enqueue_req(conn)
 
     def set_accept_enabled(self, enabled: bool) -> None:
         if enabled and not self.accept_pacing.resume():
@@ -123,17 +204,13 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
                                 if endpoints is not None and self._nothing_after_requests() else None)
 
     def handle(self, conn: Any) -> Any:
-        """Serve a connection's requests while the next one comes in time (`_next_request_ready`) and no
-        other connection waits for a thread; then give it back to the poller."""
-        while True:
-            self.read_deadlines.arm(conn)
-            try:
-                keepalive = super().handle(conn)
-            finally:
-                self.read_deadlines.disarm()
-                self._recycle_when_leaked()
-            if keepalive is not True or not self.alive or not self._next_request_ready(conn):
-                return keepalive
+        """gunicorn's `handle` (one request) under the read deadline."""
+        self.read_deadlines.arm(conn)
+        try:
+            return super().handle(conn)
+        finally:
+            self.read_deadlines.disarm()
+            self._recycle_when_leaked()
 
     def _keepalive_after(self, conn: Any, keepalive: Any) -> bool:
         """gunicorn drains a body the application left unread before the connection serves another
@@ -167,7 +244,7 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
                 self.log.info("Autorestarting worker after current request.")
                 self.alive = False
             keep_alive = False
-        if not self.alive or not self.cfg.keepalive or len(self.keepalived_conns) >= self.max_keepalived:
+        if not self.alive or not self.cfg.keepalive or len(self.parking) >= self.max_keepalived:
             keep_alive = False
         shortcut.serve(req, conn.sock, keep_alive=keep_alive)
         return keep_alive
@@ -177,24 +254,6 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
         `post_request` hook (they take gunicorn's response object, which the review shortcut does not make).
         Placer's server sets neither."""
         return not self.log.access_log_enabled and self.cfg.post_request is PostRequest.default
-
-    def _next_request_ready(self, conn: Any) -> bool:
-        """Whether the connection's next request is there, waiting for it up to `HOLD_IDLE_CONNECTION`
-        while no other connection waits for a thread and the worker has a thread per connection."""
-        work_queue = getattr(self.tpool, "_work_queue", None)
-        if work_queue is None or not work_queue.empty():
-            return False  # another connection waits for a thread: this one goes back to the poller
-        if conn.parser.unreader.buf.getvalue() or (hasattr(conn.sock, "pending") and conn.sock.pending()):
-            return True
-        if len(self.connections) > self.cfg.threads:
-            return _readable(conn.sock, 0.0)
-        give_up = time.monotonic() + HOLD_IDLE_CONNECTION
-        while self.alive and work_queue.empty():
-            if _readable(conn.sock, min(HOLD_CHECK_INTERVAL, max(give_up - time.monotonic(), 0.0))):
-                return True
-            if time.monotonic() >= give_up:
-                return False
-        return False
 
     def _recycle_when_leaked(self) -> None:
         leaks = getattr(self, "cel_leaks", None)
@@ -269,13 +328,19 @@ def _body_read_in_full(parser: Any) -> bool:
             and body.buf.tell() == 0)
 
 
-def _readable(sock: Any, timeout: float) -> bool:
-    """Whether the socket has data (or its end) within `timeout` seconds; False once it is closed."""
+def _readable(sock: Any) -> bool:
+    """Whether the socket has data (or its end) now; False once it is closed."""
     try:
-        readable, _, _ = select.select([sock], [], [], timeout)
+        readable, _, _ = select.select([sock], [], [], 0.0)
     except (OSError, ValueError):
         return False
     return bool(readable)
+
+
+def _next_request_buffered(conn: Any) -> bool:
+    """Whether bytes of the connection's next request were already read (with the last one, or decrypted by
+    TLS): the socket would not report them, so the thread serves them before parking the connection."""
+    return bool(conn.parser.unreader.buf.getvalue()) or (hasattr(conn.sock, "pending") and conn.sock.pending() > 0)
 
 
 def _content_length(environ: dict[str, Any]) -> int | None:
