@@ -20,7 +20,6 @@ import math
 import select
 import threading
 from collections import deque
-from collections.abc import Iterator
 from typing import Any
 
 _WAIT_FOR_A_REQUEST = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
@@ -105,10 +104,6 @@ class ParkingLot:
 
     def __len__(self) -> int:
         return len(self._parked) + len(self._buffered)
-
-    def __iter__(self) -> Iterator[Any]:
-        with self._lock:
-            return iter(list(self._parked.values()))
 
     def _unregister(self, fd: int) -> None:
         with contextlib.suppress(OSError, ValueError):  # never parked, or closed (the kernel dropped it)

@@ -339,7 +339,8 @@ def _readable(sock: Any) -> bool:
 
 def _next_request_buffered(conn: Any) -> bool:
     """Whether bytes of the connection's next request were already read (with the last one, or decrypted by
-    TLS): the socket would not report them, so the thread serves them before parking the connection."""
+    TLS): the socket would not report them, so the connection waits its turn in the parking's queue of such
+    connections instead of its `epoll` set."""
     return bool(conn.parser.unreader.buf.getvalue()) or (hasattr(conn.sock, "pending") and conn.sock.pending() > 0)
 
 
