@@ -7,6 +7,7 @@ these cases pin the conservative direction.
 import pytest
 
 from webhook.engine.mutate import pointer_tokens
+from webhook.policy import cel
 from webhook.policy.reads import Changes, Reads, reads_of
 
 
@@ -23,24 +24,36 @@ from webhook.policy.reads import Changes, Reads, reads_of
     ("workload.labels.team == 'ml'", set(), {("metadata", "labels", "team")}),
     ("workload.labels['team'] == 'ml'", set(), {("metadata", "labels", "team")}),
     ("namespaceObject.metadata.labels.pod == 'x' && resources.limits.cpu > 1.0", set(), set()),
+    ("cel.bind(s, pod.spec, s.nodeName == 'a')", {("spec", "nodeName")}, set()),
+    ("[pod][0].spec.nodeName == 'a'", {()}, set()),
+    ("object.spec.template.spec.containers.map(c, c.name).size() > 1", set(),
+     {("spec", "template", "spec", "containers")}),
 ])
 def test_paths_read(source: str, template: set[tuple[str, ...]], obj: set[tuple[str, ...]]) -> None:
-    assert reads_of(source) == Reads(frozenset(template), frozenset(obj))
+    assert read(source) == Reads(frozenset(template), frozenset(obj))
+
+
+def read(source: str) -> Reads:
+    return reads_of(cel.compile_expression(cel.new_environment(), source).fields)
+
+
+def test_an_expression_that_could_not_be_analysed_reads_everything() -> None:
+    assert reads_of(None) == Reads(frozenset({()}), frozenset({()}))
 
 
 def test_a_change_inside_or_above_a_read_path_touches_it() -> None:
-    reads = reads_of("pod.metadata.labels.tier == 'db'")
+    reads = read("pod.metadata.labels.tier == 'db'")
     at = ("spec", "template")
     assert reads.touched_by(Changes([("spec", "template", "metadata", "labels", "tier")]), at)
     assert reads.touched_by(Changes([("spec", "template", "metadata", "labels")]), at)  # the map added whole
     assert reads.touched_by(Changes([("spec", "template", "metadata")]), at)
     assert not reads.touched_by(Changes([("spec", "template", "metadata", "labels", "team")]), at)
     assert not reads.touched_by(Changes([("spec", "template", "spec", "nodeSelector")]), at)
-    assert reads_of("size(pod) > 0").touched_by(Changes([("spec", "template", "spec", "x")]), at)
+    assert read("size(pod) > 0").touched_by(Changes([("spec", "template", "spec", "x")]), at)
 
 
 def test_list_indexes_in_template_paths_match_json_pointer_tokens() -> None:
-    reads = reads_of("pod.spec.nodeSelector.pool == 'a'")
+    reads = read("pod.spec.nodeSelector.pool == 'a'")
     slot = ("spec", "replicatedJobs", 3, "template", "spec", "template")
     change = ("spec", "replicatedJobs", "3", "template", "spec", "template", "spec", "nodeSelector")
     assert reads.touched_by(Changes([change]), slot)

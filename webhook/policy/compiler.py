@@ -229,7 +229,7 @@ class PolicyCompiler:
             parameter_expressions=expressions,
             override=override,
             reads_variables=reads,
-            reads=_union(reads_of(program.source) for program in
+            reads=_union(reads_of(program.fields) for program in
                          (*programs, *(variables[name].program for name in reads if name in variables))),
             inlined=self._inlined(condition, expressions, variables) if reads else None,
         )

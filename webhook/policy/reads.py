@@ -6,20 +6,19 @@ few known places (node selector, tolerations, affinity, spread, labels, annotati
 carries the paths its expressions (and the variables they use) read under `pod`, `object` and `workload`;
 the engine compares them with the paths a pass changed.
 
-The analysis is textual and conservative: `pod.spec.containers.exists(c, ...)` reads `spec.containers`
-(and everything below it); a bare `pod`, an index that is not a literal, or anything it cannot follow reads
-the whole root. Reading less than an expression really reads would be a bug; reading more only costs a pass.
+The paths come from what each compiled expression can observe (`field_reads`, on its checked tree), cut
+at the first list: `pod.spec.containers.exists(c, c.image ...)` reads `spec.containers` (and everything
+below it, whatever the index a pass wrote at); a bare `pod`, or an expression that could not be analysed,
+reads the whole root. Reading less than an expression really reads would be a bug; reading more only costs
+a pass.
 """
 
-import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-Path = tuple[str, ...]
+from webhook.policy.field_reads import FieldReads, FieldTree
 
-_ROOT = re.compile(r"(?<![\w.$])(pod|object|workload)\b")
-_MEMBER = re.compile(r"\s*\.\s*\??\s*([A-Za-z_]\w*)")
-_INDEX = re.compile(r"\s*\[\s*\??\s*(?:'([^'\\]*)'|\"([^\"\\]*)\")\s*\]")
-_CALL = re.compile(r"\s*\(")
+Path = tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,35 +52,27 @@ class Changes:
         return read in self._prefixes or any(read[:length] in self._paths for length in range(len(read)))
 
 
-def reads_of(source: str) -> Reads:
-    template: set[Path] = set()
-    obj: set[Path] = set()
-    for match in _ROOT.finditer(source):
-        root = match.group(1)
-        path = _follow(source, match.end())
-        if root == "pod":
-            template.add(path)
-        elif root == "object":
-            obj.add(path)
-        elif not path or path[0] in ("labels", "annotations"):  # workload: only its metadata maps can change
-            obj.add(("metadata", *path[:2]) if path else ("metadata",))
-    return Reads(frozenset(template), frozenset(obj))
+def reads_of(fields: FieldReads | None) -> Reads:
+    """What an expression reads of the template and the object, from what it observes of each variable
+    (`Program.fields`; None: it could not be analysed, so it reads everything)."""
+    if fields is None:
+        return Reads(frozenset({()}), frozenset({()}))
+    template = frozenset(_paths(fields["pod"])) if "pod" in fields else frozenset()
+    obj = set(_paths(fields["object"])) if "object" in fields else set()
+    workload = fields.get("workload")
+    if workload is not None:  # of `workload`, only its metadata maps can change
+        if workload.whole:
+            obj.add(("metadata",))
+        for key in ("labels", "annotations"):
+            if key in workload.keys:
+                obj.update(("metadata", key, *path[:1]) for path in _paths(workload.keys[key]))
+    return Reads(template, frozenset(obj))
 
 
-def _follow(source: str, position: int) -> Path:
-    """The member and literal-index chain after a root, without a trailing function call (`.exists(`)."""
-    parts: list[str] = []
-    while True:
-        member = _MEMBER.match(source, position)
-        if member is not None:
-            if _CALL.match(source, member.end()):
-                return tuple(parts)  # a method call (`.exists(`, `.size(`): it reads what is before it
-            parts.append(member.group(1))
-            position = member.end()
-            continue
-        index = _INDEX.match(source, position)
-        if index is not None:
-            parts.append(index.group(1) if index.group(1) is not None else index.group(2))
-            position = index.end()
-            continue
-        return tuple(parts)
+def _paths(tree: FieldTree, path: Path = ()) -> Iterator[Path]:
+    """The paths below which `tree` observes anything, cut at a value observed whole or a list."""
+    if tree.whole or tree.each is not None or not tree.keys:
+        yield path
+        return
+    for key, below in tree.keys.items():
+        yield from _paths(below, (*path, key))
