@@ -33,6 +33,17 @@ spec:
   rules:
   - {name: pool, action: add-node-selector, parameters: {pool: ml}}
 """
+READING = """apiVersion: placer.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: ml-pool}
+spec:
+  failurePolicy: FAILURE
+  rules:
+  - name: pool
+    condition: "namespaceObject.metadata.?labels.?team.orValue('') == 'ml'"
+    action: add-node-selector
+    parameters: {pool: ml}
+"""
 EVERYWHERE = """apiVersion: placer.dev/v1alpha1
 kind: SchedulingPolicy
 metadata: {name: everywhere}
@@ -78,11 +89,12 @@ def test_an_api_server_slower_than_the_deadline_makes_the_namespace_unknown_in_t
     assert isinstance(info, UnknownNamespace) and time.monotonic() - started < 1.5
 
 
+@pytest.mark.parametrize("dependent", [SELECTING, READING], ids=["namespaceSelector", "namespaceObject"])
 @pytest.mark.parametrize("failure_policy", ["Ignore", "Fail"])
 def test_policies_that_depend_on_an_unknown_namespace_follow_their_failure_policy(
-        apiserver: FakeApiServer, api: KubeApi, failure_policy: str) -> None:
+        apiserver: FakeApiServer, api: KubeApi, failure_policy: str, dependent: str) -> None:
     apiserver.fail("GET", "/api/v1/namespaces/team-a", 403, "Forbidden")
-    snapshot = snapshot_of(SELECTING.replace("FAILURE", failure_policy), EVERYWHERE)
+    snapshot = snapshot_of(dependent.replace("FAILURE", failure_policy), EVERYWHERE)
     request = parse_review(fixture_request("pod-bare-create-dryrun"))
     admission = admit(request, snapshot, default_workload_table(), resolve_namespace=NamespaceLookup(api).resolve)
     if failure_policy == "Fail":

@@ -30,7 +30,6 @@ KIND = "SchedulingPolicy"
 DEFAULT_PRIORITY = 100
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_NAMESPACE_OBJECT = re.compile(r"\bnamespaceObject\b")
 _SPEC_FIELDS = {"priority", "namespaceSelector", "failurePolicy", "variables", "rules"}
 _RULE_FIELDS = {"name", "condition", "action", "parameters", "parameterExpressions", "override"}
 
@@ -96,7 +95,6 @@ class PolicyCompiler:
             generation=generation if isinstance(generation, int) else None,
             conditions=batches,
             combined=combined,
-            reads_namespace=_reads_namespace(selector, variables.values(), rules),
             document=document,
         )
         return CompileResult(policy, (), name)
@@ -376,18 +374,6 @@ def _needed_variables(
         needed.add(name)
         pending.extend((dependency, variables[name].program) for dependency in variables[name].program.reads_variables)
     return frozenset(needed)
-
-
-def _reads_namespace(selector: LabelSelector | None, variables: Iterable[Variable], rules: Iterable[Rule]) -> bool:
-    """A namespaceSelector that is not empty, or any expression naming `namespaceObject`."""
-    if selector is not None and not selector.empty:
-        return True
-    programs = [variable.program for variable in variables]
-    for rule in rules:
-        programs.extend(rule.parameter_expressions.values())
-        if rule.condition is not None:
-            programs.append(rule.condition)
-    return any(_NAMESPACE_OBJECT.search(program.source) for program in programs)
 
 
 def _union(items: Iterable[Reads]) -> Reads:

@@ -5,8 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webhook.actions.base import ActionSpec
-from webhook.policy.cel import VARIABLE_NAMES, Program
-from webhook.policy.field_reads import FieldTree, merged
+from webhook.policy.cel import Program
 from webhook.policy.reads import Reads
 from webhook.selectors import LabelSelector
 
@@ -87,22 +86,23 @@ class Policy:
     variables written in (`Rule.inlined`): rules without a batch, or whose batch fails, are evaluated alone.
     Kept apart so that a variable that is missing for some objects (`object.metadata.labels.tier`) fails only
     its own batch."""
-    reads_namespace: bool = False
-    """Whether the policy selects namespaces by label or reads `namespaceObject`: it cannot be decided for a
-    namespace Placer could not read."""
     combined: ConditionBatch | None = field(default=None, compare=False, repr=False)
     """Both batches of `conditions` in one program, tried first when there are two: one CEL call instead of
     two on the objects where neither fails; where it fails, the two batches are evaluated as before."""
     document: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     batch_of: Mapping[str, int] = field(init=False, compare=False, repr=False)
     """For each rule with a batched condition, the index of its batch in `conditions`."""
-    observed: Mapping[str, FieldTree] = field(init=False, compare=False, repr=False)
-    """What the policy's expressions observe of each variable, together (`field_reads`)."""
+    reads_namespace: bool = field(init=False, compare=False, repr=False)
+    """Whether the policy selects namespaces by label or an expression reads `namespaceObject` (`field_reads`;
+    one that could not be analysed counts as reading it): it cannot be decided for a namespace Placer could
+    not read."""
 
     def __post_init__(self) -> None:
         batch_of = {name: index for index, batch in enumerate(self.conditions) for name in batch.rules}
         object.__setattr__(self, "batch_of", batch_of)
-        object.__setattr__(self, "observed", merged((program.fields for program in self.programs()), VARIABLE_NAMES))
+        selects = self.namespace_selector is not None and not self.namespace_selector.empty
+        reads = any(program.fields is None or "namespaceObject" in program.fields for program in self.programs())
+        object.__setattr__(self, "reads_namespace", selects or reads)
 
     def programs(self) -> list[Program]:
         """Every program the engine may evaluate for this policy."""

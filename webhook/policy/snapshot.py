@@ -118,7 +118,8 @@ class PolicySnapshot:
     def __post_init__(self) -> None:
         reads = any(rule.action.pod_only for policy in self.policies for rule in policy.rules)
         object.__setattr__(self, "reads_claims", reads)
-        object.__setattr__(self, "observed", merged((policy.observed for policy in self.policies), VARIABLE_NAMES))
+        fields = (program.fields for policy in self.policies for program in policy.programs())
+        object.__setattr__(self, "observed", merged(fields, VARIABLE_NAMES))
 
     def observable(self, variables: Mapping[str, Any]) -> dict[str, Any]:
         """The CEL variables cut down to what the policies can observe of them (`field_reads.prune`): the
