@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
-import re2
 
 from webhook.json_bytes import encode_json
 from webhook.typing import JSONObject, JSONPatch
@@ -24,9 +23,11 @@ WARNING_PREFIX = "placer: "
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_LONG_NUMBER = re2.compile(rb"[0-9]{19}")
-"""19 digits in a row: maybe an integer beyond int64 (9223372036854775807 has 19). RE2 scans a 3 KB body in
-11 µs, Python's backtracking `re` in 80."""
+_DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+"""A `bytes.translate` table: every ASCII digit becomes "0", every other byte a space."""
+_LONG_NUMBER = b"0" * 19
+"""19 digits in a row, once digits are "0": maybe an integer beyond int64 (9223372036854775807 has 19).
+Translating and searching scan an 8.5 KB body in 6 µs; RE2's `[0-9]{19}` took 17, Python's `re` 110."""
 _STATUS_REASONS = {403: "Forbidden", 422: "Invalid"}
 
 
@@ -85,7 +86,7 @@ def decode_json(body: bytes) -> Any:
     A body with no run of 19 digits (no integer that could pass int64) is decoded by orjson, 3-4 times
     faster; any other, and any orjson refuses, by the standard decoder with the int64 check.
     """
-    if not _LONG_NUMBER.search(body):
+    if _LONG_NUMBER not in body.translate(_DIGITS_AS_ZERO):
         try:
             return orjson.loads(body)  # the fast path: no integer here can exceed int64
         except orjson.JSONDecodeError:

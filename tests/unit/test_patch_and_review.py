@@ -70,6 +70,13 @@ def test_envelope_errors_are_precise(mutate: Any, message: str) -> None:
 
 def test_decode_json_turns_huge_integers_into_floats_and_reports_bad_json() -> None:
     assert decode_json(b'{"a": 99999999999999999999999, "b": 5}') == {"a": 1e23, "b": 5}
+    # between int64 and uint64 (orjson would keep it an int) and negative beyond int64: floats too
+    for literal in (b"9223372036854775808", b"18446744073709551615", b"-9223372036854775809"):
+        value = decode_json(b'{"a": [' + literal + b"]}")["a"][0]
+        assert type(value) is float and value == float(literal)
+    for literal in (b"9223372036854775807", b"-9223372036854775808", b"123456789012345678"):
+        value = decode_json(b'{"a": ' + literal + b', "id": "1234567890123456789"}')["a"]
+        assert type(value) is int and value == int(literal)
     with pytest.raises(ReviewError, match="invalid JSON"):
         decode_json(b'{"a": ')
     with pytest.raises(ReviewError, match="nested too deeply|invalid JSON"):
