@@ -1,13 +1,17 @@
 """The direct table: what Placer's `/mutate` costs beside the stack's floor, on the same gunicorn and TLS.
 
     python -m tests.bench.bench_direct [--duration 5] [--connections 1,8,32] [--workers 2] [--threads 4]
-                                       [--cases floor,floor-gthread,2,50] [--rounds 1]
+                                       [--cases floor,floor-gthread,floor-busy,2,50] [--rounds 1]
+                                       [--busy-us 450]
 
 Cases, each served by its own server and loaded at each connection count (keep-alive TLS, one request in
 flight per connection, `wrk` when installed — Debian's package — else tests.bench.loadgen):
 
 - floor: a minimal WSGI app (tests.bench.floor_app) under Placer's gunicorn worker (gthread with its
   changes, webhook.server.worker), the captured Pod review; `floor-gthread`: the same under gunicorn's own;
+  `floor-busy`: the same spending `--busy-us` of Python per request (holding the GIL), with the Deployment:
+  the floor at about Placer's throughput, to tell the latency a throughput costs on this stack and machine
+  from what Placer's path adds;
 - Placer with 2 rules (a node selector from a namespace label, a GPU toleration), the captured Pod review
   (3.1 KB, what the API server sends for such a Pod);
 - Placer with 50 rules, the same Pod review, and the 8.5 KB Deployment of bench_engine.
@@ -95,12 +99,12 @@ def children(pid: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def floor_server(workdir: Path, certs: Any, workers: int, threads: int, worker_class: str = WORKER_CLASS
-                 ) -> Iterator[tuple[str, list[int]]]:
+def floor_server(workdir: Path, certs: Any, workers: int, threads: int, worker_class: str = WORKER_CLASS,
+                 app: str = "tests.bench.floor_app:app") -> Iterator[tuple[str, list[int]]]:
     port = free_port()
     args = [sys.executable, "-m", "gunicorn", "--worker-class", worker_class, "--workers", str(workers),
             "--threads", str(threads), "--bind", f"127.0.0.1:{port}", "--certfile", str(certs.cert),
-            "--keyfile", str(certs.key), "--log-level", "warning", "tests.bench.floor_app:app"]
+            "--keyfile", str(certs.key), "--log-level", "warning", app]
     with (workdir / "floor.log").open("wb") as output:
         process = subprocess.Popen(args, cwd=Path(__file__).resolve().parents[2], start_new_session=True,
                                    stdout=output, stderr=subprocess.STDOUT)
@@ -169,8 +173,10 @@ def measure(url: str, pids: list[int], body: Path, connections: int, duration: f
 
 
 def run(duration: float, connections: list[int], workers: int, threads: int, *, quiet: bool = False,
-        big: bool = True, only: frozenset[str] = frozenset({"floor", "2", "50"})) -> list[dict[str, Any]]:
-    """Every case in `only` (floor, floor-gthread, 2, 50), loaded at each connection count; one row each."""
+        big: bool = True, only: frozenset[str] = frozenset({"floor", "2", "50"}), busy_us: int = 450
+        ) -> list[dict[str, Any]]:
+    """Every case in `only` (floor, floor-gthread, floor-busy, 2, 50), loaded at each connection count; one
+    row each."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="placer-direct-") as tmp:
         workdir = Path(tmp)
@@ -179,15 +185,18 @@ def run(duration: float, connections: list[int], workers: int, threads: int, *, 
         pod.write_text(json.dumps(fixture_request("pod-bare-create-dryrun")))
         deployment_body = workdir / "deployment.json"
         deployment_body.write_text(json.dumps(deployment(8_500)))
-        cases: list[tuple[str, str, int | str, list[Path]]] = [
-            ("floor (minimal WSGI)", "floor", WORKER_CLASS, [pod]),
-            ("floor, plain gthread", "floor-gthread", "gthread", [pod]),
+        floor_app = "tests.bench.floor_app:app"
+        cases: list[tuple[str, str, int | tuple[str, str], list[Path]]] = [
+            ("floor (minimal WSGI)", "floor", (WORKER_CLASS, floor_app), [pod]),
+            ("floor, plain gthread", "floor-gthread", ("gthread", floor_app), [pod]),
+            (f"floor, {busy_us} µs busy", "floor-busy", (WORKER_CLASS, f"tests.bench.floor_app:busy({busy_us})"),
+             [deployment_body]),
             ("placer, 2 rules", "2", 2, [pod]),
             ("placer, 50 rules", "50", 50, [pod, deployment_body] if big else [pod])]
         for label, name, setup, bodies in cases:
             if name not in only:
                 continue
-            with (floor_server(workdir, certs, workers, threads, setup) if isinstance(setup, str)
+            with (floor_server(workdir, certs, workers, threads, *setup) if isinstance(setup, tuple)
                   else placer_server(workdir, certs, setup, workers, threads)) as (url, pids):
                 for body in bodies:
                     measure(url + "/mutate?timeout=10s", pids, body, 4, 1.0, str(certs.ca_cert))  # warm-up
@@ -258,7 +267,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--cases", default="floor,2,50",
-                        help="which of: floor, floor-gthread (gunicorn's own worker), 2 (rules), 50 (rules)")
+                        help="which of: floor, floor-gthread (gunicorn's own worker), floor-busy (the floor "
+                             "spending --busy-us of Python per request, with the Deployment), 2 (rules), 50 (rules)")
+    parser.add_argument("--busy-us", type=int, default=450,
+                        help="the Python work per request of the floor-busy case, µs (about what Placer's 50 rules "
+                             "add to the floor for the Deployment)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="run every case this many times in turn, then print each row's median")
     args = parser.parse_args()
@@ -270,7 +283,7 @@ def main() -> None:
             print(f"round {index + 1} of {args.rounds}, {time.strftime('%H:%M:%S')}")
         print(HEADER, flush=True)
         rounds.append(run(args.duration, [int(c) for c in args.connections.split(",")], args.workers, args.threads,
-                          only=frozenset(args.cases.split(","))))
+                          only=frozenset(args.cases.split(",")), busy_us=args.busy_us))
     if args.rounds > 1:
         print(f"median of {args.rounds} rounds (x floor: CPU per request over the floor's in the same round)")
         print(SUMMARY_HEADER)

@@ -45,6 +45,17 @@ def test_direct_benchmark_measures_the_floor_and_placer_side_by_side() -> None:
         assert row["machine_cpu_s_per_1000"] >= row["cpu_s_per_1000"] * 0.9 and 0 <= row["steal_pct"] <= 100, row
 
 
+def test_the_busy_floor_spends_about_the_python_work_it_is_given_per_request() -> None:
+    rows = run_direct(duration=1, connections=[1], workers=1, threads=2, quiet=True,
+                      only=frozenset({"floor", "floor-busy"}), busy_us=3000)
+    floor, busy = rows
+    assert (floor["case"], busy["case"], busy["body"]) == ("floor (minimal WSGI)", "floor, 3000 µs busy",
+                                                           "deployment 8.4 KB")
+    assert busy["errors"] == 0 and busy["requests"] > 0, busy
+    # 3 ms of Python a request on top of the floor's own (0.2-0.5 ms): loose bounds, the machine is shared
+    assert 2.0 <= busy["cpu_s_per_1000"] - floor["cpu_s_per_1000"] <= 6.0, rows
+
+
 def test_direct_rounds_give_each_row_its_median_and_its_cpu_over_the_same_rounds_floor() -> None:
     def row(case: str, connections: int, rps: float, cpu: float) -> dict[str, Any]:
         return {"case": case, "body": "pod 3.1 KB", "connections": connections, "rps": rps, "p50_ms": 1000 / rps,
