@@ -109,8 +109,7 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
                 conn = self._after_request(conn, self.handle(conn))
             except Exception:  # handle() answers every failure itself; this thread must never end
                 log.exception("serving a connection")
-                self.parking.forget(conn)
-                self.method_queue.defer(self._close, conn)
+                self._close_later(conn)
                 conn = None
 
     def _after_request(self, conn: Any, result: Any) -> Any | None:
@@ -131,9 +130,13 @@ class PlacerThreadWorker(ThreadWorker):  # type: ignore[misc]
                 timeout = min(timeout, time.monotonic() + STOP_KEEPALIVE_LINGER)
             self.parking.park(conn, timeout)
             return ready
-        self.parking.forget(conn)
-        self.method_queue.defer(self._close, conn)  # in the main thread, as gunicorn closes
+        self._close_later(conn)
         return None
+
+    def _close_later(self, conn: Any) -> None:
+        """Take the connection out of the parking and close it in the main thread, as gunicorn closes."""
+        self.parking.forget(conn)
+        self.method_queue.defer(self._close, conn)
 
     def _close(self, conn: Any) -> None:
         """Close a connection in the main thread (a callback of its loop: it must not raise), as gunicorn's
