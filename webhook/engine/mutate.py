@@ -423,11 +423,11 @@ class _Run:
         outcomes, traces, deadline, mutation = self.outcomes, self.traces, self.deadline, self.mutation
         for policy in self.policies:
             scope = _PolicyScope(policy, data, activation, environment)
-            for rule in policy.rules:
+            for rule, batched in zip(policy.rules, scope.batched, strict=True):
                 if deadline is not None and time.monotonic() > deadline:
                     raise _DeadlineReached
                 key = (policy.name, rule.name, slot.name)
-                decided = scope.decided_by_batch(rule)
+                decided = batched if rule.batch_decides else None
                 if decided is False:  # most rules, on most objects: nothing else to do
                     outcomes[key] = "not-matched"
                     if key not in traces:
@@ -437,7 +437,8 @@ class _Run:
                     # matched by its batch, which read any variable written in: nothing else to evaluate
                     trace = _act(policy, rule, rule.parameters, template, slot.name, mutation=mutation, context=context)
                 else:
-                    trace = _run_rule(policy, rule, scope, template, slot=slot, mutation=mutation, context=context)
+                    trace = _run_rule(policy, rule, scope, batched, template, slot=slot, mutation=mutation,
+                                      context=context)
                 outcomes[key] = trace.outcome
                 previous = traces.get(key)
                 if previous is None or (trace.changed and not previous.changed):
@@ -477,6 +478,7 @@ def _run_rule(
     policy: Policy,
     rule: Rule,
     scope: "_PolicyScope",
+    batched: bool | None,
     template: JSONObject,
     *,
     slot: TemplateSlot,
@@ -501,7 +503,8 @@ def _run_rule(
         # lazy variables would (an error in a branch that does not decide is absorbed).
         activation, condition, expressions = scope.base, rule.inlined.condition, rule.inlined.parameter_expressions
     if condition is not None:
-        batched = scope.batched_condition(rule)
+        # `batched`, the condition's value from its batch, holds for the inlined condition as well: the
+        # batch of conditions reading variables has them written in
         result = cel.Result(value=batched) if batched is not None else cel.evaluate(condition, activation)
         if result.missing is not None:
             return trace("missing", result.missing)
@@ -573,7 +576,8 @@ class _RuleContexts:
 
 
 class _PolicyScope:
-    """A policy's variables for one template, evaluated on first use and at most once (lazily)."""
+    """A policy's conditions and variables for one template: the conditions evaluated in their batches when
+    the policy's turn comes, the variables on first use and at most once (lazily)."""
 
     def __init__(self, policy: Policy, data: Mapping[str, Any], activation: Any, environment: Any) -> None:
         self._policy = policy
@@ -583,49 +587,37 @@ class _PolicyScope:
         self._values: dict[str, Any] = {}
         self._failures: dict[str, cel.Result] = {}
         self._activation = activation
-        self._decided: dict[str, bool] = {}
-        """Conditions decided by the batches evaluated so far, by rule."""
-        self._evaluated = [False] * len(policy.conditions)
-        self._combined_tried = False
+        self.batched = self._batched_conditions()
+        """Per rule (in the policy's order), its condition's value from a batch, or None to evaluate it alone:
+        no condition, not batched, or its batch failed (the one-by-one evaluation then gives each rule its
+        own outcome and message)."""
 
     @property
     def base(self) -> Any:
         """The activation without policy variables."""
         return self._base_activation
 
-    def decided_by_batch(self, rule: Rule) -> bool | None:
-        """The rule's condition as its batch found it, when that alone decides whether the rule matches: the
-        batch read any variable written in. A rule whose variables cannot be written in is left to them (one
-        that fails is reported before its condition, see _run_rule): None, as for a rule without a batch."""
-        if rule.condition is None or (rule.inlined is None and rule.reads_variables):
-            return None
-        return self.batched_condition(rule)
+    def _batched_conditions(self) -> list[bool | None]:
+        """The policy's batches evaluated on the template's base activation (a batch reads no policy variable:
+        those are written in): both in one call when the policy has both and neither fails, else each."""
+        policy = self._policy
+        values: list[bool | None] = [None] * len(policy.rules)
+        if policy.combined is not None and self._fill(values, policy.combined, policy.combined_positions):
+            return values
+        for batch, positions in zip(policy.conditions, policy.positions, strict=True):
+            self._fill(values, batch, positions)
+        return values
 
-    def batched_condition(self, rule: Rule) -> bool | None:
-        """The rule's condition from one of the policy's batches, or None to evaluate it alone.
-
-        Each batch is evaluated on first use, on the template's base activation (a batch reads no policy
-        variable: those are written in). A batch that failed as a whole yields None for each of its rules:
-        the one-by-one evaluation then gives each rule its own outcome and message.
-        """
-        found = self._decided.get(rule.name)
-        if found is not None:
-            return found
-        index = self._policy.batch_of.get(rule.name)
-        if index is None or self._evaluated[index]:
-            return None
-        combined = self._policy.combined
-        if combined is not None and not self._combined_tried:
-            self._combined_tried = True
-            decided = _split_batch(combined, cel.evaluate(combined.program, self._base_activation))
-            if decided:  # neither batch failed: both are decided by this one call
-                self._decided.update(decided)
-                self._evaluated = [True] * len(self._evaluated)
-                return decided.get(rule.name)
-        self._evaluated[index] = True
-        batch = self._policy.conditions[index]
-        self._decided.update(_split_batch(batch, cel.evaluate(batch.program, self._base_activation)))
-        return self._decided.get(rule.name)
+    def _fill(self, values: list[bool | None], batch: ConditionBatch, positions: tuple[int, ...]) -> bool:
+        """Set the value of each rule the batch decides; False when the batch failed as a whole."""
+        result = cel.evaluate(batch.program, self._base_activation)
+        found = result.value if result.missing is None and result.error is None else None
+        if not isinstance(found, list) or len(found) != len(positions):
+            return False
+        for position, value in zip(positions, found, strict=True):
+            if value is True or value is False:  # a non-bool is reported by the rule's own evaluation
+                values[position] = value
+        return True
 
     def activation_for(self, rule: Rule) -> tuple[Any, cel.Result | None]:
         """An activation with every variable the rule needs, or the failure of one of them."""
@@ -652,13 +644,3 @@ class _PolicyScope:
                 return None, self._failures[name]
         return self._activation, None
 
-
-def _split_batch(batch: ConditionBatch, result: cel.Result) -> dict[str, bool]:
-    values = result.value if result.missing is None and result.error is None else None
-    if not isinstance(values, list) or len(values) != len(batch.rules):
-        return {}
-    return {
-        name: value
-        for name, value in zip(batch.rules, values, strict=True)
-        if isinstance(value, bool)
-    }

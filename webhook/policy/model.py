@@ -38,6 +38,10 @@ class Rule:
     fails or holds a value that cannot leave CEL (an optional, a type); None without variables."""
     own_pods_fallback: bool = field(init=False, compare=False, repr=False)
     """The action derives the workload's own-pods selector (no `labelSelector` parameter given)."""
+    batch_decides: bool = field(init=False, compare=False, repr=False)
+    """The value a condition batch gives the condition alone decides whether the rule matches: the batch read
+    any variable written in. A rule whose variables cannot be written in (`inlined` None) is left to them:
+    one that fails is reported before the condition is looked at."""
     pass_sensitive: bool = field(init=False, compare=False, repr=False)
     """What the rule does may change when a pass writes to the template: it reads the template or the
     object, or derives a selector from labels a rule may add (the engine's fixed point looks at these)."""
@@ -45,6 +49,7 @@ class Rule:
     def __post_init__(self) -> None:
         fallback = self.action.own_pods != "never" and "labelSelector" not in self.raw_parameters
         object.__setattr__(self, "own_pods_fallback", fallback)
+        object.__setattr__(self, "batch_decides", self.inlined is not None or not self.reads_variables)
         object.__setattr__(self, "pass_sensitive", bool(self.reads.template or self.reads.object or fallback))
 
 
@@ -90,16 +95,21 @@ class Policy:
     """Both batches of `conditions` in one program, tried first when there are two: one CEL call instead of
     two on the objects where neither fails; where it fails, the two batches are evaluated as before."""
     document: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    batch_of: Mapping[str, int] = field(init=False, compare=False, repr=False)
-    """For each rule with a batched condition, the index of its batch in `conditions`."""
+    positions: tuple[tuple[int, ...], ...] = field(init=False, compare=False, repr=False)
+    """For each batch of `conditions`, the index in `rules` of the rule each of its elements decides."""
+    combined_positions: tuple[int, ...] = field(init=False, compare=False, repr=False)
+    """The same for `combined` (empty without it)."""
     reads_namespace: bool = field(init=False, compare=False, repr=False)
     """Whether the policy selects namespaces by label or an expression reads `namespaceObject` (`field_reads`;
     one that could not be analysed counts as reading it): it cannot be decided for a namespace Placer could
     not read."""
 
     def __post_init__(self) -> None:
-        batch_of = {name: index for index, batch in enumerate(self.conditions) for name in batch.rules}
-        object.__setattr__(self, "batch_of", batch_of)
+        index = {rule.name: position for position, rule in enumerate(self.rules)}
+        object.__setattr__(self, "positions", tuple(
+            tuple(index[name] for name in batch.rules) for batch in self.conditions))
+        combined = tuple(index[name] for name in self.combined.rules) if self.combined is not None else ()
+        object.__setattr__(self, "combined_positions", combined)
         selects = self.namespace_selector is not None and not self.namespace_selector.empty
         reads = any(program.fields is None or "namespaceObject" in program.fields for program in self.programs())
         object.__setattr__(self, "reads_namespace", selects or reads)
