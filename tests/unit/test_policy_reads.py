@@ -59,6 +59,17 @@ def test_list_indexes_in_template_paths_match_json_pointer_tokens() -> None:
     assert reads.touched_by(Changes([change]), slot)
 
 
+def test_one_pass_s_changes_answer_each_template_and_read_for_itself() -> None:
+    """The answers are kept per read path from the object's root: a read asked again, or the same read under
+    another template of the same object, gets its own answer."""
+    changed = Changes([("spec", "replicatedJobs", "0", "template", "spec", "template", "spec", "nodeSelector")])
+    reads = read("pod.spec.nodeSelector.pool == 'a'")
+    first = ("spec", "replicatedJobs", 0, "template", "spec", "template")
+    second = ("spec", "replicatedJobs", 1, "template", "spec", "template")
+    assert [reads.touched_by(changed, at) for at in (first, second, first, second)] == [True, False, True, False]
+    assert not read("pod.spec.tolerations.size() > 0").touched_by(changed, first)
+
+
 @pytest.mark.parametrize(("pointer", "tokens"), [
     ("/spec/template/spec/nodeSelector", ("spec", "template", "spec", "nodeSelector")),
     ("/metadata/labels/app.kubernetes.io~1name", ("metadata", "labels", "app.kubernetes.io/name")),

@@ -34,22 +34,36 @@ class Reads:
     def touched_by(self, changed: "Changes", template_path: tuple[str | int, ...]) -> bool:
         """Whether a change (paths from the object's root) may alter what is read."""
         if self.template:
-            prefix = tuple(str(part) for part in template_path)  # list indexes are strings in JSON pointers
+            prefix = changed.tokens_of(template_path)
             if any(changed.touches(prefix + path) for path in self.template):
                 return True
         return any(changed.touches(path) for path in self.object)
 
 
 class Changes:
-    """The paths one pass changed, indexed so that each read is checked in time linear in its length."""
+    """The paths one pass changed, indexed so that each read is checked in time linear in its length, and
+    each answer kept: the rules of a policy set mostly read the same few paths (`spec.containers`)."""
 
     def __init__(self, paths: list[Path]) -> None:
         self._paths = set(paths)
         self._prefixes = {path[:length] for path in paths for length in range(len(path) + 1)}
+        self._answers: dict[Path, bool] = {}
+        self._tokens: dict[tuple[str | int, ...], Path] = {}
 
     def touches(self, read: Path) -> bool:
         """A change inside what is read (the read is a prefix of it), or replacing a part of it."""
-        return read in self._prefixes or any(read[:length] in self._paths for length in range(len(read)))
+        answer = self._answers.get(read)
+        if answer is None:
+            answer = read in self._prefixes or any(read[:length] in self._paths for length in range(len(read)))
+            self._answers[read] = answer
+        return answer
+
+    def tokens_of(self, template_path: tuple[str | int, ...]) -> Path:
+        """A template's path as pointer tokens (list indexes are strings in JSON pointers)."""
+        tokens = self._tokens.get(template_path)
+        if tokens is None:
+            tokens = self._tokens[template_path] = tuple(str(part) for part in template_path)
+        return tokens
 
 
 def reads_of(fields: FieldReads | None) -> Reads:
