@@ -20,18 +20,38 @@ import multiprocessing
 import ssl
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 
-def build_request(url: str, body: bytes | None) -> tuple[str, int, bytes]:
+@dataclass(frozen=True)
+class Client:
+    """How to reach the server: the CA that signed it (none: not verified), a client certificate, a TLS server
+    name other than the URL's host, and headers sent with every request (an API server's bearer token)."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    server_name: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.ca) if self.ca else ssl._create_unverified_context()
+        if self.cert:
+            context.load_cert_chain(self.cert, self.key)
+        return context
+
+
+def build_request(url: str, body: bytes | None, headers: tuple[tuple[str, str], ...] = ()) -> tuple[str, int, bytes]:
     parts = urlsplit(url)
     path = parts.path + (f"?{parts.query}" if parts.query else "")
     method = "POST" if body is not None else "GET"
-    head = f"{method} {path} HTTP/1.1\r\nHost: {parts.hostname}\r\nConnection: keep-alive\r\n"
+    head = f"{method} {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: keep-alive\r\n"
     if body is not None:
         head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in headers)
     return str(parts.hostname), int(parts.port or 443), (head + "\r\n").encode() + (body or b"")
 
 
@@ -60,14 +80,15 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bool]:
     return status, closing
 
 
-async def _connection(host: str, port: int, request: bytes, context: ssl.SSLContext, until: float,
-                      limit: int | None, latencies: list[float], counters: dict[str, int]) -> None:
+async def _connection(host: str, port: int, request: bytes, context: ssl.SSLContext, server_name: str | None,
+                      until: float, limit: int | None, latencies: list[float], counters: dict[str, int]) -> None:
     reader: asyncio.StreamReader | None = None
     writer: asyncio.StreamWriter | None = None
     while time.monotonic() < until and (limit is None or counters["sent"] < limit):
         try:
             if writer is None:
-                reader, writer = await asyncio.open_connection(host, port, ssl=context)
+                reader, writer = await asyncio.open_connection(host, port, ssl=context,
+                                                               server_hostname=server_name or host)
             assert reader is not None
             counters["sent"] += 1
             started = time.perf_counter()
@@ -75,7 +96,7 @@ async def _connection(host: str, port: int, request: bytes, context: ssl.SSLCont
             await writer.drain()
             status, closing = await _read_response(reader)
             latencies.append((time.perf_counter() - started) * 1000)
-            if status != 200:
+            if not 200 <= status < 300:  # 201 for a create
                 counters["errors"] += 1
             if closing:
                 writer.close()
@@ -90,19 +111,20 @@ async def _connection(host: str, port: int, request: bytes, context: ssl.SSLCont
 
 
 async def _run(url: str, body: bytes | None, connections: int, duration: float, limit: int | None,
-               ca: str | None) -> tuple[list[float], dict[str, int], float]:
-    host, port, request = build_request(url, body)
-    context = ssl.create_default_context(cafile=ca) if ca else ssl._create_unverified_context()
+               client: Client) -> tuple[list[float], dict[str, int], float]:
+    host, port, request = build_request(url, body, client.headers)
+    context = client.context()
     latencies: list[float] = []
     counters = {"sent": 0, "errors": 0}
     started = time.monotonic()
     until = started + duration
     await asyncio.gather(*(
-        _connection(host, port, request, context, until, limit, latencies, counters) for _ in range(connections)))
+        _connection(host, port, request, context, client.server_name, until, limit, latencies, counters)
+        for _ in range(connections)))
     return latencies, counters, time.monotonic() - started
 
 
-Job = tuple[str, bytes | None, int, float, int | None, str | None]
+Job = tuple[str, bytes | None, int, float, int | None, Client]
 Outcome = tuple[list[float], dict[str, int], float]
 
 
@@ -116,12 +138,14 @@ def percentile(samples: list[float], fraction: float) -> float:
 
 
 def load(url: str, body: bytes | None, *, connections: int, duration: float, ca: str | None = None,
-         processes: int = 1, limit: int | None = None) -> dict[str, Any]:
-    """Run the load (in `processes` child processes) and return the summary."""
+         processes: int = 1, limit: int | None = None, client: Client | None = None) -> dict[str, Any]:
+    """Run the load (in `processes` child processes) and return the summary. `client`, when given, is how
+    to reach the server (`ca` is then ignored)."""
     processes = max(1, min(processes, connections))
     shares = [connections // processes + (1 if i < connections % processes else 0) for i in range(processes)]
     per_limit = None if limit is None else -(-limit // processes)
-    jobs = [(url, body, share, duration, per_limit, ca) for share in shares]
+    reach = client or Client(ca=ca)
+    jobs = [(url, body, share, duration, per_limit, reach) for share in shares]
     with multiprocessing.get_context("spawn").Pool(processes) as pool:
         results = pool.map(_worker, jobs)
     latencies = [value for result in results for value in result[0]]

@@ -1,13 +1,21 @@
 """Keep the benchmark runnable: a tiny run, checking what it measures, not how fast."""
 
+import dataclasses
+import http.server
+import json
+import ssl
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+import pytest
 
 from tests.bench.bench_direct import run as run_direct
 from tests.bench.bench_direct import summarise
 from tests.bench.bench_engine import phase_rows, run
 from tests.bench.bench_scale import measure as measure_scale
 from tests.bench.bench_server import run as run_server
+from webhook.certs import issue
 
 
 def test_engine_benchmark_runs_and_mutates() -> None:
@@ -102,3 +110,78 @@ def test_cluster_aware_benchmark_publishes_claims_creates_pod_groups_and_pins() 
     assert row["claims_kb"] > 0 and row["volumes_kb"] > 0 and row["nodes_kb"] > 0, row
     assert row["churn"]["p50_ms"] <= row["churn"]["p99_ms"], row
     assert row["admission_us"]["with"] > 0 and row["admission_us"]["without"] > 0, row
+
+
+class _ApiServerLike(http.server.BaseHTTPRequestHandler):
+    """Answers a create as the API server does for a user it knows (201) and refuses anyone else (401)."""
+
+    protocol_version = "HTTP/1.1"
+    seen: ClassVar[list[tuple[str, str, int]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.seen.append((self.path, self.headers.get("Authorization", ""), len(body)))
+        known = self.headers.get("Authorization") == "Bearer t0ken"
+        answer = json.dumps({"kind": "Pod"} if known else {"kind": "Status", "code": 401}).encode()
+        self.send_response(201 if known else 401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_the_load_generator_reaches_an_api_server_with_the_kubeconfig_s_certificate_name_and_token(
+        tmp_path: Path) -> None:
+    """bench_apiserver's load: a server certificate for a name other than the address (the kubeconfig's
+    `tls-server-name`), a client certificate the server requires, a bearer token, and 201 counted as success."""
+    from tests.bench.bench_apiserver import pod_body  # noqa: PLC0415
+    from tests.bench.loadgen import Client, load  # noqa: PLC0415
+
+    server_certs = issue(tmp_path / "server", ["api.cluster.example"])
+    user = issue(tmp_path / "user", ["bench-user"])
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(user.ca_cert))
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.load_cert_chain(str(server_certs.cert), str(server_certs.key))
+    _ApiServerLike.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ApiServerLike)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"https://127.0.0.1:{server.server_address[1]}/api/v1/namespaces/team-a/pods?dryRun=All"
+    reach = Client(ca=str(server_certs.ca_cert), cert=str(user.cert), key=str(user.key),
+                   server_name="api.cluster.example", headers=(("Authorization", "Bearer t0ken"),))
+    try:
+        good = load(url, pod_body(), connections=2, duration=0.5, client=reach)
+        refused = load(url, pod_body(), connections=1, duration=0.2,
+                       client=dataclasses.replace(reach, headers=(("Authorization", "Bearer wrong"),)))
+        anonymous = load(url, pod_body(), connections=1, duration=0.2, limit=3,
+                         client=dataclasses.replace(reach, cert=None, key=None))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert good["requests"] > 0 and good["errors"] == 0, good
+    assert refused["requests"] > 0 and refused["errors"] == refused["requests"], refused
+    assert anonymous["requests"] == 0 and anonymous["errors"] > 0, anonymous  # no certificate: no connection
+    assert {(path, len(pod_body())) for path, _, length in _ApiServerLike.seen} == {
+        ("/api/v1/namespaces/team-a/pods?dryRun=All", len(pod_body()))}
+
+
+def test_through_the_api_server_each_round_is_compared_with_its_own_no_webhook_run() -> None:
+    from tests.bench.bench_apiserver import summarise as summarise_apiserver  # noqa: PLC0415
+
+    def row(p50: float, p99: float, rate: float) -> dict[str, Any]:
+        return {"p50": p50, "p99": p99, "rate": rate, "requests": 100, "errors": 0}
+
+    measured = {  # round 2 is a slow round for every path alike
+        "no webhook": [row(2.0, 5.0, 1000), row(4.0, 9.0, 500), row(2.2, 5.5, 900)],
+        "opted in, no policy": [row(3.0, 7.0, 800), row(5.5, 12.0, 400), row(3.1, 7.0, 720)],
+        "2 rules": [row(3.2, 8.0, 750), row(5.0, 11.0, 350), row(3.4, 8.5, 700)],
+    }
+    rows = {item["path"]: item for item in summarise_apiserver(measured)}
+    two = rows["2 rules"]
+    assert (two["p50"], two["rate"], two["requests"]) == (3.4, 700, 300)
+    assert two["added_p50"] == pytest.approx(1.2) and two["added_p99"] == pytest.approx(3.0)
+    assert two["ratio"] == pytest.approx(0.75)  # 0.75, 0.70, 0.78: the median of the rounds' own ratios
+    assert rows["no webhook"]["added_p50"] == 0 and rows["no webhook"]["ratio"] == 1

@@ -1,46 +1,16 @@
 """The `cluster` tier: Placer installed as users install it, against the cluster named by PLACER_E2E_KUBECONFIG.
 
-Skipped (with that reason) when the variable is unset. Two ways to reach Placer:
-
-- default: this process starts `placer serve --kube` on this machine and registers the CRD and both webhook
-  configurations with a `url` pointing at it. The API server must reach this machine:
-  PLACER_E2E_WEBHOOK_HOST (IP or DNS name, default: this machine's address on the route to the API server)
-  and PLACER_E2E_WEBHOOK_PORT (default 9443);
-- PLACER_E2E_IN_CLUSTER=1: Placer is already deployed from `deploy/` (its Service behind the webhooks);
-  the tests only create policies, namespaces and workloads.
-
-Everything a test creates lives in namespaces and SchedulingPolicies named `placer-e2e-*`, deleted at the end.
+Skipped (with that reason) when the variable is unset. How Placer is reached (started here and registered by
+URL, or deployed: PLACER_E2E_IN_CLUSTER=1) and what is created is in tests/cluster/harness.py.
 """
 
-import base64
-import contextlib
-import copy
-import ipaddress
 import os
-import socket
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlparse
 
 import pytest
-import yaml
 
-from tests.conftest import REPO
-from tests.e2e.server import running_server
-from tests.kube.fake_apiserver import wait_for
-from webhook.certs import issue
-from webhook.kube.api import ApiError, KubeApi, Timeouts
-from webhook.kube.connection import connect
-
-KUBECONFIG_ENV = "PLACER_E2E_KUBECONFIG"
-POLICIES = "/apis/placer.dev/v1alpha1/schedulingpolicies"
-CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
-VALIDATING = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
-E2E_NAME = "placer-e2e"
+from tests.cluster.harness import KUBECONFIG_ENV, Cluster, NoRouteBack, placer_on_cluster
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -52,147 +22,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def wait_until(predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
-    """Poll a living cluster once a second."""
-    return wait_for(predicate, timeout, what, interval=1.0)
-
-
-@dataclass
-class Cluster:
-    api: KubeApi
-    created: list[str] = field(default_factory=list)
-    """Paths to delete at the end, in reverse order."""
-
-    def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
-        created = self.api.create(path, obj)
-        self.created.append(f"{path}/{created['metadata']['name']}")
-        return created
-
-    def apply(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create, or replace what is there (keeping its resourceVersion)."""
-        name = obj["metadata"]["name"]
-        try:
-            current = self.api.get(f"{path}/{name}")
-        except ApiError as error:
-            if error.code != 404:
-                raise
-            return self.create(path, obj)
-        replacement = copy.deepcopy(obj)
-        replacement["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        return self.api.replace(f"{path}/{name}", replacement)
-
-    def namespace(self, labels: dict[str, str] | None = None) -> str:
-        name = f"{E2E_NAME}-{uuid.uuid4().hex[:6]}"
-        self.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
-            "name": name, "labels": {"placer.dev/inject": "enabled", **(labels or {})}}})
-        return name
-
-    def policy(self, name: str, spec: dict[str, Any]) -> None:
-        self.apply(POLICIES, {"apiVersion": "placer.dev/v1alpha1", "kind": "SchedulingPolicy",
-                              "metadata": {"name": f"{E2E_NAME}-{name}"}, "spec": spec})
-
-    def delete_policy(self, name: str) -> None:
-        with contextlib.suppress(ApiError):
-            self.api.delete(f"{POLICIES}/{E2E_NAME}-{name}")
-
-    def cleanup(self) -> None:
-        for path in reversed(self.created):
-            with contextlib.suppress(ApiError):
-                self.api.delete(path)
-
-
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    kubeconfig = Path(os.environ[KUBECONFIG_ENV])
-    connection = connect(kubeconfig)
-    api = KubeApi(connection, timeouts=Timeouts(connect=5, read=30))
-    state = Cluster(api)
-    crd = _documents(REPO / "deploy/base/crd.yaml")[0]
-    state.apply(CRDS, crd)
-    wait_until(lambda: _established(api), timeout=60, what="the SchedulingPolicy CRD")
     try:
-        with contextlib.ExitStack() as stack:
-            if os.environ.get("PLACER_E2E_IN_CLUSTER"):
-                _preflight(state, "the placer Service in placer-system")
-            else:
-                workdir = tmp_path_factory.mktemp("placer")
-                stack.enter_context(_local_placer(state, kubeconfig, connection.server, workdir))
+        with placer_on_cluster(Path(os.environ[KUBECONFIG_ENV]), tmp_path_factory.mktemp("placer")) as state:
             yield state
-    finally:
-        state.cleanup()
-        api.close()
-
-
-def _established(api: KubeApi) -> bool:
-    crd = api.get(f"{CRDS}/schedulingpolicies.placer.dev")
-    return any(c.get("type") == "Established" and c.get("status") == "True"
-               for c in (crd.get("status") or {}).get("conditions") or [])
-
-
-@contextlib.contextmanager
-def _local_placer(state: Cluster, kubeconfig: Path, server: str, workdir: Path) -> Iterator[None]:
-    """`placer serve --kube` here, and webhook configurations (named placer-e2e) that call it by URL."""
-    host = os.environ.get("PLACER_E2E_WEBHOOK_HOST") or _address_towards(server)
-    port = int(os.environ.get("PLACER_E2E_WEBHOOK_PORT", "9443"))
-    certs = issue(workdir / "certs", [host, "localhost", "127.0.0.1"], common_name=host)
-    empty = workdir / "no-file-policies"
-    empty.mkdir()
-    with running_server(workdir, certs, policies=empty, extra=["--kube", "--kubeconfig", str(kubeconfig)],
-                        bind_host="0.0.0.0", port=port):
-        ca_bundle = _b64(certs.ca_cert.read_bytes())
-        for path, document in ((MUTATING, 0), (VALIDATING, 1)):
-            config = _documents(REPO / "deploy/base/webhooks.yaml")[document]
-            config["metadata"]["name"] = E2E_NAME
-            for webhook in config["webhooks"]:
-                route = webhook["clientConfig"]["service"]["path"]
-                webhook["clientConfig"] = {"url": f"https://{host}:{port}{route}", "caBundle": ca_bundle}
-            state.apply(path, config)
-        try:
-            _preflight(state, f"https://{host}:{port}")
-            yield
-        finally:
-            for path in (MUTATING, VALIDATING):
-                with contextlib.suppress(ApiError):
-                    state.api.delete(f"{path}/{E2E_NAME}")
-
-
-def _preflight(state: Cluster, url: str) -> None:
-    """Fail at once, saying why, when the API server does not reach the webhook (failurePolicy Ignore would
-    otherwise admit everything unchanged and every test would fail on its own assertion)."""
-    namespace = state.namespace()
-    state.policy("preflight", {"rules": [{"name": "mark", "action": "add-annotations",
-                                          "parameters": {"placer-e2e/preflight": "yes"}}]})
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "preflight"},
-           "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
-
-    def reached() -> bool:
-        created = state.api.create(f"/api/v1/namespaces/{namespace}/pods", pod, {"dryRun": "All"})
-        return (created["metadata"].get("annotations") or {}).get("placer-e2e/preflight") == "yes"
-
-    try:
-        wait_for(reached, 30, f"the API server to call the webhook at {url}", interval=2.0)
-    except AssertionError as error:
-        raise AssertionError(f"{error}: set PLACER_E2E_WEBHOOK_HOST (and _PORT) to where the API server reaches "
-                             "this machine, or deploy Placer and set PLACER_E2E_IN_CLUSTER=1") from None
-    finally:
-        state.delete_policy("preflight")
-
-
-def _address_towards(server: str) -> str:
-    """This machine's address on the route to the API server (what the API server can call back)."""
-    target = urlparse(server).hostname or "127.0.0.1"
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect((socket.gethostbyname(target), 443))
-        address = str(probe.getsockname()[0])
-    if ipaddress.ip_address(address).is_loopback:
-        pytest.skip("the API server is on a loopback address (kind?): set PLACER_E2E_WEBHOOK_HOST to the address "
-                    "its container reaches this machine at, e.g. the docker bridge gateway", allow_module_level=True)
-    return address
-
-
-def _documents(path: Path) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
+    except NoRouteBack as problem:
+        pytest.skip(str(problem))

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import CRDS, Cluster, wait_until
+from tests.cluster.harness import CRDS, Cluster, wait_until
 from webhook.kube.api import ApiError
 
 pytestmark = pytest.mark.cluster

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.conftest import E2E_NAME, Cluster, wait_until
+from tests.cluster.harness import E2E_NAME, Cluster, wait_until
 from webhook.export.admission_policy import export_policy
 from webhook.kube.api import ApiError
 from webhook.offline import apply_manifests

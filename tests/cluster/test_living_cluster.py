@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import Cluster, wait_until
+from tests.cluster.harness import Cluster, wait_until
 from tests.kube.fake_apiserver import wait_for
 from webhook.kube.api import ApiError
 

@@ -1,0 +1,22 @@
+"""The through-the-API-server benchmark (tests/bench/bench_apiserver.py) on a living cluster: each path it
+names is that path (checked by a create in each namespace before measuring), and every create under load
+succeeds. Its figures are printed, not asserted (timings belong to the benchmark, not to tests)."""
+
+from typing import Any
+
+import pytest
+
+from tests.bench.bench_apiserver import PATHS, measure, print_summary
+from tests.cluster.harness import Cluster
+
+pytestmark = pytest.mark.cluster
+
+
+def test_the_api_server_benchmark_measures_each_path_it_names(cluster: Cluster, capsys: Any) -> None:
+    rows = measure(cluster, duration=1.0, rounds=1, report=lambda line: None)
+    assert [row["path"] for row in rows] == list(PATHS)
+    for row in rows:
+        assert row["requests"] > 0 and row["errors"] == 0, row
+    with capsys.disabled():
+        print()
+        print_summary(rows, rounds=1)
