@@ -160,6 +160,30 @@ def test_conditions_evaluated_together_give_each_rule_its_own_outcome() -> None:
     assert mutation.warnings == []
 
 
+def test_a_variable_only_the_parameters_read_is_not_evaluated_for_a_rule_whose_condition_is_false() -> None:
+    """Variables are evaluated lazily (DESIGN §2): `team` reads a label this Deployment's pods lack, and only
+    the rules' parameters read it, in a form that cannot have it written in (`has(variables.team)`). The rule
+    whose condition is false does not match, batched with another condition or alone; the one whose condition
+    holds needs the variable and says it is missing."""
+    extra = "  variables:\n  - name: team\n    expression: pod.metadata.labels['team']\n"
+    parameters = "    parameterExpressions:\n      team: \"has(variables.team) ? 'yes' : 'no'\"\n"
+
+    def computed(name: str, condition: str) -> str:
+        return f"  - name: {name}\n    condition: {condition!r}\n    action: add-node-selector\n" + parameters
+
+    together = (computed("pods-only", "workload.kind == 'Pod'")
+                + computed("deployments", "workload.kind == 'Deployment'"))
+    for rules, expected in [
+        (together, [("pods-only", "not-matched"), ("deployments", "missing")]),
+        (computed("pods-only", "workload.kind == 'Pod'"), [("pods-only", "not-matched")]),
+    ]:
+        snapshot = snapshot_of(policy(rules, extra=extra), namespaces=[TEAM_A])
+        assert all(rule.inlined is None for rule in snapshot.policies[0].rules)  # nothing written in
+        mutation = run(snapshot, fixture_request("deployment-create-dryrun"))
+        assert [(t.rule, t.outcome) for t in mutation.traces] == expected
+        assert mutation.patch == [] and mutation.warnings == []
+
+
 def variables_and_plain_conditions() -> Any:
     """A policy with conditions that read variables (`team` reads a pod label) and plain ones."""
     extra = ("  variables:\n  - name: replicas\n    expression: workload.replicas\n"

@@ -427,13 +427,12 @@ class _Run:
                 if deadline is not None and time.monotonic() > deadline:
                     raise _DeadlineReached
                 key = (policy.name, rule.name, slot.name)
-                decided = batched if rule.batch_decides else None
-                if decided is False:  # most rules, on most objects: nothing else to do
+                if batched is False:  # most rules, on most objects: nothing else to do
                     outcomes[key] = "not-matched"
                     if key not in traces:
                         traces[key] = RuleTrace(policy.name, rule.name, slot.name, "not-matched", "condition is false")
                     continue
-                if decided and not rule.parameter_expressions:
+                if batched and not rule.parameter_expressions:
                     # matched by its batch, which read any variable written in: nothing else to evaluate
                     trace = _act(policy, rule, rule.parameters, template, slot.name, mutation=mutation, context=context)
                 else:
@@ -494,17 +493,10 @@ def _run_rule(
             raise _DenyRequest(f"policy {policy.name}, rule {rule.name}: {detail}")
         return trace("error", detail)
 
-    condition, expressions = rule.condition, rule.parameter_expressions
-    activation, problem = scope.activation_for(rule)
-    if problem is not None:
-        if rule.inlined is None:
-            return trace("missing", problem.missing) if problem.missing else fail(problem.error or "")
-        # A variable failed or cannot leave CEL: evaluate with the variables written in, as Kubernetes'
-        # lazy variables would (an error in a branch that does not decide is absorbed).
-        activation, condition, expressions = scope.base, rule.inlined.condition, rule.inlined.parameter_expressions
-    if condition is not None:
-        # `batched`, the condition's value from its batch, holds for the inlined condition as well: the
-        # batch of conditions reading variables has them written in
+    def decide(condition: cel.Program, activation: Any) -> RuleTrace | None:
+        """None when the condition holds, else the rule's trace. `batched`, the condition's value from its
+        batch, holds for the inlined condition as well: the batch of conditions reading variables has them
+        written in."""
         result = cel.Result(value=batched) if batched is not None else cel.evaluate(condition, activation)
         if result.missing is not None:
             return trace("missing", result.missing)
@@ -512,8 +504,29 @@ def _run_rule(
             return fail(f"condition: {result.error}")
         if not isinstance(result.value, bool):
             return fail(f"condition returned {type(result.value).__name__}, not bool")
-        if not result.value:
-            return trace("not-matched", "condition is false")
+        return None if result.value else trace("not-matched", "condition is false")
+
+    condition, expressions = rule.condition, rule.parameter_expressions
+    if condition is not None and not condition.reads_variables:
+        # Variables are evaluated lazily (DESIGN §2): a condition that reads none decides first, and a
+        # variable only the parameters read is not evaluated, nor its failure reported, for a rule that
+        # does not match.
+        outcome = decide(condition, scope.base)
+        if outcome is not None:
+            return outcome
+        condition = None
+    activation, problem = scope.activation_for(rule)
+    if problem is not None:
+        if rule.inlined is None:
+            return trace("missing", problem.missing) if problem.missing else fail(problem.error or "")
+        # A variable failed or cannot leave CEL: evaluate with the variables written in, as Kubernetes'
+        # lazy variables would (an error in a branch that does not decide is absorbed).
+        activation, expressions = scope.base, rule.inlined.parameter_expressions
+        condition = rule.inlined.condition if condition is not None else None
+    if condition is not None:
+        outcome = decide(condition, activation)
+        if outcome is not None:
+            return outcome
     parameters = rule.parameters
     if expressions:
         computed: dict[str, Any] = dict(rule.raw_parameters)

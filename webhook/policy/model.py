@@ -38,10 +38,6 @@ class Rule:
     fails or holds a value that cannot leave CEL (an optional, a type); None without variables."""
     own_pods_fallback: bool = field(init=False, compare=False, repr=False)
     """The action derives the workload's own-pods selector (no `labelSelector` parameter given)."""
-    batch_decides: bool = field(init=False, compare=False, repr=False)
-    """The value a condition batch gives the condition alone decides whether the rule matches: the batch read
-    any variable written in. A rule whose variables cannot be written in (`inlined` None) is left to them:
-    one that fails is reported before the condition is looked at."""
     pass_sensitive: bool = field(init=False, compare=False, repr=False)
     """What the rule does may change when a pass writes to the template: it reads the template or the
     object, or derives a selector from labels a rule may add (the engine's fixed point looks at these)."""
@@ -49,7 +45,6 @@ class Rule:
     def __post_init__(self) -> None:
         fallback = self.action.own_pods != "never" and "labelSelector" not in self.raw_parameters
         object.__setattr__(self, "own_pods_fallback", fallback)
-        object.__setattr__(self, "batch_decides", self.inlined is not None or not self.reads_variables)
         object.__setattr__(self, "pass_sensitive", bool(self.reads.template or self.reads.object or fallback))
 
 
