@@ -35,10 +35,10 @@ import yaml
 
 from tests.bench.bench_direct import TWO_RULES
 from tests.bench.loadgen import Client, load
-from tests.cluster.harness import E2E_NAME, KUBECONFIG_ENV, Cluster, placer_on_cluster, wait_until
+from tests.cluster.harness import E2E_NAME, KUBECONFIG_ENV, Cluster, NoRouteBack, placer_on_cluster, wait_until
 from tests.conftest import REPO
 from webhook.actions.metadata import APPLIED_ANNOTATION
-from webhook.kube.connection import ClusterConnection
+from webhook.kube.connection import ClusterConnection, ConnectionSetupError
 
 PATHS = ("no webhook", "opted in, no policy", "2 rules")
 SELECTING_LABEL = "placer-e2e-bench"
@@ -46,6 +46,11 @@ SELECTING_LABEL = "placer-e2e-bench"
 POLICY = "bench-two-rules"
 POD_MANIFEST = REPO / "tests/fixtures/manifests/pod-bare.yaml"
 TARGETS = "targets: the webhook adds ≤ 1.5 ms p50 / ≤ 4 ms p99 at 1 connection; ≥ 0.7 times the no-webhook rate at 8"
+
+
+class OtherPolicies(RuntimeError):
+    """SchedulingPolicies this run did not make act in its namespaces (a policy without a namespaceSelector
+    selects every opted-in namespace): nothing to measure until they are out of the way."""
 
 
 def pod_body() -> bytes:
@@ -84,8 +89,8 @@ def patched(created: dict[str, Any]) -> bool:
 
 def prepare(cluster: Cluster, body: bytes) -> dict[str, str]:
     """The three namespaces and the policy, once Placer patches creates in the selected one, and only there
-    and only with the policy's two rules (another SchedulingPolicy in the cluster selecting opted-in
-    namespaces would make the paths something else: said, not measured)."""
+    and only with the policy's two rules. OtherPolicies when the cluster's own SchedulingPolicies act there
+    too (the paths would be something else: said, not measured)."""
     namespaces = {
         "no webhook": cluster.namespace({"node-pool": "ml"}, opted_in=False),
         "opted in, no policy": cluster.namespace({"node-pool": "ml"}),
@@ -102,9 +107,13 @@ def prepare(cluster: Cluster, body: bytes) -> dict[str, str]:
     expected: dict[str, set[str]] = {"no webhook": set(), "opted in, no policy": set(), "2 rules": rules}
     for path in PATHS:
         created = create(path)
+        foreign = sorted(rule for rule in applied(created) if not rule.startswith(f"{E2E_NAME}-"))
+        if foreign:
+            raise OtherPolicies(f"SchedulingPolicies of this cluster select the {path!r} namespace too ({foreign}): "
+                                "the paths would not be what they say")
         if applied(created) != expected[path] or patched(created) != (path == "2 rules"):
             raise AssertionError(f"the {path!r} namespace's create came back with rules {sorted(applied(created))}, "
-                                 f"not {sorted(expected[path])}: other SchedulingPolicies select it?")
+                                 f"not {sorted(expected[path])}")
     return namespaces
 
 
@@ -169,9 +178,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.kubeconfig:
         parser.error(f"no cluster: pass --kubeconfig or set {KUBECONFIG_ENV}")
-    with tempfile.TemporaryDirectory() as workdir, placer_on_cluster(Path(args.kubeconfig), Path(workdir)) as cluster:
-        rows = measure(cluster, duration=args.duration, rounds=args.rounds,
-                       report=lambda line: print(line, flush=True))
+    try:
+        with (tempfile.TemporaryDirectory() as workdir,
+              placer_on_cluster(Path(args.kubeconfig), Path(workdir)) as cluster):
+            rows = measure(cluster, duration=args.duration, rounds=args.rounds,
+                           report=lambda line: print(line, flush=True))
+    except (OtherPolicies, NoRouteBack, ConnectionSetupError) as problem:
+        parser.exit(2, f"bench_apiserver: {problem}\n")
     print_summary(rows, args.rounds)
     return 0
 

@@ -6,14 +6,17 @@ from typing import Any
 
 import pytest
 
-from tests.bench.bench_apiserver import PATHS, measure, print_summary
+from tests.bench.bench_apiserver import PATHS, OtherPolicies, measure, print_summary
 from tests.cluster.harness import Cluster
 
 pytestmark = pytest.mark.cluster
 
 
 def test_the_api_server_benchmark_measures_each_path_it_names(cluster: Cluster, capsys: Any) -> None:
-    rows = measure(cluster, duration=1.0, rounds=1, report=lambda line: None)
+    try:
+        rows = measure(cluster, duration=1.0, rounds=1, report=lambda line: None)
+    except OtherPolicies as others:  # the cluster's own policies, not a fault of Placer's
+        pytest.skip(str(others))
     assert [row["path"] for row in rows] == list(PATHS)
     for row in rows:
         assert row["requests"] > 0 and row["errors"] == 0, row
