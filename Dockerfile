@@ -3,18 +3,18 @@
 # Stage 1 installs Placer and its dependencies into a virtual environment; only that environment is copied
 # into the final image, which has no compiler, no pip and no package manager cache.
 
-FROM python:3.12-slim-bookworm AS build
+FROM python:3.11-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 RUN python -m venv /opt/placer
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY webhook ./webhook
-RUN /opt/placer/bin/pip install --only-binary=:all: --no-compile . \
+RUN /opt/placer/bin/pip install --only-binary=:all: --no-compile -c constraints.txt . \
  && /opt/placer/bin/pip uninstall --yes pip setuptools \
  && /opt/placer/bin/python -m compileall -q -j 0 /opt/placer/lib
 
-FROM python:3.12-slim-bookworm
-RUN rm -rf /usr/local/lib/python3.12/site-packages/pip /usr/local/bin/pip* \
+FROM python:3.11-slim-bookworm
+RUN rm -rf /usr/local/lib/python3.11/site-packages/pip /usr/local/bin/pip* \
  && mkdir -p /app
 COPY --from=build /opt/placer /opt/placer
 ENV PATH=/opt/placer/bin:$PATH \

@@ -45,3 +45,17 @@ def test_runs_as_a_numeric_non_root_user_serving_8443_with_placer_serve() -> Non
              if a.option_strings}
     for name in environment:
         assert "--" + name.removeprefix("PLACER_").lower().replace("_", "-") in flags
+
+
+def test_the_image_runs_the_python_ci_tests_and_installs_from_the_one_lock() -> None:
+    """The image's Python is the one the tests run on, and its install is pinned by the lock CI uses."""
+    import sys
+
+    stages = _stages()
+    bases = [dict(stage)["FROM"].split()[0] for stage in stages]
+    assert all(base.startswith(f"python:{sys.version_info.major}.{sys.version_info.minor}-") for base in bases)
+    build_runs = " ".join(argument for instruction, argument in stages[0] if instruction == "RUN")
+    assert "-c constraints.txt" in build_runs
+    assert "-c constraints.txt" in (REPO / ".ci" / "run").read_text()
+    lock = (REPO / "constraints.txt").read_text()
+    assert re.search(r"^granian==|^gunicorn==", lock, re.M) and re.search(r"^kubernetes==37\.", lock, re.M)
