@@ -61,6 +61,12 @@ class Program:
     """Sub-expressions compiled for step-wise evaluation (`stepwise`), kept for the next large object."""
     fields: FieldReads | None = field(default=None, compare=False, repr=False)
     """What the expression observes of each variable (`field_reads`); None: every variable, whole."""
+    tree: Expr | None = field(default=None, compare=False, repr=False)
+    """The checked syntax tree, None if it could not be read (the load-time field checks walk it)."""
+    offsets: Mapping[int, int] = field(default_factory=dict, compare=False, repr=False)
+    """Each node's offset in `compiled_text`, in code points."""
+    compiled_text: str = field(default="", compare=False, repr=False)
+    """The text compiled: `source` with literal library calls resolved (`cel_libraries.literals`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +133,11 @@ def compile_expression(environment: Any, source: str) -> Program:
         expression = environment.compile(resolved)
     except RuntimeError as error:
         raise _compile_error(environment, source, error) from None
+    offsets: dict[int, int] = {}
     try:
-        tree: Expr | None = CheckedAst.parse(expression.serialize()).root()
+        checked = CheckedAst.parse(expression.serialize())
+        tree: Expr | None = checked.root()
+        offsets = checked.offsets()
     except AstError:
         tree = None  # neither estimated (bounded when it runs) nor analysed (its variables are read whole)
     refusal = kubernetes_cel.load_time_refusal(source) or (_cost_refusal(tree) if tree is not None else None)
@@ -142,6 +151,9 @@ def compile_expression(environment: Any, source: str) -> Program:
         reads_variables=frozenset(referenced_variables(source)),
         plain_result=bool(_PLAIN_STATIC.match(returns)),
         fields=_field_reads(tree),
+        tree=tree,
+        offsets=offsets,
+        compiled_text=resolved,
     )
 
 

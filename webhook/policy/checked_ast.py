@@ -23,6 +23,7 @@ _KINDS = {3: "const", _IDENT: "ident", _SELECT: "select", _CALL: "call", _LIST: 
           _COMPREHENSION: "comprehension"}
 # cel.expr.CheckedExpr
 _CHECKED_EXPR = 4
+_SOURCE_INFO, _POSITIONS = 5, 4
 
 
 class AstError(ValueError):
@@ -265,6 +266,20 @@ class CheckedAst:
             if number == _CHECKED_EXPR and isinstance(value, bytes):
                 return Expr.parse(value)
         raise AstError("CheckedExpr without an expression")
+
+    def offsets(self) -> dict[int, int]:
+        """Each node's offset in the source, in code points (SourceInfo.positions, field 4 of SourceInfo,
+        itself field 5 of CheckedExpr): where a load-time message points."""
+        found: dict[int, int] = {}
+        for number, _, value in self.checked:
+            if number != _SOURCE_INFO or not isinstance(value, bytes):
+                continue
+            for field_number, _, entry in decode(value):
+                if field_number != _POSITIONS or not isinstance(entry, bytes):
+                    continue
+                pair = {n: v for n, _, v in decode(entry) if isinstance(v, int)}
+                found[pair.get(1, 0)] = pair.get(2, 0)
+        return found
 
     def with_root(self, raw_expr: bytes) -> bytes:
         """Serialized bytes of this checked expression with another root (a sub-expression, or a rebuilt node):

@@ -21,6 +21,7 @@ from webhook.names import (
 from webhook.policy import cel
 from webhook.policy.cel_libraries.leaks import LeakAccount
 from webhook.policy.errors import PolicyError
+from webhook.policy.field_check import FieldChecks
 from webhook.policy.model import ConditionBatch, Inlined, Policy, Rule, Variable
 from webhook.policy.reads import Reads, reads_of
 from webhook.selectors import OPERATORS, LabelSelector, SelectorRequirement
@@ -45,9 +46,11 @@ class CompileResult:
 class PolicyCompiler:
     """Holds the one CEL environment and action table every policy of a snapshot is compiled against."""
 
-    def __init__(self, leaks: LeakAccount | None = None) -> None:
+    def __init__(self, leaks: LeakAccount | None = None, *, fields: FieldChecks | None = None) -> None:
         self.leaks = leaks if leaks is not None else LeakAccount()
         """What this environment's Kubernetes library calls have leaked (the worker reads it to be replaced)."""
+        self.fields = fields if fields is not None else FieldChecks()
+        """What every field path an expression reads is checked against (the target version's schemas)."""
         self.environment = cel.new_environment(self.leaks)
         self.actions = action_specs()
 
@@ -281,10 +284,14 @@ class PolicyCompiler:
             errors.add("must be a non-empty CEL expression string", field=where)
             return None
         try:
-            return cel.compile_expression(self.environment, source)
+            program = cel.compile_expression(self.environment, source)
         except cel.CelCompileError as error:
             errors.add(str(error), field=where)
             return None
+        problems = self.fields.problems(program)
+        for problem in problems:
+            errors.add(problem, field=where)
+        return None if problems else program
 
 
 class _ErrorSink:
