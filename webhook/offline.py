@@ -62,8 +62,10 @@ class ApplyReport:
     """The cluster's nodes (name, facts), when known: `-o explain` says which can host each template's pods."""
 
 
-def load_policies(paths: Sequence[str], *, required: bool) -> PolicySnapshot:
-    source = FilePolicySource(paths, compiler=PolicyCompiler(), required=paths if required else ())
+def load_policies(paths: Sequence[str], *, required: bool, compiler: PolicyCompiler | None = None) -> PolicySnapshot:
+    """The policies of `paths`, compiled by `compiler` (its field checks: the target version's schemas;
+    default: the newest supported version's)."""
+    source = FilePolicySource(paths, compiler=compiler or PolicyCompiler(), required=paths if required else ())
     source.refresh()
     return source.snapshot()
 
@@ -93,12 +95,13 @@ def apply_manifests(
     read_namespaces: NamespaceReader | None = None,
     default_namespace: str = DEFAULT_NAMESPACE,
     nodes: Sequence[tuple[str, Mapping[str, Any]]] | None = None,
+    compiler: PolicyCompiler | None = None,
 ) -> ApplyReport:
     """Run the engine on manifests (files, and `objects` as (origin, object)) with the policies of
     `policy_paths`, or of `snapshot` (the cluster's) when given. `read_namespaces` supplies the namespaces
     the manifests are in (the cluster's); Namespace manifests among the files take precedence."""
     if snapshot is None:
-        snapshot = load_policies(policy_paths, required=True)
+        snapshot = load_policies(policy_paths, required=True, compiler=compiler)
     report = ApplyReport(snapshot, problems=[str(error) for error in snapshot.errors], nodes=nodes)
     manifests: list[tuple[str, JSONObject]] = list(objects)
     namespaces = dict(snapshot.namespaces)

@@ -33,6 +33,7 @@ from xml.etree import ElementTree
 import yaml
 
 from webhook.offline import DEFAULT_NAMESPACE, ApplyReport, ManifestResult, apply_manifests
+from webhook.policy.compiler import PolicyCompiler
 
 API_VERSION = "placer.dev/v1alpha1"
 KIND = "PolicyTest"
@@ -65,8 +66,9 @@ def find_suites(paths: Iterable[str]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def run_suite(path: Path) -> list[CaseResult]:
-    """Every result of the suite as a case; a suite that cannot be run is one failing case saying why."""
+def run_suite(path: Path, compiler: PolicyCompiler | None = None) -> list[CaseResult]:
+    """Every result of the suite as a case; a suite that cannot be run is one failing case saying why.
+    `compiler`: what the suite's policies are compiled with (the target version's field checks)."""
     try:
         suite = _load(path)
         report = apply_manifests(
@@ -74,6 +76,7 @@ def run_suite(path: Path) -> list[CaseResult]:
             manifest_paths=[str(path.parent / r) for r in suite["resources"]],
             namespace_labels=suite.get("namespaceLabels") or {},
             operation=str(suite.get("operation") or "CREATE"),
+            compiler=compiler,
         )
     except SuiteError as error:
         return [CaseResult(str(path), "suite", [str(error)])]

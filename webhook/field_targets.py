@@ -1,0 +1,57 @@
+"""What the offline tools (`lint`, `apply`, `test`, `export`) check field paths against, from their flags.
+
+`--kubernetes-version V` checks against the schemas Kubernetes V publishes (default: the newest supported);
+`--kube` against the connected cluster's version and its own `/openapi/v3`; `--crd FILE` (repeatable) adds
+operator kinds from CustomResourceDefinition manifests, whose schemas are otherwise unknown offline.
+"""
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from webhook.kube.api import KubeApi
+from webhook.policy.cluster_schemas import cluster_field_checks
+from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.documents import ManifestError, expand_lists, read_documents
+from webhook.policy.field_check import FieldChecks
+from webhook.policy.schemas import KindKey, Schema, crd_kinds
+from webhook.policy.versions import target_version
+
+
+class FieldTargetError(ValueError):
+    """A flag that names no usable target: a version outside the supported range, an unreadable CRD file."""
+
+
+def read_crds(paths: Sequence[str]) -> dict[KindKey, Schema]:
+    """The kinds of the CustomResourceDefinitions in `paths` (files of YAML or JSON manifests)."""
+    kinds: dict[KindKey, Schema] = {}
+    for path in paths:
+        try:
+            documents = list(expand_lists(read_documents(Path(path).read_text(encoding="utf-8"))))
+        except (OSError, UnicodeDecodeError, ManifestError) as error:
+            raise FieldTargetError(f"--crd {path}: {error}") from None
+        found = crd_kinds(document.content for document in documents)
+        if not found:
+            raise FieldTargetError(f"--crd {path}: no CustomResourceDefinition with a schema in it")
+        kinds.update(found)
+    return kinds
+
+
+def policy_compiler(*, kubernetes_version: str | None, crd_paths: Sequence[str] = (),
+                    api: KubeApi | None = None) -> PolicyCompiler:
+    """A compiler whose field checks are those the flags ask for (see `field_checks`)."""
+    return PolicyCompiler(fields=field_checks(kubernetes_version=kubernetes_version, crd_paths=crd_paths, api=api))
+
+
+def field_checks(*, kubernetes_version: str | None, crd_paths: Sequence[str] = (),
+                 api: KubeApi | None = None) -> FieldChecks:
+    """The checks the flags ask for. A version named on the command line wins over the cluster's (its
+    published schemas are used); the cluster's is read when `api` is given and no version is named.
+    Raises FieldTargetError, and the API errors of `api`."""
+    crds = read_crds(crd_paths)
+    if api is not None and kubernetes_version is None:
+        return cluster_field_checks(api.get, crds=crds)
+    try:
+        version = target_version(kubernetes_version)
+    except ValueError as error:
+        raise FieldTargetError(f"--kubernetes-version: {error}") from None
+    return FieldChecks(version, crds=crds)
