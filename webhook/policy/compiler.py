@@ -288,10 +288,9 @@ class PolicyCompiler:
         except cel.CelCompileError as error:
             errors.add(str(error), field=where)
             return None
-        problems = self.fields.problems(program)
-        for problem in problems:
-            errors.add(problem, field=where)
-        return None if problems else program
+        for problem in self.fields.problems(program):
+            errors.add(problem, field=where)  # the policy does not load; the program still stands for its name
+        return program
 
 
 class _ErrorSink:
