@@ -71,18 +71,27 @@ class FieldChecks:
         self.served = served
         self.enabled = enabled
         self._roots: dict[str, dict[str, list[tuple[str, Alternative]]]] = {}
+        self._sets: dict[str, SchemaSet] = {}
 
     def schemas(self, version: str) -> SchemaSet:
-        if version == self.version and self.cluster is not None:
+        """The target's schemas, or another version's: published, with the kinds only the cluster knows
+        (its CRDs), so that "exists from" compares the same kinds."""
+        if self.cluster is None:
+            return self.catalog.published(version)
+        if version == self.version:
             return self.cluster
-        return self.catalog.published(version)
+        found = self._sets.get(version)
+        if found is None:
+            published = self.catalog.published(version)
+            found = self._sets[version] = published.with_kinds(
+                {key: schema for key, schema in self.cluster.kinds.items() if key not in published.kinds})
+        return found
 
     def _roots_of(self, version: str) -> dict[str, list[tuple[str, Alternative]]]:
         found = self._roots.get(version)
         if found is None:
             kinds = [(kind.group, kind.kind, kind.versions) for kind in all_kinds()]
-            served = self.served if version == self.version else None
-            found = self._roots[version] = roots(self.schemas(version), kinds, self.crds, served)
+            found = self._roots[version] = roots(self.schemas(version), kinds, self.crds, self.served)
         return found
 
     def problems(self, program: Program) -> list[str]:
