@@ -197,3 +197,33 @@ def test_the_compiler_refuses_the_rule_and_keeps_the_position(environment: Any) 
     assert result.policy is None
     assert [str(error) for error in result.errors] == [
         "p.yaml: policy p, variables.big: <input>:1:10: `workload.replica`: no such field; did you mean `replicas`?"]
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("object.kind == 'Deployment' && object.spec.replica > 1",
+     "<input>:1:44: `object.spec.replica`: no such field in Deployment; did you mean `replicas`?"),
+    ("object.kind == 'Deployment' && object.spec.serviceName == 'db'",
+     "<input>:1:44: `object.spec.serviceName`: no such field in Deployment; known: minReadySeconds, paused, "
+     "progressDeadlineSeconds, replicas, revisionHistoryLimit, selector, strategy, template"),
+    ("has(object.spec.template) && request.kind.kind in ['Deployment', 'StatefulSet'] && "
+     "object.spec.template.spec.nodeSelectr.size() > 0",
+     "<input>:1:110: `object.spec.template.spec.nodeSelectr`: no such field in Deployment or StatefulSet; "
+     "did you mean `nodeSelector`?"),
+    ("request.kind.kind == 'Pod' ? object.spec.nodeNam == '' : false",
+     "<input>:1:42: `object.spec.nodeNam`: no such field in Pod; did you mean `nodeName`?"),
+])
+def test_a_guard_on_the_kind_narrows_the_kinds_a_path_is_checked_in(
+        environment: Any, catalog: SchemaCatalog, source: str, expected: str) -> None:
+    assert problems(environment, catalog, source) == [expected]
+
+
+@pytest.mark.parametrize("source", [
+    "object.spec.serviceName == 'db'",  # StatefulSet has it; without a guard any kind may be the object
+    "object.kind == 'StatefulSet' && object.spec.serviceName == 'db'",
+    "object.kind in ['Deployment', 'StatefulSet'] && object.spec.replicas > 1",
+    "object.kind == 'Deployment' || object.spec.serviceName == 'db'",  # `||` does not narrow
+    "request.kind.kind == 'Pod' ? object.spec.nodeName == '' : object.spec.template.spec.nodeName == ''",
+    "object.kind == 'PyTorchJob' && object.spec.anything.goes == 1",  # no CRD: its schema is unknown
+])
+def test_what_a_guard_allows_keeps_compiling(environment: Any, catalog: SchemaCatalog, source: str) -> None:
+    assert problems(environment, catalog, source) == []

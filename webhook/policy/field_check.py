@@ -105,7 +105,7 @@ class FieldChecks:
         messages: list[str] = []
         reported: set[Path] = set()
         for selection in found:
-            miss = self._miss(self.version, selection.path)
+            miss = self._miss(self.version, selection.path, selection.kinds)
             if miss is None:
                 continue
             failing = selection.path[:miss.index + 1]
@@ -113,12 +113,19 @@ class FieldChecks:
                 continue
             reported.add(failing)
             where = _position(program.compiled_text, program.offsets.get(selection.node))
-            messages.append(f"{where}: {self._message(failing, miss)}")
+            messages.append(f"{where}: {self._message(failing, miss, selection.kinds)}")
         return messages
 
-    def _miss(self, version: str, path: Path) -> _Miss | None:
+    def _labelled(self, version: str, variable: str, kinds: frozenset[str] | None) -> list[tuple[str, Alternative]]:
+        """The schemas `variable` may have, only those of `kinds` for the object (a guard narrowed them)."""
+        found = self._roots_of(version).get(variable, [])
+        if kinds is None or variable not in ("object", "oldObject"):
+            return found
+        return [(label, schema) for label, schema in found if label in kinds]
+
+    def _miss(self, version: str, path: Path, kinds: frozenset[str] | None = None) -> _Miss | None:
         schemas = self.schemas(version)
-        alternatives = [schema for _, schema in self._roots_of(version).get(path[0], [])]
+        alternatives = [schema for _, schema in self._labelled(version, path[0], kinds)]
         if not alternatives:
             return None
         for index in range(1, len(path)):
@@ -129,10 +136,10 @@ class FieldChecks:
                 return None
         return None
 
-    def _message(self, path: Path, miss: _Miss) -> str:
+    def _message(self, path: Path, miss: _Miss, kinds: frozenset[str] | None) -> str:
         shown = f"`{render(path)}`"
         for newer in newer_than(self.version):
-            if self._miss(newer, path) is None:
+            if self._miss(newer, path, kinds) is None:
                 return f"{shown} exists from Kubernetes {newer}; the target is {self.version}"
         refusal = miss.refusal
         if refusal.not_an_object is not None:
@@ -143,8 +150,9 @@ class FieldChecks:
             return f"{shown}: {parent} is {refusal.not_an_object}, with no fields"
         message = f"{shown}: no such field"
         if path[0] in ("object", "oldObject"):
-            kinds = {label for label, _ in self._roots_of(self.version)[path[0]]}
-            message += f" in any of the {len(kinds)} kinds a policy sees"
+            seen = sorted({label for label, _ in self._labelled(self.version, path[0], kinds)})
+            message += (f" in {' or '.join(seen)}" if kinds is not None
+                        else f" in any of the {len(seen)} kinds a policy sees")
         close = difflib.get_close_matches(path[-1], sorted(refusal.known), n=1, cutoff=0.6)
         if close:
             return f"{message}; did you mean `{close[0]}`?"

@@ -7,6 +7,13 @@ selection and its node: `pod.metadata.lables['tier']` selects `pod.metadata`, `p
 element of `x` (`EACH`), so `pod.spec.containers.exists(c, c.resources.limits ...)` selects
 `pod.spec.containers[*].resources.limits`; `cel.bind(v, x, ...)` lets `v` stand for `x`. A value computed
 by a function (`filter`, `map`, `orValue`...) is not followed: what is selected below it is not checked.
+
+A guard on the object's kind narrows the kinds a selection can be read on: in `object.kind == 'JobSet' &&
+object.spec.replicatedJobs...` (each operand of an `&&` chain, by the guards of the others) and in the first
+branch of `object.kind == 'JobSet' ? ... : ...`. Guards are `object.kind`, `oldObject.kind`,
+`request.kind.kind` or `request.requestKind.kind` compared (`==`, `in` a list) with string literals. An
+operand of `&&` is only ever decisive when the others are true (CEL's commutative `&&`: a false operand
+wins over an error), so reading it for those kinds only is exact.
 """
 
 from dataclasses import dataclass
@@ -18,6 +25,9 @@ Path = tuple[str, ...]
 """The variable, then the steps below it."""
 
 _OPTIONAL_SELECTIONS = frozenset({"_[_]", "_[?_]", "_?._"})
+_KIND_FIELDS = (("object", "kind"), ("oldObject", "kind"), ("request", "kind", "kind"),
+                ("request", "requestKind", "kind"))
+"""Paths whose value is the kind of the object under admission."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +35,8 @@ class Selection:
     path: Path
     node: int
     """The id of the node that selects the path's last step (its position is in the source info)."""
+    kinds: frozenset[str] | None = None
+    """The object's kinds the selection is read for (a guard narrowed them); None: every kind."""
 
 
 def selections(root: Expr, variables: frozenset[str]) -> list[Selection]:
@@ -42,13 +54,54 @@ class _Walk:
     def __init__(self, variables: frozenset[str]) -> None:
         self.variables = variables
         self.found: list[Selection] = []
-        self._seen: set[Path] = set()
+        self._seen: set[tuple[Path, frozenset[str] | None]] = set()
+        self.kinds: frozenset[str] | None = None
+        """The kinds the node being walked is read for (narrowed by guards around it)."""
 
     def _select(self, path: Path, node: Expr) -> Path:
-        if path not in self._seen:
-            self._seen.add(path)
-            self.found.append(Selection(path, node.id))
+        if (path, self.kinds) not in self._seen:
+            self._seen.add((path, self.kinds))
+            self.found.append(Selection(path, node.id, self.kinds))
         return path
+
+    def _narrowed(self, node: Expr, kinds: frozenset[str] | None, scope: Scope) -> None:
+        """Walk `node` reading it for `kinds` (within the kinds already narrowed to)."""
+        outer = self.kinds
+        if kinds is not None:
+            self.kinds = kinds if outer is None else outer & kinds
+        try:
+            self.value(node, scope)
+        finally:
+            self.kinds = outer
+
+    def _guard(self, node: Expr, scope: Scope) -> frozenset[str] | None:
+        """The kinds `node` being true implies, for a guard on the object's kind; None for anything else."""
+        if node.kind != "call" or node.target is not None or len(node.args) != 2:
+            return None
+        first, second = node.args
+        if node.function == "_==_":
+            for path_side, literal_side in ((first, second), (second, first)):
+                if isinstance(literal_side.literal, str) and self._is_kind(path_side, scope):
+                    return frozenset({literal_side.literal})
+        if node.function == "@in" and second.kind == "list" and self._is_kind(first, scope):
+            names = [item.literal for item in second.operands]
+            if names and all(isinstance(name, str) for name in names):
+                return frozenset(str(name) for name in names)
+        return None
+
+    def _is_kind(self, node: Expr, scope: Scope) -> bool:
+        steps: list[str] = []
+        while node.kind == "select" and not node.test_only and len(node.operands) == 1:
+            steps.insert(0, node.field)
+            node = node.operands[0]
+        if node.kind != "ident" or node.name.removeprefix(".") in scope:
+            return False
+        return (node.name.removeprefix("."), *steps) in _KIND_FIELDS
+
+    def _conjuncts(self, node: Expr) -> list[Expr]:
+        if node.kind == "call" and node.function == "_&&_" and node.target is None:
+            return [part for arg in node.args for part in self._conjuncts(arg)]
+        return [node]
 
     def value(self, node: Expr, scope: Scope) -> Path | None:
         """The path the node's value is found at, after walking what it uses; None if computed."""
@@ -68,6 +121,19 @@ class _Walk:
                 return None
             selected = self._select((*path, node.field), node)
             return None if node.test_only else selected
+        if kind == "call" and node.function == "_&&_" and node.target is None:
+            parts = self._conjuncts(node)
+            guards = [self._guard(part, scope) for part in parts]
+            for index, part in enumerate(parts):
+                others = [guard for at, guard in enumerate(guards) if at != index and guard is not None]
+                self._narrowed(part, frozenset.intersection(*others) if others else None, scope)
+            return None
+        if kind == "call" and node.function == "_?_:_" and node.target is None and len(node.args) == 3:
+            condition, when_true, when_false = node.args
+            self.value(condition, scope)
+            self._narrowed(when_true, self._guard(condition, scope), scope)
+            self.value(when_false, scope)
+            return None
         if kind == "call":
             args = node.args
             if node.function in _OPTIONAL_SELECTIONS and node.target is None and len(args) == 2:
