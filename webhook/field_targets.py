@@ -5,16 +5,19 @@
 operator kinds from CustomResourceDefinition manifests, whose schemas are otherwise unknown offline.
 """
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from webhook.kube.api import KubeApi
+from webhook.kube.api import ApiError, KubeApi
 from webhook.policy.cluster_schemas import cluster_field_checks
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.documents import ManifestError, expand_lists, read_documents
 from webhook.policy.field_check import FieldChecks
 from webhook.policy.schemas import KindKey, Schema, crd_kinds
-from webhook.policy.versions import target_version
+from webhook.policy.versions import DEFAULT, cluster_target_version, target_version
+
+log = logging.getLogger(__name__)
 
 
 class FieldTargetError(ValueError):
@@ -49,9 +52,31 @@ def field_checks(*, kubernetes_version: str | None, crd_paths: Sequence[str] = (
     Raises FieldTargetError, and the API errors of `api`."""
     crds = read_crds(crd_paths)
     if api is not None and kubernetes_version is None:
-        return cluster_field_checks(api.get, crds=crds)
+        return _cluster_checks(api, crds)
     try:
         version = target_version(kubernetes_version)
     except ValueError as error:
         raise FieldTargetError(f"--kubernetes-version: {error}") from None
     return FieldChecks(version, crds=crds)
+
+
+def _cluster_checks(api: KubeApi, crds: dict[KindKey, Schema]) -> FieldChecks:
+    """The cluster's version and schemas. Every API server serves `/version` and `/openapi/v3` to any
+    authenticated client (the `system:discovery` ClusterRole, plugin/pkg/auth/authorizer/rbac/bootstrappolicy
+    policy.go); where one is refused or missing all the same, the published schemas stand in, said on stderr."""
+    try:
+        version = cluster_target_version(api.get)
+    except ApiError as error:
+        if error.code not in (403, 404):
+            raise
+        log.warning("the cluster's /version cannot be read (%s): field paths are checked against Kubernetes %s",
+                    error, DEFAULT)
+        return FieldChecks(DEFAULT, crds=crds)
+    try:
+        return cluster_field_checks(api.get, version=version, crds=crds)
+    except ApiError as error:
+        if error.code not in (403, 404):
+            raise
+        log.warning("the cluster's /openapi/v3 cannot be read (%s): field paths are checked against the schemas "
+                    "Kubernetes %s publishes", error, version)
+        return FieldChecks(version, crds=crds)

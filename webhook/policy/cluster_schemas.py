@@ -34,11 +34,13 @@ def served_group_versions(index: Mapping[str, Any]) -> dict[tuple[str, str], str
 
 
 def cluster_field_checks(
-    get: Get, *, catalog: SchemaCatalog | None = None, crds: Mapping[KindKey, Schema] | None = None
+    get: Get, *, version: str | None = None, catalog: SchemaCatalog | None = None,
+    crds: Mapping[KindKey, Schema] | None = None,
 ) -> FieldChecks:
-    """Field checks against the cluster behind `get`: its version, and the schemas it serves. The
-    document paths are read without their `?hash=`, which only makes an answer cacheable."""
-    version = cluster_target_version(get)
+    """Field checks against the cluster behind `get`: its version (`version` when already read, e.g. by
+    `versions.cluster_target_version`), and the schemas it serves. The document paths are read without
+    their `?hash=`, which only makes an answer cacheable. The errors are those of `get`."""
+    version = version or cluster_target_version(get)
     served = served_group_versions(get("/openapi/v3"))
     wanted = {("", "v1")} | {(kind.group, version_name) for kind in all_kinds() for version_name in kind.versions}
     documents = [get(f"/openapi/v3/{served[key]}") for key in sorted(wanted) if key in served]
