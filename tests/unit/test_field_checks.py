@@ -27,7 +27,8 @@ def environment() -> Any:
 
 def problems(environment: Any, catalog: SchemaCatalog, source: str, version: str = DEFAULT,
              **options: Any) -> list[str]:
-    return FieldChecks(version, catalog=catalog, **options).problems(cel.compile_expression(environment, source))
+    return FieldChecks(version, catalog=catalog, **options).problems(
+        cel.compile_expression(environment, source, keep_tree=True))
 
 
 @pytest.mark.parametrize(("source", "expected"), [

@@ -62,11 +62,12 @@ class Program:
     fields: FieldReads | None = field(default=None, compare=False, repr=False)
     """What the expression observes of each variable (`field_reads`); None: every variable, whole."""
     tree: Expr | None = field(default=None, compare=False, repr=False)
-    """The checked syntax tree, None if it could not be read (the load-time field checks walk it)."""
+    """The checked syntax tree, for the load-time field checks; only when asked for (`keep_tree`), and
+    dropped once checked (a walked tree holds every node's bytes)."""
     offsets: Mapping[int, int] = field(default_factory=dict, compare=False, repr=False)
-    """Each node's offset in `compiled_text`, in code points."""
+    """With `tree`: each node's offset in `compiled_text`, in code points."""
     compiled_text: str = field(default="", compare=False, repr=False)
-    """The text compiled: `source` with literal library calls resolved (`cel_libraries.literals`)."""
+    """With `tree`: the text compiled, `source` with literal library calls resolved (`cel_libraries.literals`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +120,9 @@ def new_environment(leaks: LeakAccount | None = None, *, names: Sequence[str] = 
     )
 
 
-def compile_expression(environment: Any, source: str) -> Program:
+def compile_expression(environment: Any, source: str, *, keep_tree: bool = False) -> Program:
     """Parse and type-check `source` once, at load time. Raises CelCompileError with every position.
+    `keep_tree`: keep the checked tree and its source positions on the program (`Program.tree`).
 
     Literal calls of Kubernetes' library functions are resolved first (`cel_libraries.literals`); the
     positions of an error are those of the source as written.
@@ -137,7 +139,7 @@ def compile_expression(environment: Any, source: str) -> Program:
     try:
         checked = CheckedAst.parse(expression.serialize())
         tree: Expr | None = checked.root()
-        offsets = checked.offsets()
+        offsets = checked.offsets() if keep_tree else {}
     except AstError:
         tree = None  # neither estimated (bounded when it runs) nor analysed (its variables are read whole)
     refusal = kubernetes_cel.load_time_refusal(source) or (_cost_refusal(tree) if tree is not None else None)
@@ -151,9 +153,9 @@ def compile_expression(environment: Any, source: str) -> Program:
         reads_variables=frozenset(referenced_variables(source)),
         plain_result=bool(_PLAIN_STATIC.match(returns)),
         fields=_field_reads(tree),
-        tree=tree,
-        offsets=offsets,
-        compiled_text=resolved,
+        tree=tree if keep_tree else None,
+        offsets=offsets if keep_tree else {},
+        compiled_text=resolved if keep_tree else "",
     )
 
 

@@ -4,6 +4,7 @@ Compilation happens once, when a policy loads; a request only evaluates. Everyth
 without a request is checked here, so a policy that loads cannot produce an invalid patch.
 """
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -284,13 +285,13 @@ class PolicyCompiler:
             errors.add("must be a non-empty CEL expression string", field=where)
             return None
         try:
-            program = cel.compile_expression(self.environment, source)
+            program = cel.compile_expression(self.environment, source, keep_tree=True)
         except cel.CelCompileError as error:
             errors.add(str(error), field=where)
             return None
         for problem in self.fields.problems(program):
             errors.add(problem, field=where)  # the policy does not load; the program still stands for its name
-        return program
+        return dataclasses.replace(program, tree=None, offsets={}, compiled_text="")
 
 
 class _ErrorSink:
