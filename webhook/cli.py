@@ -16,15 +16,12 @@ from webhook import __version__
 from webhook.certs import ensure_dev_certificates, issue, service_names
 from webhook.config import CEL_LEAK_BUDGET_MIB, DEFAULT_CERTS, DEFAULT_POLICIES, READ_TIMEOUT_SECONDS, Settings
 from webhook.export.admission_policy import API_VERSIONS, export_policies, report_lines
-from webhook.field_targets import FieldTargetError, policy_compiler
-from webhook.kube.api import ApiError, KubeApi, TransportError
+from webhook.field_targets import add_target_flags, compiler_from_flags
+from webhook.kube.api import KubeApi, TransportError
 from webhook.kube.connection import ConnectionSetupError, connect, in_cluster
 from webhook.kube.live import LiveError, cluster_snapshot, read_namespaces, read_nodes, read_object
 from webhook.logs import configure_logging
 from webhook.offline import DEFAULT_NAMESPACE, apply_manifests, load_policies, parse_labels, render
-from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.versions import DEFAULT as DEFAULT_KUBERNETES_VERSION
-from webhook.policy.versions import SUPPORTED as SUPPORTED_KUBERNETES_VERSIONS
 from webhook.suites import find_suites, render_junit, render_text, run_suite
 
 ENV_PREFIX = "PLACER_"
@@ -96,18 +93,18 @@ def _parser() -> argparse.ArgumentParser:
     apply.add_argument("--namespace-labels", metavar="k=v,...", help="labels of the manifests' namespace")
     apply.add_argument("--operation", default="CREATE", choices=["CREATE", "UPDATE"])
     apply.add_argument("-o", "--output", default="yaml", choices=["yaml", "json", "patch", "explain"])
-    _target_flags(apply, kube=False)
+    add_target_flags(apply, kube=False)
     apply.set_defaults(run=_apply)
 
     lint = commands.add_parser("lint", help="check policies; exit 1 with every error located")
     lint.add_argument("paths", nargs="*", metavar="PATH")
-    _target_flags(lint)
+    add_target_flags(lint)
     lint.set_defaults(run=_lint)
 
     test = commands.add_parser("test", help="run policy test suites (*-test.yaml); exit 1 on any failure")
     test.add_argument("suites", nargs="+", metavar="PATH", help="suite files, or directories to search")
     test.add_argument("-o", "--output", default="text", choices=["text", "junit"])
-    _target_flags(test)
+    add_target_flags(test)
     test.set_defaults(run=_test)
 
     export = commands.add_parser(
@@ -119,39 +116,9 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--api-version", default="v1beta1", choices=list(API_VERSIONS),
                         help="admissionregistration.k8s.io version: v1beta1 (Kubernetes 1.34), v1 (1.36)")
     export.add_argument("-o", "--output", default="yaml", choices=["yaml", "json"])
-    _target_flags(export)
+    add_target_flags(export)
     export.set_defaults(run=_export)
     return parser
-
-
-def _target_flags(command: argparse.ArgumentParser, *, kube: bool = True) -> None:
-    """What the field paths of policies are checked against (docs/field-checks.md). `kube`: add `--kube`,
-    `--kubeconfig` and `--context` (`apply` has its own)."""
-    supported = ", ".join(SUPPORTED_KUBERNETES_VERSIONS)
-    command.add_argument(
-        "--kubernetes-version", metavar="VERSION",
-        help=f"check field paths against this Kubernetes version's schemas ({supported}; default "
-             f"{DEFAULT_KUBERNETES_VERSION}, or the cluster's with --kube)",
-    )
-    command.add_argument("--crd", action="append", default=None, metavar="FILE",
-                         help="CustomResourceDefinition manifest: the schema of an operator kind (repeatable)")
-    if kube:
-        command.add_argument("--kube", action="store_true", default=False,
-                             help="check field paths against the cluster's version and /openapi/v3 (read only)")
-        command.add_argument("--kubeconfig", metavar="FILE")
-        command.add_argument("--context", metavar="NAME", help="kubeconfig context (with --kube)")
-
-
-def _compiler(args: argparse.Namespace) -> PolicyCompiler | None:
-    """The compiler `--kubernetes-version`, `--crd` and `--kube` ask for; None (said on stderr) if they
-    cannot be honoured."""
-    try:
-        api = (KubeApi(connect(Path(args.kubeconfig) if args.kubeconfig else None, context=args.context))
-               if args.kube else None)
-        return policy_compiler(kubernetes_version=args.kubernetes_version, crd_paths=args.crd or (), api=api)
-    except (FieldTargetError, ConnectionSetupError, TransportError, ApiError, ValueError) as error:
-        print(f"placer {args.command}: {error}", file=sys.stderr)
-        return None
 
 
 def _apply_environment(parser: argparse.ArgumentParser, args: argparse.Namespace, environ: Any) -> None:
@@ -229,7 +196,7 @@ def _quiet_policy_log() -> None:
 def _lint(args: argparse.Namespace) -> int:
     _quiet_policy_log()
     paths = args.paths or [DEFAULT_POLICIES]
-    compiler = _compiler(args)
+    compiler = compiler_from_flags(args)
     if compiler is None:
         return 2
     snapshot = load_policies(paths, required=True, compiler=compiler)
@@ -262,7 +229,7 @@ def _export(args: argparse.Namespace) -> int:
     when a policy does not load (nothing is written then)."""
     _quiet_policy_log()
     paths = args.policies or [DEFAULT_POLICIES]
-    compiler = _compiler(args)
+    compiler = compiler_from_flags(args)
     if compiler is None:
         return 2
     snapshot = load_policies(paths, required=True, compiler=compiler)
@@ -298,7 +265,7 @@ def _apply(args: argparse.Namespace) -> int:
         print(f"placer apply: --namespace-labels: {error}", file=sys.stderr)
         return 2
     namespace = args.namespace or DEFAULT_NAMESPACE
-    compiler = _compiler(args)
+    compiler = compiler_from_flags(args)
     if compiler is None:
         return 2
     if args.kube:
@@ -341,7 +308,7 @@ def _test(args: argparse.Namespace) -> int:
     if not suites:
         print(f"placer test: no *-test.yaml under {', '.join(args.suites)}", file=sys.stderr)
         return 1
-    compiler = _compiler(args)
+    compiler = compiler_from_flags(args)
     if compiler is None:
         return 2
     cases = [case for suite in suites for case in run_suite(suite, compiler)]

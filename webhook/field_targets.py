@@ -5,23 +5,59 @@
 operator kinds from CustomResourceDefinition manifests, whose schemas are otherwise unknown offline.
 """
 
+import argparse
 import logging
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from webhook.kube.api import ApiError, KubeApi
+from webhook.kube.api import ApiError, KubeApi, TransportError
+from webhook.kube.connection import ConnectionSetupError, connect
 from webhook.policy.cluster_schemas import cluster_field_checks
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.documents import ManifestError, expand_lists, read_documents
 from webhook.policy.field_check import FieldChecks
 from webhook.policy.schemas import KindKey, Schema, crd_kinds
-from webhook.policy.versions import DEFAULT, cluster_target_version, target_version
+from webhook.policy.versions import DEFAULT, SUPPORTED, cluster_target_version, target_version
 
 log = logging.getLogger(__name__)
 
 
 class FieldTargetError(ValueError):
     """A flag that names no usable target: a version outside the supported range, an unreadable CRD file."""
+
+
+def add_target_flags(command: argparse.ArgumentParser, *, kube: bool = True) -> None:
+    """`--kubernetes-version` and `--crd`, and with `kube` `--kube`, `--kubeconfig` and `--context` (for a
+    command that has none of its own, as `apply` has)."""
+    command.add_argument(
+        "--kubernetes-version", metavar="VERSION",
+        help=f"check field paths against this Kubernetes version's schemas ({', '.join(SUPPORTED)}; default "
+             f"{DEFAULT}, or the cluster's with --kube)",
+    )
+    command.add_argument("--crd", action="append", default=None, metavar="FILE",
+                         help="CustomResourceDefinition manifest: the schema of an operator kind (repeatable)")
+    if kube:
+        command.add_argument("--kube", action="store_true", default=False,
+                             help="check field paths against the cluster's version and /openapi/v3 (read only)")
+        command.add_argument("--kubeconfig", metavar="FILE")
+        command.add_argument("--context", metavar="NAME", help="kubeconfig context (with --kube)")
+
+
+def compiler_from_flags(args: argparse.Namespace) -> PolicyCompiler | None:
+    """The compiler the flags of `add_target_flags` ask for; None, said on stderr, when they cannot be
+    honoured (the command then exits 2)."""
+    api = None
+    try:
+        if args.kube:
+            api = KubeApi(connect(Path(args.kubeconfig) if args.kubeconfig else None, context=args.context))
+        return policy_compiler(kubernetes_version=args.kubernetes_version, crd_paths=args.crd or (), api=api)
+    except (FieldTargetError, ConnectionSetupError, TransportError, ApiError) as error:
+        print(f"placer {args.command}: {error}", file=sys.stderr)
+        return None
+    finally:
+        if api is not None:
+            api.close()
 
 
 def read_crds(paths: Sequence[str]) -> dict[KindKey, Schema]:
