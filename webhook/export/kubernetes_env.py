@@ -37,7 +37,7 @@ from webhook.policy import cel_libraries
 from webhook.policy.cel import MUTATING_ADMISSION_POLICY_VARIABLES
 from webhook.policy.cel_libraries.leaks import LeakAccount
 from webhook.policy.cel_libraries.messages import Messages
-from webhook.policy.checked_ast import AstError, CheckedAst, Expr
+from webhook.policy.checked_ast import AstError, CheckedAst, Expr, decode
 
 STRINGS_VERSION = 2
 SETS_FROM: KubernetesVersion = (1, 29)
@@ -52,6 +52,7 @@ UNVERIFIED_FUNCTIONS = frozenset({"first", "last"})
 """Declared by cel-expr-python's optional extension; not established as part of Kubernetes' environment,
 so an expression calling them is refused rather than risked."""
 
+_TYPE_MAP, _LIST_TYPE = 3, 6
 _UNDECLARED = re.compile(r"undeclared reference to '([^']+)'")
 _ERROR_LINE = re.compile(r"<input>:\d+:\d+: ([^|\[]*)")
 
@@ -81,7 +82,11 @@ class KubernetesCel:
         if heterogeneous_literals(compiled):
             return ("a list or map literal mixes member types, which Kubernetes' CEL refuses (homogeneous "
                     "aggregate literals): wrap its members in dyn()")
-        unverified = sorted(_calls(compiled) & UNVERIFIED_FUNCTIONS)
+        calls = _calls(compiled)
+        if any(name == "reverse" and not receiver_is_list for name, receiver_is_list in calls):
+            return ("calls `reverse()` on a value not known to be a list: of a string it is cel-go's strings "
+                    "extension version 3, which no Kubernetes version has (Kubernetes has version 2)")
+        unverified = sorted({name for name, _ in calls} & UNVERIFIED_FUNCTIONS)
         if unverified:
             return (f"calls {', '.join(f'`{name}()`' for name in unverified)}, which Placer does not know to be in "
                     f"Kubernetes {show(self.target)}'s CEL environment")
@@ -96,10 +101,11 @@ class KubernetesCel:
         lists = [name for name in names if name in LISTS_FUNCTIONS]
         if lists and compatibility_version(self.target) < LISTS_FROM:
             return (f"uses {', '.join(f'`{name}`' for name in lists)} (cel-go's lists extension), which Kubernetes "
-                    f"takes in new expressions from 1.35 on; the target is {target}")
-        if "reverse" in names:
-            return ("uses `reverse()` of a string (cel-go's strings extension version 3); Kubernetes has "
-                    "version 2")
+                    f"takes in new expressions from 1.35 on; the target is {target}"
+                    + (" (and `reverse()` of a string is in no Kubernetes version)" if "reverse" in lists else ""))
+        if "'reverse' applied to '(string" in message:
+            return ("calls `reverse()` of a string (cel-go's strings extension version 3), which no Kubernetes "
+                    "version has (Kubernetes has version 2)")
         if names:
             return f"uses {', '.join(f'`{name}`' for name in names)}, which Kubernetes {target}'s CEL environment lacks"
         found = [line.strip() for line in _ERROR_LINE.findall(message)]
@@ -132,16 +138,33 @@ def _environment(compatibility: KubernetesVersion) -> Any:
     )
 
 
-def _calls(compiled: Any) -> set[str]:
+def _calls(compiled: Any) -> set[tuple[str, bool]]:
+    """(function, whether its receiver is checked as a list) of every call in the checked tree."""
     try:
-        root = CheckedAst.parse(compiled.serialize()).root()
+        ast = CheckedAst.parse(compiled.serialize())
+        root = ast.root()
     except AstError:
         return set()
-    found: set[str] = set()
+    list_typed = _list_typed(ast)
+    found: set[tuple[str, bool]] = set()
     stack: list[Expr] = [root]
     while stack:
         node = stack.pop()
         if node.kind == "call":
-            found.add(node.function)
+            target = node.target
+            found.add((node.function, target is not None and target.id in list_typed))
         stack.extend(node.loop if node.kind == "comprehension" else node.operands)
+    return found
+
+
+def _list_typed(ast: CheckedAst) -> set[int]:
+    """Ids of the nodes the checker typed as lists (cel.expr.Type's `list_type`)."""
+    found: set[int] = set()
+    for number, _, value in ast.checked:
+        if number != _TYPE_MAP or not isinstance(value, bytes):
+            continue
+        entry = {n: v for n, _, v in decode(value)}
+        node, kind = entry.get(1), entry.get(2)
+        if isinstance(node, int) and isinstance(kind, bytes) and any(n == _LIST_TYPE for n, _, _ in decode(kind)):
+            found.add(node)
     return found
