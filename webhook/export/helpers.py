@@ -19,7 +19,7 @@ RESOURCE_RULES = [
     {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs"]},
     {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["cronjobs"]},
 ]
-"""The built-in kinds and operations the webhook mutates (DESIGN §5); operator resources stay the webhook's."""
+"""The built-in kinds and operations the webhook is registered for; operator resources stay the webhook's."""
 
 
 def template_of(root: str) -> str:
