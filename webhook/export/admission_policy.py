@@ -94,6 +94,9 @@ class Exporter:
         for rule in policy.rules:
             try:
                 self._check(self._rule_mutation(policy, rule, unexportable, PLAIN, ()))
+                condition = self.rewriter.rewrite(rule.condition.source) if rule.condition is not None else None
+                rule_id = f"{policy.name}/{rule.name}"
+                self._check(matched_rule_expression(PLAIN, condition, rule_id, [rule_id]))
             except NotExportable as why:
                 result.rules.append(RuleExport(rule.name, False, str(why)))
                 continue
@@ -117,7 +120,6 @@ class Exporter:
         mutations = [_patch(self._rule_mutation(policy, rule, unexportable, self.dialect, ids)) for rule in exported]
         for rule, rule_id in zip(exported, ids, strict=True):
             condition = self.rewriter.rewrite(rule.condition.source) if rule.condition is not None else None
-            self._check(matched_rule_expression(PLAIN, condition, rule_id, ids))
             mutations.append(_patch(matched_rule_expression(self.dialect, condition, rule_id, ids)))
         for rule_export in result.rules:
             rule_export.written = rule_export.exported
