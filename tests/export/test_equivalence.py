@@ -15,7 +15,7 @@ from tests.golden.test_golden import CASES, _cases
 from tests.helpers import compile_policies, read_yaml, review_for, run, snapshot_of
 from webhook.export.admission_policy import export_policies
 from webhook.export.mutations import PLAIN
-from webhook.export.versions import DEFAULT_TARGET, KubernetesVersion
+from webhook.export.versions import DEFAULT_TARGET, KubernetesVersion, show
 from webhook.policy.snapshot import NamespaceInfo
 
 INJECT = {"placer.dev/inject": "enabled"}
@@ -65,12 +65,12 @@ def outcomes(texts: list[str], given: dict[str, Any], namespace: str, labels: di
     return placer, exported
 
 
-def both(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def both(name: str, target: KubernetesVersion = DEFAULT_TARGET) -> tuple[dict[str, Any], dict[str, Any]]:
     directory = CASES / name
     case = read_yaml(directory / "case.yaml")
     ns = case.get("namespace", {"name": "team-a"})
     return outcomes(_policy_texts(case, directory), read_yaml(directory / "input.yaml"), ns["name"],
-                    ns.get("labels", {}), case.get("operation", "CREATE"))
+                    ns.get("labels", {}), case.get("operation", "CREATE"), target=target)
 
 
 def _exportable(name: str) -> bool:
@@ -85,9 +85,11 @@ def test_most_golden_cases_have_rules_to_export() -> None:
     assert len(EXPORTABLE) >= 7, EXPORTABLE
 
 
+@pytest.mark.parametrize("target", [(1, 34), DEFAULT_TARGET], ids=show)
 @pytest.mark.parametrize("name", EXPORTABLE)
-def test_the_exported_policies_make_placers_object(name: str) -> None:
-    placer, exported = both(name)
+def test_the_exported_policies_make_placers_object(name: str, target: KubernetesVersion) -> None:
+    """For the oldest target (no lists extension) and the newest: the expressions run in each one's environment."""
+    placer, exported = both(name, target)
     assert exported == placer
 
 
