@@ -15,7 +15,8 @@ import yaml
 from webhook import __version__
 from webhook.certs import ensure_dev_certificates, issue, service_names
 from webhook.config import CEL_LEAK_BUDGET_MIB, DEFAULT_CERTS, DEFAULT_POLICIES, READ_TIMEOUT_SECONDS, Settings
-from webhook.export.admission_policy import API_VERSIONS, export_policies, report_lines
+from webhook.export.admission_policy import export_policies, report_lines
+from webhook.export.versions import API_VERSIONS, parse_version
 from webhook.field_targets import add_target_flags, compiler_from_flags
 from webhook.kube.api import KubeApi, TransportError
 from webhook.kube.connection import ConnectionSetupError, connect, in_cluster
@@ -113,8 +114,11 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--policies", action="append", metavar="PATH", help=f"file or directory (default {DEFAULT_POLICIES})"
     )
-    export.add_argument("--api-version", default="v1beta1", choices=list(API_VERSIONS),
-                        help="admissionregistration.k8s.io version: v1beta1 (Kubernetes 1.34), v1 (1.36)")
+    export.add_argument("--api-version", choices=list(API_VERSIONS),
+                        help="admissionregistration.k8s.io version (default: v1 where the target serves it, "
+                             "from 1.36; else v1beta1)")
+    export.add_argument("--allow-partial", action="store_true", default=None,
+                        help="write the rules that can be exported of a policy that cannot be exported whole")
     export.add_argument("-o", "--output", default="yaml", choices=["yaml", "json"])
     add_target_flags(export)
     export.set_defaults(run=_export)
@@ -226,7 +230,9 @@ _ExpressionDumper.add_representer(str, _represent_text)
 
 def _export(args: argparse.Namespace) -> int:
     """The objects on stdout (ready for `kubectl apply -f -`), the exportability report on stderr; exit 1
-    when a policy does not load (nothing is written then)."""
+    when a policy does not load (nothing is written then) or is not exported whole (the others are written,
+    unless --allow-partial: then every rule that can be is written, and the exit is 0); 2 for a target or
+    API version the export does not support."""
     _quiet_policy_log()
     paths = args.policies or [DEFAULT_POLICIES]
     compiler = compiler_from_flags(args)
@@ -237,15 +243,23 @@ def _export(args: argparse.Namespace) -> int:
         for error in snapshot.errors:
             print(error, file=sys.stderr)
         return 1
-    exports = export_policies(snapshot.policies, args.api_version)
+    try:
+        # The target of the field checks (the flag, the cluster's with --kube, or the newest supported) is
+        # the API server the objects are for: its CEL environment and its admissionregistration version.
+        target = parse_version(compiler.fields.version)
+        exports = export_policies(snapshot.policies, args.api_version, target=target,
+                                  allow_partial=bool(args.allow_partial))
+    except ValueError as error:
+        print(f"placer export: {error}", file=sys.stderr)
+        return 2
     objects = [obj for export in exports for obj in export.objects]
     if args.output == "json":
         print(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
     else:
         print(yaml.dump_all(objects, Dumper=_ExpressionDumper, sort_keys=False, width=1 << 16), end="")
-    for line in report_lines(exports):
+    for line in report_lines(exports, target):
         print(line, file=sys.stderr)
-    return 0
+    return 1 if any(export.refused for export in exports) else 0
 
 
 def _apply(args: argparse.Namespace) -> int:

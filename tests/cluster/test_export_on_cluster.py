@@ -87,7 +87,7 @@ def test_the_exported_policy_makes_what_placer_apply_makes(cluster: Cluster, tmp
     text = POLICY.replace("NAME", marker)
     compiled = PolicyCompiler().compile(yaml.safe_load(text), "test")
     assert compiled.policy is not None, compiled.errors
-    export = export_policy(compiled.policy)
+    export = export_policy(compiled.policy, "v1beta1")
     assert all(rule.exported for rule in export.rules), export.rules
     policy, binding = copy.deepcopy(export.objects)
     binding["spec"]["matchResources"]["namespaceSelector"] = {"matchLabels": {"placer-e2e-export": marker}}

@@ -1,9 +1,11 @@
 """What the API server does with exported MutatingAdmissionPolicies, for tests: bindings and resource rules
 matched, match conditions, variables, then each mutation's JSON Patch applied in order, each on the result
 of the previous (KEP-3962). Expressions are the exported ones in the plain dialect (`mutations.PLAIN`:
-patch operations as maps, since this CEL runtime has no `JSONPatch` type), compiled in an environment
-declared like the API server's for these policies: `object`, `oldObject`, `request`, `namespaceObject`,
-`variables`, and nothing of Placer's (`pod`, `workload`, `resources` do not exist there)."""
+patch operations as maps, since this CEL runtime has no `JSONPatch` type), compiled in the environment of the
+target Kubernetes version (`webhook.export.kubernetes_env`: only the libraries that version has, and the
+variables of these policies: `object`, `oldObject`, `request`, `namespaceObject`, `variables`; nothing of
+Placer's, so `pod`, `workload`, `resources`, `cel.bind` do not compile), each also held to the literal
+homogeneity Kubernetes enforces."""
 
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -11,6 +13,8 @@ from typing import Any
 import jsonpatch
 
 from webhook.actions.base import selector_matches
+from webhook.export.kubernetes_env import KubernetesCel
+from webhook.export.versions import DEFAULT_TARGET, KubernetesVersion
 from webhook.policy import cel
 
 RESOURCES = {"Pod": "pods", "Deployment": "deployments", "ReplicaSet": "replicasets", "StatefulSet": "statefulsets",
@@ -22,8 +26,9 @@ class PolicyFailed(Exception):
 
 
 class MapRuntime:
-    def __init__(self) -> None:
-        self.environment = cel.new_environment(names=cel.MUTATING_ADMISSION_POLICY_VARIABLES)
+    def __init__(self, target: KubernetesVersion = DEFAULT_TARGET) -> None:
+        self.kubernetes = KubernetesCel(target)
+        self.environment = self.kubernetes.environment
         self._compiled: dict[str, cel.Program] = {}
         self.errors: list[str] = []
         """Every expression that failed (ignored under failurePolicy Ignore), for a test's message."""
@@ -31,6 +36,8 @@ class MapRuntime:
     def compile(self, source: str) -> cel.Program:
         program = self._compiled.get(source)
         if program is None:
+            refusal = self.kubernetes.refusal(source)
+            assert refusal is None, f"{refusal}: {source[:300]}"
             program = self._compiled[source] = cel.compile_expression(self.environment, source)
         return program
 

@@ -15,6 +15,7 @@ from tests.golden.test_golden import CASES, _cases
 from tests.helpers import compile_policies, read_yaml, review_for, run, snapshot_of
 from webhook.export.admission_policy import export_policies
 from webhook.export.mutations import PLAIN
+from webhook.export.versions import DEFAULT_TARGET, KubernetesVersion, show
 from webhook.policy.snapshot import NamespaceInfo
 
 INJECT = {"placer.dev/inject": "enabled"}
@@ -27,12 +28,13 @@ def _policy_texts(case: dict[str, Any], directory: Path) -> list[str]:
     return texts
 
 
-def exported_only(texts: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The exported objects, and the policies with only their exported rules (what Placer is compared on)."""
+def exported_only(texts: list[str], *, allow_partial: bool = True,
+                  target: KubernetesVersion = DEFAULT_TARGET) -> tuple[list[dict[str, Any]], list[str]]:
+    """The exported objects, and the policies with only their written rules (what Placer is compared on)."""
     policies, _compiler = compile_policies(texts)
-    exports = export_policies(policies, dialect=PLAIN)
+    exports = export_policies(policies, dialect=PLAIN, allow_partial=allow_partial, target=target)
     objects = [obj for export in exports for obj in export.objects]
-    kept = {(export.policy, rule.rule) for export in exports for rule in export.rules if rule.exported}
+    kept = {(export.policy, rule.rule) for export in exports for rule in export.rules if rule.written}
     reduced = []
     for text in texts:
         for document in yaml.safe_load_all(text):
@@ -46,28 +48,29 @@ def exported_only(texts: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def outcomes(texts: list[str], given: dict[str, Any], namespace: str, labels: dict[str, str],
-             operation: str = "CREATE") -> tuple[dict[str, Any], dict[str, Any]]:
-    """(Placer's object with the exported rules, the API server's with the exported policies); the exported
+             operation: str = "CREATE", *, allow_partial: bool = True,
+             target: KubernetesVersion = DEFAULT_TARGET) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(Placer's object with the written rules, the API server's with the exported policies); the exported
     policies run twice, the second run must change nothing (reinvocation, a Pod from a mutated template)."""
-    objects, reduced = exported_only(texts)
+    objects, reduced = exported_only(texts, allow_partial=allow_partial, target=target)
     labels = {**labels, **INJECT}
     review = review_for(given, namespace=namespace, operation=operation)
     snapshot = snapshot_of(*reduced, namespaces=[NamespaceInfo(namespace, labels, {})])
     placer = jsonpatch.apply_patch(given, run(snapshot, review).patch) if reduced else given
     namespace_object = {"metadata": {"name": namespace, "labels": labels, "annotations": {}}}
-    runtime = MapRuntime()
+    runtime = MapRuntime(target)
     exported = runtime.admit(objects, given, request=review["request"], namespace=namespace_object)
     again = runtime.admit(objects, exported, request=review["request"], namespace=namespace_object)
     assert again == exported, "a second run of the exported policies changes nothing"
     return placer, exported
 
 
-def both(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def both(name: str, target: KubernetesVersion = DEFAULT_TARGET) -> tuple[dict[str, Any], dict[str, Any]]:
     directory = CASES / name
     case = read_yaml(directory / "case.yaml")
     ns = case.get("namespace", {"name": "team-a"})
     return outcomes(_policy_texts(case, directory), read_yaml(directory / "input.yaml"), ns["name"],
-                    ns.get("labels", {}), case.get("operation", "CREATE"))
+                    ns.get("labels", {}), case.get("operation", "CREATE"), target=target)
 
 
 def _exportable(name: str) -> bool:
@@ -82,9 +85,11 @@ def test_most_golden_cases_have_rules_to_export() -> None:
     assert len(EXPORTABLE) >= 7, EXPORTABLE
 
 
+@pytest.mark.parametrize("target", [(1, 34), DEFAULT_TARGET], ids=show)
 @pytest.mark.parametrize("name", EXPORTABLE)
-def test_the_exported_policies_make_placers_object(name: str) -> None:
-    placer, exported = both(name)
+def test_the_exported_policies_make_placers_object(name: str, target: KubernetesVersion) -> None:
+    """For the oldest target (no lists extension) and the newest: the expressions run in each one's environment."""
+    placer, exported = both(name, target)
     assert exported == placer
 
 
@@ -95,7 +100,8 @@ def test_a_case_with_nothing_to_export_says_why_for_every_rule(name: str) -> Non
     exports = export_policies(policies)
     reasons = [rule.reason for export in exports for rule in export.rules]
     assert reasons and all(reason for reason in reasons)
-    assert all(any(word in reason for word in ("add-gang-labels", "resources", "parameterExpressions"))
+    assert all(any(word in reason for word in ("add-gang-labels", "resources", "parameterExpressions",
+                                               "pin-to-volume-node"))
                for reason in reasons), reasons
 
 

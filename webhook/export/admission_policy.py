@@ -1,11 +1,14 @@
 """A SchedulingPolicy as a MutatingAdmissionPolicy and its binding, and what of it could not be exported.
 
-The exported policy matches what the webhook is registered for (DESIGN §5, built-in kinds) and declares
-the variables Placer's expressions read (`placerPod`, `placerWorkload`, ...) as CEL over `object`. Placer's
-own guards become match conditions: a controller-owned object (not a Pod) is left to its controller; a
-template labelled `placer.dev/inject: disabled` is left alone; an UPDATE is mutated only when it changes the
-template (no rollout of Placer's own making). The namespace selector and the opt-in label go to the binding.
-Each rule is one mutation, so an evaluation error costs only that rule (with failurePolicy Ignore).
+The exported policy declares what every export does (`helpers`: the requests matched, Placer's guards, the
+variables binding `pod` and `workload`), the policy's variables and one mutation per rule, so an evaluation
+error costs only that rule (with failurePolicy Ignore). The namespace selector and the opt-in label go to the
+binding.
+
+A rule is exported only when every expression written for it compiles in the CEL environment of the target
+Kubernetes version (`kubernetes_env`). A policy is exported whole or not at all: a node selector written
+without the toleration of the same policy leaves pods Pending, so unless a partial export is asked for, a
+policy with a rule that cannot be exported writes nothing and the export fails, saying why.
 
 A Pod made by a controller from a template Placer mutated is not singled out as the webhook does (the
 annotation it carries cannot tell it apart from one an earlier exported policy of the same admission just
@@ -16,225 +19,209 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.export.cel_text import RESERVED, Cel, NotExportable, dyn_map, literal, rewrite
+from webhook.export.cel_text import RESERVED, Cel, NotExportable
+from webhook.export.free_identifiers import Rewriter
+from webhook.export.helpers import HELPER_VARIABLES, INJECT_LABEL, MATCH_CONDITIONS, RESOURCE_RULES
+from webhook.export.kubernetes_env import KubernetesCel
 from webhook.export.mutations import (
     EXPRESSION_PARAMETERS,
+    PLAIN,
     TYPED,
     Dialect,
     matched_rule_expression,
     rule_expression,
 )
+from webhook.export.versions import DEFAULT_TARGET, KubernetesVersion, api_version_for, show
 from webhook.policy.model import Policy, Rule
-from webhook.workloads.builtin import JOB_NAME_LABEL, PER_POD_LABELS
 
-API_VERSIONS = ("v1beta1", "v1")
-INJECT_LABEL = "placer.dev/inject"
 GROUP = "admissionregistration.k8s.io"
 
-RESOURCE_RULES = [
-    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
-    {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-     "resources": ["deployments", "replicasets", "statefulsets", "daemonsets"]},
-    {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs"]},
-    {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["cronjobs"]},
-]
-"""The built-in kinds and operations the webhook mutates (DESIGN §5); operator resources stay the webhook's."""
-
-
-def template_of(root: str) -> str:
-    """CEL: the pod template of `root` (`object` or `oldObject`); the Pod itself for a Pod."""
-    return (f"({root}.kind == 'Pod' ? {root} : {root}.kind == 'CronJob' ? "
-            f"{root}.spec.jobTemplate.spec.template : {root}.spec.template)")
-
-
-CONTROLLERS = "['Deployment', 'ReplicaSet', 'StatefulSet', 'DaemonSet']"
-
-WORKLOAD_REPLICAS = (
-    "object.kind == 'Pod' ? 1 : object.kind == 'Job' ? object.spec.?parallelism.orValue(1) : "
-    "object.kind == 'CronJob' ? object.spec.jobTemplate.spec.?parallelism.orValue(1) : "
-    "object.spec.?replicas.orValue(1)"
-)
-CONTROLLER_SELECTOR = (
-    "{?'matchLabels': object.spec.selector.?matchLabels.orValue({}).size() > 0 ? "
-    "optional.of(dyn(object.spec.selector.matchLabels)) : optional.none(), "
-    "?'matchExpressions': object.spec.selector.?matchExpressions.orValue([]).size() > 0 ? "
-    "optional.of(dyn(object.spec.selector.matchExpressions)) : optional.none()}"
-)
-FROM_LABELS = (
-    "variables.placerOwnLabels.size() == 0 ? dyn({}) : "
-    "variables.placerOwnLabels.size() == variables.placerTemplateLabels.size() ? "
-    "dyn({'matchLabels': variables.placerTemplateLabels}) : "
-    "dyn({'matchExpressions': variables.placerOwnLabels.map(k, "
-    + dyn_map({"'key'": "k", "'operator'": "'In'", "'values'": "[variables.placerTemplateLabels[k]]"}) + ")})"
-)
-
-HELPER_VARIABLES = [
-    ("placerTemplatePath",
-     "object.kind == 'Pod' ? '' : object.kind == 'CronJob' ? '/spec/jobTemplate/spec/template' : '/spec/template'"),
-    ("placerPod", template_of("object")),
-    ("placerWorkload", dyn_map({
-        "'kind'": "object.kind",
-        "'apiVersion'": "object.apiVersion",
-        "'name'": "object.metadata.?name.orValue(object.metadata.?generateName.orValue(''))",
-        "'namespace'": "object.metadata.?namespace.orValue(request.namespace)",
-        "?'replicas'": f"object.kind == 'DaemonSet' ? optional.none() : optional.of(dyn({WORKLOAD_REPLICAS}))",
-        "'labels'": "object.metadata.?labels.orValue({})",
-        "'annotations'": "object.metadata.?annotations.orValue({})",
-    })),
-    ("placerTemplateLabels", "variables.placerPod.?metadata.?labels.orValue({})"),
-    ("placerOwnLabels",
-     f"variables.placerTemplateLabels.filter(k, !(k in {literal(sorted(PER_POD_LABELS))}))"),
-    ("placerOwnPods",
-     f"object.kind in {CONTROLLERS} && (object.spec.?selector.?matchLabels.orValue({{}}).size() > 0 || "
-     "object.spec.?selector.?matchExpressions.orValue([]).size() > 0) ? "
-     f"dyn({CONTROLLER_SELECTOR}) : "
-     "object.kind == 'Job' && object.metadata.?name.orValue('') != '' ? "
-     f"dyn({{'matchLabels': {{{literal(JOB_NAME_LABEL)}: object.metadata.name}}}}) : {FROM_LABELS}"),
-    ("placerSelector",
-     "object.kind == 'Pod' ? dyn({}) : object.kind == 'CronJob' ? "
-     "dyn(object.spec.jobTemplate.spec.?selector.orValue({})) : dyn(object.spec.?selector.orValue({}))"),
-    ("placerProtected",
-     "variables.placerSelector.?matchLabels.orValue({}).map(k, k) + "
-     "variables.placerSelector.?matchExpressions.orValue([]).map(e, e.key)"),
-]
-"""What Placer binds for an expression, as CEL over the request: the template, `workload`, the workload's
-own pods (the default selector of spread and pod affinity: the controller's selector, a Job's name label, or
-the template's labels without the per-pod ones, as `matchExpressions` when some had to be left out: CEL
-can filter a map's keys but not build a map from them everywhere) and the label keys its selector reads."""
-
-MATCH_CONDITIONS = [
-    {"name": "placer.dev/not-controller-owned",
-     "expression": "object.kind == 'Pod' || "
-                   "!object.metadata.?ownerReferences.orValue([]).exists(r, r.?controller.orValue(false))"},
-    {"name": "placer.dev/template-not-opted-out",
-     "expression": f"{template_of('object')}.?metadata.?labels[?{literal(INJECT_LABEL)}].orValue('') != 'disabled'"},
-    {"name": "placer.dev/template-changed",
-     "expression": f"request.operation != 'UPDATE' || oldObject == null || "
-                   f"{template_of('object')} != {template_of('oldObject')}"},
-]
-
-
-NOT_EXPORTED_ACTIONS = {
-    "add-gang-labels": "add-gang-labels: the group identity and size Placer derives (operator pod sets, names "
-                       "shortened with a hash, YuniKorn's task groups with the pods' requests) cannot be computed "
-                       "by CEL in the API server; gangs stay with the webhook",
-}
+GANG_REASON = ("add-gang-labels: the group identity and size Placer derives (operator pod sets, names shortened "
+               "with a hash, YuniKorn's task groups with the pods' requests) cannot be computed by CEL in the API "
+               "server; gangs stay with the webhook")
+VOLUME_REASON = ("pin-to-volume-node: the node a pod's claims are on comes from PersistentVolumeClaims and "
+                 "PersistentVolumes, which a MutatingAdmissionPolicy cannot read (it sees only the request)")
+CREATES_REASON = ("; createPodGroup: a MutatingAdmissionPolicy only changes the object under admission, it "
+                  "cannot create objects (the PodGroup)")
 
 
 @dataclass(slots=True)
 class RuleExport:
     rule: str
     exported: bool
+    """Every expression of the rule would run in the target API server."""
     reason: str = ""
+    written: bool = False
+    """The rule is in the objects written (its policy exported whole, or a partial export asked for)."""
 
 
 @dataclass(slots=True)
 class PolicyExport:
-    """The objects one SchedulingPolicy became (none when no rule could be), and a line per rule."""
+    """The objects one SchedulingPolicy became (none when it could not be exported), and a line per rule."""
 
     policy: str
     objects: list[dict[str, Any]] = field(default_factory=list)
     rules: list[RuleExport] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    refused: bool = False
+    """Some rule could not be exported and no partial export was asked for: nothing written, the export fails."""
 
 
-def export_policy(policy: Policy, api_version: str = "v1beta1", dialect: Dialect = TYPED) -> PolicyExport:
-    result = PolicyExport(policy.name)
-    variables, unexportable = _variables(policy)
-    mutations: list[dict[str, Any]] = []
-    exported: list[Rule] = []
-    for rule in policy.rules:
-        try:
-            _rule_mutation(policy, rule, unexportable, dialect, ())
-        except NotExportable as why:
-            result.rules.append(RuleExport(rule.name, False, str(why)))
-            continue
-        result.rules.append(RuleExport(rule.name, True))
-        exported.append(rule)
-    ids = [f"{policy.name}/{rule.name}" for rule in exported]
-    for rule in exported:
-        mutations.append(_patch(_rule_mutation(policy, rule, unexportable, dialect, ids)))
-    for rule, rule_id in zip(exported, ids, strict=True):
-        condition = rewrite(rule.condition.source) if rule.condition is not None else None
-        mutations.append(_patch(matched_rule_expression(dialect, condition, rule_id, ids)))
-    if policy.failure_policy == "Fail":
-        result.notes.append("failurePolicy Fail: in the API server a missing key in a condition fails the request "
-                            "(Placer reads it as false); guard such reads with has() or ?.")
-    if not mutations:
-        result.notes.append("no rule could be exported: nothing written")
+@dataclass(slots=True)
+class Exporter:
+    """What an export run shares: the target version, its CEL environment, and the expressions compiled."""
+
+    target: KubernetesVersion = DEFAULT_TARGET
+    api_version: str | None = None
+    dialect: Dialect = TYPED
+    allow_partial: bool = False
+    rewriter: Rewriter = field(default_factory=Rewriter, repr=False)
+    kubernetes: KubernetesCel = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.api_version = api_version_for(self.target, self.api_version)
+        self.kubernetes = KubernetesCel(self.target)
+
+    def export(self, policy: Policy) -> PolicyExport:
+        result = PolicyExport(policy.name)
+        own = self._own_refusal()
+        if own is not None:
+            result.notes.append(f"not exported: the export's own expression {own}")
+            result.refused = True
+            return result
+        variables, unexportable = self._variables(policy)
+        exported: list[Rule] = []
+        for rule in policy.rules:
+            try:
+                self._check(self._rule_mutation(policy, rule, unexportable, PLAIN, ()))
+                condition = self.rewriter.rewrite(rule.condition.source) if rule.condition is not None else None
+                rule_id = f"{policy.name}/{rule.name}"
+                self._check(matched_rule_expression(PLAIN, condition, rule_id, [rule_id]))
+            except NotExportable as why:
+                result.rules.append(RuleExport(rule.name, False, str(why)))
+                continue
+            result.rules.append(RuleExport(rule.name, True))
+            exported.append(rule)
+        if policy.failure_policy == "Fail":
+            result.notes.append("failurePolicy Fail: in the API server a missing key in a condition fails the "
+                                "request (Placer reads it as false); guard such reads with has() or ?.")
+        if not exported:
+            result.refused = not self.allow_partial
+            result.notes.append("not exported: no rule can be; nothing written")
+            return result
+        if len(exported) < len(policy.rules) and not self.allow_partial:
+            result.refused = True
+            result.notes.append(
+                f"not exported: {len(policy.rules) - len(exported)} of {len(policy.rules)} rules cannot be, and a "
+                "policy exported in part can leave pods unplaceable (a node selector without its toleration); "
+                "nothing written for it (--allow-partial writes the rules that can be)")
+            return result
+        ids = [f"{policy.name}/{rule.name}" for rule in exported]
+        mutations = [_patch(self._rule_mutation(policy, rule, unexportable, self.dialect, ids)) for rule in exported]
+        for rule, rule_id in zip(exported, ids, strict=True):
+            condition = self.rewriter.rewrite(rule.condition.source) if rule.condition is not None else None
+            mutations.append(_patch(matched_rule_expression(self.dialect, condition, rule_id, ids)))
+        for rule_export in result.rules:
+            rule_export.written = rule_export.exported
+        result.objects = self._objects(policy, variables, mutations)
         return result
-    name = f"placer-{policy.name}"
-    labels = {"app.kubernetes.io/managed-by": "placer", "placer.dev/policy": policy.name}
-    result.objects.append({
-        "apiVersion": f"{GROUP}/{api_version}",
-        "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "failurePolicy": policy.failure_policy,
-            "reinvocationPolicy": "IfNeeded",
-            "matchConstraints": {"resourceRules": RESOURCE_RULES, "matchPolicy": "Equivalent"},
-            "matchConditions": MATCH_CONDITIONS,
-            "variables": variables,
-            "mutations": mutations,
-        },
-    })
-    result.objects.append({
-        "apiVersion": f"{GROUP}/{api_version}",
-        "kind": "MutatingAdmissionPolicyBinding",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "policyName": name,
-            "matchResources": {
-                "namespaceSelector": _namespace_selector(policy),
-                "objectSelector": {"matchExpressions": [
-                    {"key": INJECT_LABEL, "operator": "NotIn", "values": ["disabled"]}]},
+
+    def _own_refusal(self) -> str | None:
+        """The helper variables and match conditions every export writes, checked once for the target."""
+        for name, expression in HELPER_VARIABLES:
+            refusal = self.kubernetes.refusal(expression)
+            if refusal is not None:
+                return f"variables.{name} {refusal}"
+        for condition in MATCH_CONDITIONS:
+            refusal = self.kubernetes.refusal(condition["expression"])
+            if refusal is not None:
+                return f"{condition['name']} {refusal}"
+        return None
+
+    def _check(self, plain_expression: str) -> None:
+        refusal = self.kubernetes.refusal(plain_expression)
+        if refusal is not None:
+            raise NotExportable(refusal)
+
+    def _variables(self, policy: Policy) -> tuple[list[dict[str, str]], dict[str, str]]:
+        """The exported policy's variables (helpers first), and the policy variables that could not be, with why."""
+        variables = [{"name": name, "expression": expression} for name, expression in HELPER_VARIABLES]
+        unexportable: dict[str, str] = {}
+        for variable in policy.variables:
+            if variable.name in RESERVED:
+                unexportable[variable.name] = f"variable {variable.name}: the name is the export's own"
+                continue
+            blocked = [name for name in variable.program.reads_variables if name in unexportable]
+            if blocked:
+                unexportable[variable.name] = unexportable[blocked[0]]
+                continue
+            try:
+                expression = self.rewriter.rewrite(variable.program.source)
+                self._check(expression)
+            except NotExportable as why:
+                unexportable[variable.name] = f"variable {variable.name}, which {why}"
+                continue
+            variables.append({"name": variable.name, "expression": expression})
+        return variables, unexportable
+
+    def _rule_mutation(self, policy: Policy, rule: Rule, unexportable: Mapping[str, str], dialect: Dialect,
+                       policy_rules: Sequence[str]) -> str:
+        if rule.action.name == "pin-to-volume-node":
+            raise NotExportable(VOLUME_REASON)
+        if rule.action.name == "add-gang-labels":
+            creates = str(rule.parameters.get("createPodGroup", "false")).lower() == "true"
+            raise NotExportable(GANG_REASON + (CREATES_REASON if creates else ""))
+        for name in sorted(rule.reads_variables):
+            if name in unexportable:
+                raise NotExportable(f"reads {unexportable[name]}")
+        allowed = EXPRESSION_PARAMETERS.get(rule.action.name, frozenset())
+        params: dict[str, Any] = dict(rule.parameters)
+        for name, program in rule.parameter_expressions.items():
+            if name not in allowed:
+                raise NotExportable(f"parameterExpressions.{name}: computed in CEL, it has no single field to go "
+                                    f"to in the exported patch")
+            params[name] = Cel(self.rewriter.rewrite(program.source))
+        condition = self.rewriter.rewrite(rule.condition.source) if rule.condition is not None else None
+        return rule_expression(dialect, rule.action.name, params, override=rule.override, condition=condition,
+                               rule_id=f"{policy.name}/{rule.name}", policy_rules=policy_rules)
+
+    def _objects(self, policy: Policy, variables: list[dict[str, str]],
+                 mutations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        name = f"placer-{policy.name}"
+        labels = {"app.kubernetes.io/managed-by": "placer", "placer.dev/policy": policy.name}
+        api_version = f"{GROUP}/{self.api_version}"
+        return [
+            {
+                "apiVersion": api_version,
+                "kind": "MutatingAdmissionPolicy",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {
+                    "failurePolicy": policy.failure_policy,
+                    "reinvocationPolicy": "IfNeeded",
+                    "matchConstraints": {"resourceRules": RESOURCE_RULES, "matchPolicy": "Equivalent"},
+                    "matchConditions": MATCH_CONDITIONS,
+                    "variables": variables,
+                    "mutations": mutations,
+                },
             },
-        },
-    })
-    return result
-
-
-def _variables(policy: Policy) -> tuple[list[dict[str, str]], dict[str, str]]:
-    """The exported policy's variables (helpers first), and the policy variables that could not be, with why."""
-    variables = [{"name": name, "expression": expression} for name, expression in HELPER_VARIABLES]
-    unexportable: dict[str, str] = {}
-    for variable in policy.variables:
-        if variable.name in RESERVED:
-            unexportable[variable.name] = f"variable {variable.name}: the name is the export's own"
-            continue
-        blocked = [name for name in variable.program.reads_variables if name in unexportable]
-        if blocked:
-            unexportable[variable.name] = unexportable[blocked[0]]
-            continue
-        try:
-            variables.append({"name": variable.name, "expression": rewrite(variable.program.source)})
-        except NotExportable as why:
-            unexportable[variable.name] = f"variable {variable.name}, which {why}"
-    return variables, unexportable
+            {
+                "apiVersion": api_version,
+                "kind": "MutatingAdmissionPolicyBinding",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {
+                    "policyName": name,
+                    "matchResources": {
+                        "namespaceSelector": _namespace_selector(policy),
+                        "objectSelector": {"matchExpressions": [
+                            {"key": INJECT_LABEL, "operator": "NotIn", "values": ["disabled"]}]},
+                    },
+                },
+            },
+        ]
 
 
 def _patch(expression: str) -> dict[str, Any]:
     return {"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}
-
-
-def _rule_mutation(policy: Policy, rule: Rule, unexportable: Mapping[str, str], dialect: Dialect,
-                   policy_rules: Sequence[str]) -> str:
-    reason = NOT_EXPORTED_ACTIONS.get(rule.action.name)
-    if reason is not None:
-        raise NotExportable(reason)
-    for name in sorted(rule.reads_variables):
-        if name in unexportable:
-            raise NotExportable(f"reads {unexportable[name]}")
-    allowed = EXPRESSION_PARAMETERS.get(rule.action.name, frozenset())
-    params: dict[str, Any] = dict(rule.parameters)
-    for name, program in rule.parameter_expressions.items():
-        if name not in allowed:
-            raise NotExportable(f"parameterExpressions.{name}: computed in CEL, it has no single field to go "
-                                f"to in the exported patch")
-        params[name] = Cel(rewrite(program.source))
-    condition = rewrite(rule.condition.source) if rule.condition is not None else None
-    return rule_expression(dialect, rule.action.name, params, override=rule.override, condition=condition,
-                           rule_id=f"{policy.name}/{rule.name}", policy_rules=policy_rules)
 
 
 def _namespace_selector(policy: Policy) -> dict[str, Any]:
@@ -248,21 +235,32 @@ def _namespace_selector(policy: Policy) -> dict[str, Any]:
     return result
 
 
-def export_policies(policies: Sequence[Policy], api_version: str = "v1beta1",
-                    dialect: Dialect = TYPED) -> list[PolicyExport]:
-    """Every policy, in Placer's order (priority, then name)."""
-    if api_version not in API_VERSIONS:
-        raise ValueError(f"--api-version must be one of {', '.join(API_VERSIONS)}")
+def export_policy(policy: Policy, api_version: str | None = None, dialect: Dialect = TYPED, *,
+                  target: KubernetesVersion = DEFAULT_TARGET, allow_partial: bool = False) -> PolicyExport:
+    """One policy (see `export_policies`)."""
+    return Exporter(target, api_version, dialect, allow_partial).export(policy)
+
+
+def export_policies(policies: Sequence[Policy], api_version: str | None = None, dialect: Dialect = TYPED, *,
+                    target: KubernetesVersion = DEFAULT_TARGET, allow_partial: bool = False) -> list[PolicyExport]:
+    """Every policy, in Placer's order (priority, then name), for a `target` API server. `api_version`: None
+    for the one the target serves (`v1` from 1.36); ValueError for one it does not."""
+    exporter = Exporter(target, api_version, dialect, allow_partial)
     ordered = sorted(policies, key=lambda policy: (policy.priority, policy.name))
-    return [export_policy(policy, api_version, dialect) for policy in ordered]
+    return [exporter.export(policy) for policy in ordered]
 
 
-def report_lines(exports: Sequence[PolicyExport]) -> list[str]:
+def report_lines(exports: Sequence[PolicyExport], target: KubernetesVersion | None = None) -> list[str]:
     """The exportability report: a line per rule, then each policy's notes, then what holds across policies."""
-    lines = []
+    lines = [f"target: Kubernetes {show(target)}"] if target is not None else []
     for export in exports:
         for rule in export.rules:
-            status = "exported" if rule.exported else f"not exported: {rule.reason}"
+            if not rule.exported:
+                status = f"not exported: {rule.reason}"
+            elif rule.written:
+                status = "exported"
+            else:
+                status = "exportable, not written: the policy is not exported whole"
             lines.append(f"{export.policy}/{rule.rule}: {status}")
         lines.extend(f"{export.policy}: {note}" for note in export.notes)
     if sum(1 for export in exports if export.objects) > 1:

@@ -1,28 +1,14 @@
-"""CEL source text for export: literals for JSON values, and Placer's variables rewritten into MAP's.
+"""CEL source text for export: literals for JSON values, maps of CEL texts, and one-time bindings.
 
-A MutatingAdmissionPolicy's expressions see `object`, `oldObject`, `request`, `namespaceObject` and its own
-`variables`; Placer's `pod` and `workload` become variables the exported policy declares (`placerPod`,
-`placerWorkload`), so an expression is rewritten by renaming those two identifiers where they are
-identifiers (not inside string literals, not after a `.`). `resources` (the scheduler's effective totals)
-has no CEL equivalent and makes an expression not exportable.
+(Placer's variables are renamed in a policy's expressions by `free_identifiers`, on the checked tree.)
 """
 
 import json
-import re
 from typing import Any
 
-PLACER_VARIABLES = {"pod": "variables.placerPod", "workload": "variables.placerWorkload"}
 RESERVED = frozenset({"placerPod", "placerWorkload", "placerTemplatePath", "placerTemplateLabels",
-                      "placerOwnLabels", "placerOwnPods", "placerSelector", "placerProtected"})
+                      "placerOwnLabels", "placerOwnPods", "placerSelector", "placerProtected", "placerController"})
 """Names of the variables every exported policy declares; a policy variable may not take one."""
-
-_TOKEN = re.compile(
-    r"""(?P<string>[rRbB]{0,2}(?:'''(?:\\.|[^\\])*?'''|\"\"\"(?:\\.|[^\\])*?\"\"\"|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"))"""
-    r"""|(?P<ident>[A-Za-z_][A-Za-z0-9_]*)|(?P<other>\s+|.)""",
-    re.DOTALL,
-)
-_MACRO_VARIABLE = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter|transformList|transformMap)\s*\(\s*"
-                             r"(?:[A-Za-z_]\w*\s*,\s*)?(pod|workload)\s*,")
 
 
 class NotExportable(ValueError):
@@ -81,26 +67,3 @@ class Cel:
 
     def __repr__(self) -> str:
         return f"Cel({self.source!r})"
-
-
-def rewrite(source: str) -> str:
-    """`source` with Placer's `pod`/`workload` renamed to the exported policy's variables; NotExportable when
-    it reads `resources` or shadows `pod`/`workload` with a macro's variable."""
-    if _MACRO_VARIABLE.search(source):
-        raise NotExportable("a macro variable named pod or workload shadows Placer's variable")
-    out: list[str] = []
-    previous = ""
-    for match in _TOKEN.finditer(source):
-        text = match.group(0)
-        name = match.group("ident")
-        if name is not None and previous != ".":
-            if name == "resources":
-                raise NotExportable(
-                    "reads `resources`, the scheduler's effective totals (containers summed, the largest init "
-                    "container, quantities in units), which CEL in the API server does not compute the same way"
-                )
-            text = PLACER_VARIABLES.get(name, text)
-        out.append(text)
-        if not text.isspace():
-            previous = text
-    return "".join(out)

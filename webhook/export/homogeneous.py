@@ -1,6 +1,8 @@
-"""The API server's CEL checks that every list and map literal is homogeneous (`cel.HomogeneousAggregateLiterals`
-in Kubernetes' base environment): `{'a': 'x', 'b': 1}` does not compile there. cel-expr-python does not make
-that check, so tests make it on the checked tree: every literal's members must have the same checked type."""
+"""Kubernetes' CEL checks that every list and map literal is homogeneous (`cel.HomogeneousAggregateLiterals`
+and `cel.ValidateHomogeneousAggregateLiterals` in staging/src/k8s.io/apiserver/pkg/cel/environment/base.go,
+`baseOpts`): `{'a': 'x', 'b': 1}` does not compile there. cel-expr-python does not make that check, so the
+export makes it on the checked tree: every literal's members must have the same checked type (optional
+entries `?key: ...` are not compared, as cel-go's validator skips them)."""
 
 from typing import Any
 
@@ -15,7 +17,7 @@ def heterogeneous_literals(compiled: Any) -> list[str]:
     types: dict[int, bytes] = {}
     for number, _, value in ast.checked:
         if number == _TYPE_MAP and isinstance(value, bytes):
-            entry = dict((n, v) for n, _, v in decode(value))
+            entry = {n: v for n, _, v in decode(value)}
             key, kind = entry.get(1), entry.get(2)
             if isinstance(key, int) and isinstance(kind, bytes):
                 types[key] = kind
@@ -33,8 +35,9 @@ def _walk(node: Expr, types: dict[int, bytes], problems: list[str]) -> None:
         for number, _, entry in node.body:
             if number == 2 and isinstance(entry, bytes):
                 fields = {n: v for n, _, v in decode(entry)}
-                if isinstance(fields.get(4), bytes) and not fields.get(5):  # optional entries are not checked
-                    values.append(Expr.parse(fields[4]))
+                value = fields.get(4)
+                if isinstance(value, bytes) and not fields.get(5):  # optional entries are not checked
+                    values.append(Expr.parse(value))
         _check(values, types, problems, "map")
     children = list(node.loop) if node.kind == "comprehension" else node.operands
     for child in children:
