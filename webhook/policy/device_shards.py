@@ -1,0 +1,44 @@
+"""A worker's view of the DRA claims and claim templates the controller publishes (`resource-claims/` and
+`resource-claim-templates/` of the state directory, `webhook.policy.cluster_state`).
+
+Each entry is what `webhook.dra.device_entry` keeps of one object, keyed `namespace/name`: the devices it
+asks for per device class. An admission reads the few its pods name, each from its shard (one stat when
+the shard is unchanged), so a lookup costs the same at 10 and at 100,000 claims; the pod-owned claims the
+resourceclaim controller makes from templates are published too, and cost shards, not memory per worker.
+"""
+
+import os
+from pathlib import Path
+
+from webhook.policy.shards import Entry, KeyedShards
+
+RESOURCE_CLAIMS_DIRECTORY = "resource-claims"
+CLAIM_TEMPLATES_DIRECTORY = "resource-claim-templates"
+
+
+def resource_claims_directory(state_directory: Path) -> Path:
+    return state_directory / RESOURCE_CLAIMS_DIRECTORY
+
+
+def claim_templates_directory(state_directory: Path) -> Path:
+    return state_directory / CLAIM_TEMPLATES_DIRECTORY
+
+
+class DeviceClaimShards:
+    """Implements `webhook.dra.DeviceClaimSource` over the published shards."""
+
+    def __init__(self, state_directory: Path) -> None:
+        self._templates_directory = str(claim_templates_directory(state_directory))
+        self._templates = KeyedShards(claim_templates_directory(state_directory), "its templates read as unknown")
+        self._claims = KeyedShards(resource_claims_directory(state_directory), "its claims read as unknown")
+
+    def devices_known(self) -> bool:
+        """Whether the controller has published claim templates (its first list is done; the cluster serves
+        resource.k8s.io and Placer has the RBAC to list them)."""
+        return os.path.isdir(self._templates_directory)
+
+    def claim_template(self, namespace: str, name: str) -> Entry | None:
+        return self._templates.entry(f"{namespace}/{name}")
+
+    def resource_claim(self, namespace: str, name: str) -> Entry | None:
+        return self._claims.entry(f"{namespace}/{name}")
