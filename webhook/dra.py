@@ -52,14 +52,15 @@ class DeviceClaimSource(Protocol):
     def resource_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
 
 
-def device_entry(obj: Mapping[str, Any]) -> JSONObject:
-    """What Placer keeps of a ResourceClaim or ResourceClaimTemplate: its device count per class.
+def device_entry(obj: Mapping[str, Any], kind: str) -> JSONObject:
+    """What Placer keeps of a ResourceClaim or ResourceClaimTemplate (`kind`: items of a list carry none):
+    its device count per class.
 
     `{"devices": {class: count}}`; a request that names no class (a newer API shape Placer does not know)
     is counted under the empty class name, so it is seen rather than dropped.
     """
     spec = as_map(obj.get("spec"))
-    if obj.get("kind") == TEMPLATE_KIND:
+    if kind == TEMPLATE_KIND:
         spec = as_map(spec.get("spec"))
     return {"devices": claim_spec_devices(spec)}
 

@@ -208,7 +208,7 @@ def _split_volumes(
             volumes.volumes[name] = volume_entry(obj)
         elif obj.get("kind") in (TEMPLATE_KIND, CLAIM_KIND) and is_dra_api_version(obj.get("apiVersion")):
             key = f"{metadata.get('namespace') or default_namespace}/{name}"
-            volumes.device_claims[(str(obj["kind"]), key)] = device_entry(obj)
+            volumes.device_claims[(str(obj["kind"]), key)] = device_entry(obj, str(obj["kind"]))
         else:
             kept.append((origin, obj))
     return kept, volumes

@@ -26,8 +26,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from webhook.dra import device_entry
 from webhook.kube.api import ApiError, KubeApi, TransportError
 from webhook.kube.connection import ConnectionSetupError, connect, identity
+from webhook.kube.discovery import DRA_KINDS, DiscoveryRefresh, ServedApis, discover, write_served_apis
 from webhook.kube.leader import LeaseElector
 from webhook.kube.node_events import UnchangedNodeEvents
 from webhook.kube.pod_groups import PodGroupKeeper
@@ -45,6 +47,7 @@ from webhook.policy.cluster_state import (
     write_state,
 )
 from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.device_shards import claim_templates_directory, resource_claims_directory
 from webhook.policy.documents import namespace_info, served_document
 from webhook.policy.errors import PolicyError
 from webhook.policy.namespace_shards import entry_of
@@ -67,6 +70,9 @@ are the busiest watch, and what Placer reads of a node (labels, taints, allocata
 arrive a tenth of a second later. Those updates that change none of it are not even decoded
 (`node_events`)."""
 LEASE_NAME = "placer-status-writer"
+RESTART_TO_FOLLOW_THE_API_SERVER = 3
+"""Exit code when discovery changed what the watches depend on: the arbiter starts the controller again,
+which then watches what the API server serves now."""
 _STATUS_REWRITE_AFTER = 30.0
 _STATUS_RETRY_AFTER = 10.0
 _OPTIONAL_SYNC_WAIT = 5.0
@@ -144,6 +150,13 @@ def _volume_entry(name: str, obj: Mapping[str, Any]) -> Entry:
     return volume_entry(obj)
 
 
+def _device_projection(kind: str) -> Callable[[str, Mapping[str, Any]], Entry]:
+    def project(name: str, obj: Mapping[str, Any]) -> Entry:
+        return device_entry(obj, kind)
+
+    return project
+
+
 class ClusterController:
     def __init__(
         self,
@@ -155,8 +168,14 @@ class ClusterController:
         election_interval: float = 2.0,
         monotonic: Callable[[], float] = time.monotonic,
         metrics: ControllerMetrics | None = None,
+        served: ServedApis | None = None,
+        discovery: DiscoveryRefresh | None = None,
     ) -> None:
         self._api = api
+        self.served = served or ServedApis()
+        self._discovery = discovery
+        self.restart = False
+        """Set when discovery found the API server serving other versions than the watches use."""
         self._state_directory = state_directory
         self._compiler = compiler
         self._elector = elector
@@ -194,7 +213,21 @@ class ClusterController:
             Reflector(api, CLAIMS, self.claims),
             Reflector(api, VOLUMES, self.volumes),
             *self.pod_groups.reflectors,
+            *self._device_claim_reflectors(api, state_directory),
         )
+
+    def _device_claim_reflectors(self, api: KubeApi, state_directory: Path) -> list[Reflector]:
+        """ResourceClaimTemplates and ResourceClaims, at the version the API server serves them (none where
+        resource.k8s.io is not served): what `resources` counts of a pod's DRA claims (`webhook.dra`)."""
+        reflectors = []
+        directories = (claim_templates_directory(state_directory), resource_claims_directory(state_directory))
+        for (group, kind), directory in zip(DRA_KINDS, directories, strict=True):
+            path = self.served.path_of(group, kind)
+            if path is None:
+                continue
+            sink = ProjectedSink(f"{kind}s", ShardWriter(directory), _device_projection(kind))
+            reflectors.append(Reflector(api, Resource(path, kind, namespaced=True), sink))
+        return reflectors
 
     # -- inputs (reflector threads) -------------------------------------------------------------------------
 
@@ -224,6 +257,11 @@ class ClusterController:
                 self.step()
             except Exception:  # keep publishing and reporting whatever happens to one round
                 log.exception("cluster controller round failed")
+            if self._discovery is not None and self._discovery.check(self._monotonic()):
+                log.warning("the API server serves other versions than watched (%s); restarting to follow",
+                            self._discovery.served.summary())
+                self.restart = True
+                stop.set()
         if self._elector is not None:
             self._elector.release()
 
@@ -364,13 +402,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     elector = None
     if not args.no_status:
         elector = LeaseElector(api, namespace=connection.namespace, name=LEASE_NAME, identity=identity())
-    controller = ClusterController(api, args.state, compiler=PolicyCompiler(), elector=elector)
+    served = served_at_start(api, args.state)
+    discovery = DiscoveryRefresh(api, args.state, served)
+    controller = ClusterController(api, args.state, compiler=PolicyCompiler(), elector=elector, served=served,
+                                   discovery=discovery)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    log.info("cluster controller watching %s", connection.server)
+    log.info("cluster controller watching %s (%s)", connection.server, served.summary())
     controller.run(stop)
-    return 0
+    return RESTART_TO_FOLLOW_THE_API_SERVER if controller.restart else 0
+
+
+def served_at_start(api: KubeApi, state: Path) -> ServedApis:
+    """The API server's version and discovery, written to the state directory; when it cannot be read (the
+    API server is away), nothing optional is watched until `DiscoveryRefresh` reads it and restarts."""
+    try:
+        served = discover(api)
+    except (ApiError, TransportError) as error:
+        log.warning("API discovery failed (%s); optional watches wait for it", error)
+        return ServedApis()
+    write_served_apis(state, served)
+    return served
 
 
 if __name__ == "__main__":

@@ -1,0 +1,186 @@
+"""GPUs claimed through DRA are GPUs for Placer's rules: the captured v1.36 DRA Pod (`kube-1.36/requests/
+pod-dra-create-real.json`, a ResourceClaimTemplate `one-gpu` asking for one `gpu.nvidia.com` device) gets
+what the example GPU rule gives a Pod asking for `nvidia.com/gpu`, through the same pipeline the server runs."""
+
+import copy
+import json
+from typing import Any
+
+import jsonpatch
+import pytest
+import yaml
+
+from tests.conftest import FIXTURES, REPO
+from tests.helpers import decode_patch, review_for, snapshot_of
+from webhook.claims import ClaimLookup
+from webhook.dra import TEMPLATE_KIND, claim_spec_devices, device_entry
+from webhook.pipeline import admit
+from webhook.policy.snapshot import NamespaceInfo
+from webhook.resources import effective_resources
+from webhook.review import parse_review
+from webhook.workloads import default_workload_table
+
+CAPTURES = FIXTURES / "kube-1.36"
+ORG_WIDE = (REPO / "policies" / "org-wide-policy.yaml").read_text()
+TEAM_A = NamespaceInfo("team-a", {"capture": "on", "team": "ml"})
+GPU_TOLERATION = {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
+
+
+class Claims:
+    """A cluster's DRA claims as the published state answers (`DeviceClaimSource`), and no volumes."""
+
+    def __init__(self, templates: dict[str, dict[str, Any]] | None, claims: dict[str, dict[str, Any]] | None = None):
+        self.templates = templates
+        self.claims = claims or {}
+
+    def known(self) -> bool:
+        return False
+
+    def claim(self, namespace: str, name: str) -> None:
+        return None
+
+    def volume(self, name: str) -> None:
+        return None
+
+    def devices_known(self) -> bool:
+        return self.templates is not None
+
+    def claim_template(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return (self.templates or {}).get(f"{namespace}/{name}")
+
+    def resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.claims.get(f"{namespace}/{name}")
+
+
+def captured(name: str) -> dict[str, Any]:
+    return copy.deepcopy(json.loads((CAPTURES / "requests" / f"{name}.json").read_text())["body"])
+
+
+def one_gpu_template() -> dict[str, Any]:
+    obj = yaml.safe_load((CAPTURES / "manifests" / "resourceclaimtemplate-one-gpu.yaml").read_text())
+    return {"team-a/one-gpu": device_entry(obj, TEMPLATE_KIND)}
+
+
+def admitted(body: dict[str, Any], claims: Claims | None) -> tuple[dict[str, Any], list[str]]:
+    """The object as the API server stores it after Placer's patch, and the response's warnings."""
+    snapshot = snapshot_of(ORG_WIDE, namespaces=[TEAM_A])
+    request = parse_review(body)
+    lookup = ClaimLookup(claims) if claims is not None else None
+    admission = admit(request, snapshot, default_workload_table(), claims=lookup)
+    assert admission.response["response"]["allowed"] is True
+    patched = jsonpatch.apply_patch(request.object, decode_patch(admission.response))
+    return patched, admission.response["response"].get("warnings", [])
+
+
+def classic_gpu_pod(dra: dict[str, Any]) -> dict[str, Any]:
+    """The captured DRA Pod asking for the device plugin's `nvidia.com/gpu: 1` instead of claiming it."""
+    body = copy.deepcopy(dra)
+    spec = body["request"]["object"]["spec"]
+    del spec["resourceClaims"]
+    spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}
+    return body
+
+
+@pytest.mark.parametrize("capture", ["pod-dra-create-real", "pod-dra-create-dryrun"])
+def test_captured_dra_pod_gets_the_placement_of_a_classic_gpu_pod(capture: str) -> None:
+    dra = captured(capture)
+    placed_dra, warnings = admitted(dra, Claims(one_gpu_template()))
+    placed_classic, _ = admitted(classic_gpu_pod(dra), Claims(one_gpu_template()))
+
+    assert GPU_TOLERATION in placed_dra["spec"]["tolerations"]
+    assert placed_dra["spec"]["tolerations"] == placed_classic["spec"]["tolerations"]
+    assert placed_dra["spec"].get("nodeSelector") == placed_classic["spec"].get("nodeSelector")
+    assert placed_dra["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    assert warnings == []
+
+
+def test_unknown_template_is_a_warning_not_a_silent_no_gpu() -> None:
+    placed, warnings = admitted(captured("pod-dra-create-real"), Claims({}))
+    assert GPU_TOLERATION not in placed["spec"]["tolerations"]
+    assert warnings == ["placer: claim gpu: ResourceClaimTemplate one-gpu not known to Placer; "
+                        "its devices are not counted"]
+
+
+def test_dra_state_not_published_says_so() -> None:
+    _, warnings = admitted(captured("pod-dra-create-real"), Claims(None))
+    assert warnings == ["placer: claim gpu: ResourceClaimTemplate one-gpu not known to Placer (no DRA state); "
+                        "its devices are not counted"]
+
+
+def test_deployment_template_naming_a_claim_template_is_a_gpu_workload() -> None:
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "infer", "namespace": "team-a"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "infer"}}, "template": {
+            "metadata": {"labels": {"app": "infer"}},
+            "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+                     "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}]}}},
+    }
+    placed, warnings = admitted(review_for(deployment, namespace="team-a"), Claims(one_gpu_template()))
+    assert placed["spec"]["template"]["spec"]["tolerations"] == [GPU_TOLERATION]
+    assert warnings == []
+
+
+def test_shared_resource_claim_counts_too() -> None:
+    body = captured("pod-dra-create-real")
+    body["request"]["object"]["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared-gpus"}]
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com",
+                                                                         "count": 2}}]}}}
+    placed, _ = admitted(body, Claims({}, {"team-a/shared-gpus": device_entry(claim, "ResourceClaim")}))
+    assert GPU_TOLERATION in placed["spec"]["tolerations"]
+
+
+def test_what_rules_see_of_claimed_devices() -> None:
+    """`resources.devices`, `resources.claims` and the GPU fold, read by CEL variables of a policy."""
+    policy = """
+apiVersion: placer.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: devices}
+spec:
+  rules:
+  - name: shows
+    condition: "true"
+    action: add-labels
+    parameters: {}
+    parameterExpressions:
+      gpus: "string(int(resources.limits['nvidia.com/gpu']))"
+      nics: "string(int(resources.devices['nic.example.com']))"
+      known: "string(resources.claims['gpu'].known)"
+      source: "resources.claims['gpu'].kind + '.' + resources.claims['gpu'].name"
+"""
+    body = captured("pod-dra-create-real")
+    spec = body["request"]["object"]["spec"]
+    spec["resourceClaims"].append({"name": "net", "resourceClaimTemplateName": "two-nics"})
+    two_nics = {"kind": TEMPLATE_KIND, "spec": {"spec": {"devices": {"requests": [
+        {"name": "a", "exactly": {"deviceClassName": "nic.example.com", "count": 2}}]}}}}
+    templates = {**one_gpu_template(), "team-a/two-nics": device_entry(two_nics, TEMPLATE_KIND)}
+    snapshot = snapshot_of(policy, namespaces=[TEAM_A])
+    request = parse_review(body)
+    admission = admit(request, snapshot, default_workload_table(), claims=ClaimLookup(Claims(templates)))
+    labels = jsonpatch.apply_patch(request.object, decode_patch(admission.response))["metadata"]["labels"]
+    assert {key: labels[key] for key in ("gpus", "nics", "known", "source")} == {
+        "gpus": "1", "nics": "2", "known": "true", "source": "ResourceClaimTemplate.one-gpu"}
+
+
+def test_claim_counting_follows_the_api_defaults() -> None:
+    """ExactCount defaults to 1 device; All counts at least one; firstAvailable counts its first choice;
+    adminAccess counts nothing; v1beta1's flat request reads the same (resource.k8s.io types.go)."""
+    spec = {"devices": {"requests": [
+        {"name": "a", "exactly": {"deviceClassName": "gpu.nvidia.com"}},
+        {"name": "b", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 4}},
+        {"name": "c", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "All"}},
+        {"name": "d", "firstAvailable": [{"name": "big", "deviceClassName": "mig.nvidia.com", "count": 2},
+                                         {"name": "small", "deviceClassName": "gpu.nvidia.com"}]},
+        {"name": "e", "exactly": {"deviceClassName": "gpu.nvidia.com", "adminAccess": True}},
+        {"name": "f", "deviceClassName": "gpu.nvidia.com", "count": 3},
+    ]}}
+    assert claim_spec_devices(spec) == {"gpu.nvidia.com": 9, "mig.nvidia.com": 2}
+
+
+def test_without_cluster_state_claims_are_listed_as_not_known() -> None:
+    spec = json.loads((CAPTURES / "requests" / "pod-dra-create-real.json").read_text())["body"]["request"]
+    resources, _ = effective_resources(spec["object"]["spec"])
+    assert resources["devices"] == {}
+    assert resources["claims"] == {"gpu": {"kind": "ResourceClaimTemplate", "name": "one-gpu", "known": False,
+                                           "devices": {}}}
+
