@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from webhook.dra import DeviceClaimSource, resolve_pod_claims
+from webhook.dra import DeviceClaimSource, extended_resource_of, resolve_pod_claims
 from webhook.node_fit import Nodes
 from webhook.policy.snapshot import PolicySnapshot
 from webhook.resources import with_claimed_devices
@@ -122,6 +122,9 @@ class AdmissionDevices:
     def __call__(self, spec: Mapping[str, Any], resources: Mapping[str, Any]) -> Mapping[str, Any]:
         try:
             claims = resolve_pod_claims(spec, self._namespace, self._source)
+            classes = {name for claim in claims for name in claim.devices or {}}
+            extended = {name: resource for name in classes
+                        if (resource := extended_resource_of(name, self._source)) is not None}
         except Exception:  # called by the engine: the rules still run, with the claims read as not known
             log.exception("DRA claims of a pod in namespace %s unreadable", self._namespace)
             self._notes["DRA claims unreadable; their devices are not counted"] = None
@@ -131,4 +134,4 @@ class AdmissionDevices:
                 why = "" if self._source.devices_known() else " (no DRA state)"
                 self._notes[f"claim {claim.name}: {claim.kind} {claim.object_name} not known to Placer{why}; "
                             "its devices are not counted"] = None
-        return with_claimed_devices(resources, claims)
+        return with_claimed_devices(resources, claims, extended)

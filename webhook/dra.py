@@ -31,18 +31,25 @@ from webhook.typing import JSONObject, as_map
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_DEVICE_CLASSES: Mapping[str, str] = {"gpu.nvidia.com": GPU_RESOURCE}
-"""Device classes whose devices `resources` also counts under an extended resource name, so that a rule
-reading `resources.limits['nvidia.com/gpu']` matches a pod that claims GPUs through DRA as it matches one
-asking for the device plugin's `nvidia.com/gpu`. `gpu.nvidia.com` is the DeviceClass the NVIDIA DRA driver
-installs (github.com/NVIDIA/k8s-dra-driver-gpu). Other classes are in `resources.devices` under their own
-name, for policies to choose."""
+"""Device classes whose devices `resources` also counts under an extended resource name by default, so that
+a rule reading `resources.limits['nvidia.com/gpu']` matches a pod that claims GPUs through DRA as it matches
+one asking for the device plugin's `nvidia.com/gpu`. `gpu.nvidia.com` is the DeviceClass the NVIDIA DRA
+driver installs (github.com/NVIDIA/k8s-dra-driver-gpu).
+
+The cluster configures the rest, the Kubernetes way: a DeviceClass whose `spec.extendedResourceName` names
+an extended resource (KEP-5004 "DRA: Handle extended resource requests via DRA Driver": alpha in 1.34, beta
+and on by default in 1.36; DeviceClassSpec in the resource.k8s.io/v1 API reference: "The devices of this
+class can be used to satisfy a pod's extended resource requests") has its devices counted under that name,
+in place of the default. Every class is also in `resources.devices` under its own name."""
 DRA_GROUP = "resource.k8s.io"
 TEMPLATE_KIND = "ResourceClaimTemplate"
 CLAIM_KIND = "ResourceClaim"
+CLASS_KIND = "DeviceClass"
 
 
 class DeviceClaimSource(Protocol):
-    """The cluster's ResourceClaimTemplates and ResourceClaims, as `device_entry` keeps them."""
+    """The cluster's ResourceClaimTemplates, ResourceClaims (as `device_entry` keeps them) and DeviceClasses
+    (as `class_entry` keeps them)."""
 
     def devices_known(self) -> bool:
         """Whether Placer has the cluster's templates and claims at all (watched and listed, or given)."""
@@ -50,6 +57,8 @@ class DeviceClaimSource(Protocol):
     def claim_template(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
 
     def resource_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+
+    def device_class(self, name: str) -> Mapping[str, Any] | None: ...
 
 
 def device_entry(obj: Mapping[str, Any], kind: str) -> JSONObject:
@@ -63,6 +72,20 @@ def device_entry(obj: Mapping[str, Any], kind: str) -> JSONObject:
     if kind == TEMPLATE_KIND:
         spec = as_map(spec.get("spec"))
     return {"devices": claim_spec_devices(spec)}
+
+
+def class_entry(obj: Mapping[str, Any]) -> JSONObject:
+    """What Placer keeps of a DeviceClass: the extended resource its devices stand for, if it names one."""
+    name = as_map(obj.get("spec")).get("extendedResourceName")
+    return {"extendedResourceName": name} if isinstance(name, str) and name else {}
+
+
+def extended_resource_of(device_class: str, source: DeviceClaimSource) -> str | None:
+    """The extended resource name the devices of `device_class` count under: the DeviceClass's own
+    `extendedResourceName`, else the default of `GPU_DEVICE_CLASSES`, else none."""
+    entry = source.device_class(device_class) if device_class else None
+    named = entry.get("extendedResourceName") if entry is not None else None
+    return named if isinstance(named, str) and named else GPU_DEVICE_CLASSES.get(device_class)
 
 
 def claim_spec_devices(spec: Mapping[str, Any]) -> dict[str, int]:

@@ -16,7 +16,7 @@ import jsonpatch
 import yaml
 
 from webhook.claims import ClaimLookup
-from webhook.dra import CLAIM_KIND, TEMPLATE_KIND, device_entry, is_dra_api_version
+from webhook.dra import CLAIM_KIND, CLASS_KIND, TEMPLATE_KIND, class_entry, device_entry, is_dra_api_version
 from webhook.engine.mutate import Mutation, mutate
 from webhook.node_fit import Nodes, node_fit
 from webhook.policy.compiler import PolicyCompiler
@@ -157,7 +157,8 @@ def apply_manifests(
 class _DeclaredVolumes:
     """PersistentVolumeClaims and PersistentVolumes among the manifests: what `pin-to-volume-node` reads of
     the cluster, offline (the claims a Pod mounts and the nodes their volumes are on); and the DRA
-    ResourceClaimTemplates and ResourceClaims, whose devices complete `resources` (`webhook.dra`)."""
+    ResourceClaimTemplates, ResourceClaims and DeviceClasses, whose devices complete `resources`
+    (`webhook.dra`)."""
 
     def __init__(self) -> None:
         self.claims: dict[str, JSONObject] = {}
@@ -173,6 +174,9 @@ class _DeclaredVolumes:
 
     def resource_claim(self, namespace: str, name: str) -> JSONObject | None:
         return self.device_claims.get((CLAIM_KIND, f"{namespace}/{name}"))
+
+    def device_class(self, name: str) -> JSONObject | None:
+        return self.device_claims.get((CLASS_KIND, name))
 
     def known(self) -> bool:
         return bool(self.claims or self.volumes)
@@ -209,6 +213,8 @@ def _split_volumes(
         elif obj.get("kind") in (TEMPLATE_KIND, CLAIM_KIND) and is_dra_api_version(obj.get("apiVersion")):
             key = f"{metadata.get('namespace') or default_namespace}/{name}"
             volumes.device_claims[(str(obj["kind"]), key)] = device_entry(obj, str(obj["kind"]))
+        elif obj.get("kind") == CLASS_KIND and is_dra_api_version(obj.get("apiVersion")):
+            volumes.device_claims[(CLASS_KIND, name)] = class_entry(obj)
         else:
             kept.append((origin, obj))
     return kept, volumes

@@ -125,15 +125,18 @@ def _max(left: Totals, right: Totals) -> Totals:
     return merged
 
 
-def with_claimed_devices(resources: Mapping[str, Any], claims: Sequence[PodClaim]) -> dict[str, Any]:
+def with_claimed_devices(
+    resources: Mapping[str, Any], claims: Sequence[PodClaim], extended_names: Mapping[str, str] = GPU_DEVICE_CLASSES
+) -> dict[str, Any]:
     """`resources` with what the pod claims through DRA (`webhook.dra`) added.
 
     - `devices`: device class -> number of devices the pod's claims ask for (every class, known claims);
     - `claims`: pod claim name -> `{kind, name, known, devices}` (`known` false: Placer has not seen the
       template or claim, so its devices are not counted anywhere);
-    - `requests` and `limits`: devices of a class in `GPU_DEVICE_CLASSES` also count under its extended
-      resource name (`nvidia.com/gpu`), as the device plugin's GPUs do (an extended resource's request
-      always equals its limit), so GPU rules written for `nvidia.com/gpu` match DRA GPU pods unchanged.
+    - `requests` and `limits`: devices of a class in `extended_names` (device class -> extended resource
+      name; by default `gpu.nvidia.com` -> `nvidia.com/gpu`, see `webhook.dra.GPU_DEVICE_CLASSES`) also
+      count under that name, as the device plugin's GPUs do (an extended resource's request always equals
+      its limit), so GPU rules written for `nvidia.com/gpu` match DRA GPU pods unchanged.
     """
     devices: Totals = {}
     for claim in claims:
@@ -141,7 +144,7 @@ def with_claimed_devices(resources: Mapping[str, Any], claims: Sequence[PodClaim
             devices[name] = devices.get(name, 0.0) + float(number)
     extended: Totals = {}
     for name, total in devices.items():
-        resource = GPU_DEVICE_CLASSES.get(name)
+        resource = extended_names.get(name)
         if resource is not None:
             extended[resource] = extended.get(resource, 0.0) + total
     result: dict[str, Any] = dict(resources)

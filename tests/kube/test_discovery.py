@@ -2,41 +2,25 @@
 v1.36.2 answers (gang-scheduling gates on and off), and what follows from it (which DRA version it watches,
 and a restart when that changes)."""
 
-import json
 import threading
 import time
 from pathlib import Path
 
 import yaml
 
-from tests.conftest import FIXTURES
-from tests.kube.fake_apiserver import RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, FakeApiServer, wait_for
+from tests.kube.discovery_captures import CAPTURES, serve_discovery
+from tests.kube.fake_apiserver import (
+    DEVICE_CLASSES,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    FakeApiServer,
+    wait_for,
+)
 from webhook.kube.api import KubeApi
 from webhook.kube.controller import ClusterController
 from webhook.kube.discovery import DiscoveryRefresh, ServedApis, discover, read_served_apis, write_served_apis
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.volume_shards import VolumeShards
-
-CAPTURES = FIXTURES / "kube-1.36"
-
-
-def serve_discovery(apiserver: FakeApiServer, gates: str) -> None:
-    """What the captured API server answered (`discovery-gates-<on|off>/`): 404 where it said 404."""
-    folder = CAPTURES / f"discovery-{gates}"
-    constructed = CAPTURES / "discovery-constructed"
-    documents = {
-        "/version": folder / "version.json",
-        "/apis/scheduling.k8s.io": folder / "apis-scheduling.k8s.io.json",
-        "/apis/resource.k8s.io": folder / "apis-resource.k8s.io.json",
-        "/apis/scheduling.k8s.io/v1": constructed / "apis-scheduling.k8s.io-v1.json",
-        "/apis/resource.k8s.io/v1": constructed / "apis-resource.k8s.io-v1.json",
-    }
-    if gates == "gates-on":
-        documents["/apis/scheduling.k8s.io/v1alpha2"] = folder / "apis-scheduling.k8s.io-v1alpha2.json"
-    apiserver.other.clear()
-    for path, source in documents.items():
-        collection, _, name = path.rpartition("/")
-        apiserver.other.setdefault(collection, {})[name] = json.loads(source.read_text())
 
 
 def test_gates_on_serves_the_native_gang_api(api: KubeApi, apiserver: FakeApiServer) -> None:
@@ -76,10 +60,10 @@ def test_what_was_discovered_round_trips_through_the_state_directory(
 def test_the_dra_watches_follow_discovery(api: KubeApi, apiserver: FakeApiServer, tmp_path: Path) -> None:
     serve_discovery(apiserver, "gates-off")
     with_dra = ClusterController(api, tmp_path, compiler=PolicyCompiler(), elector=None, served=discover(api))
-    assert {"ResourceClaimTemplate", "ResourceClaim"} <= {r.kind for r in with_dra.reflectors}
+    assert {"ResourceClaimTemplate", "ResourceClaim", "DeviceClass"} <= {r.kind for r in with_dra.reflectors}
     del apiserver.other["/apis"]["resource.k8s.io"]
     without = ClusterController(api, tmp_path, compiler=PolicyCompiler(), elector=None, served=discover(api))
-    assert not {"ResourceClaimTemplate", "ResourceClaim"} & {r.kind for r in without.reflectors}
+    assert not {"ResourceClaimTemplate", "ResourceClaim", "DeviceClass"} & {r.kind for r in without.reflectors}
 
 
 def test_the_controller_publishes_claim_templates_at_the_served_version(
@@ -104,6 +88,11 @@ def test_the_controller_publishes_claim_templates_at_the_served_version(
         apiserver.put(RESOURCE_CLAIMS, claim)
         wait_for(lambda: shards.resource_claim("team-a", "shared"), what="the claim published")
         assert shards.resource_claim("team-a", "shared") == {"devices": {"gpu.nvidia.com": 2}}
+        apiserver.put(DEVICE_CLASSES, {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                                       "metadata": {"name": "gpu.amd.com"},
+                                       "spec": {"extendedResourceName": "amd.com/gpu"}})
+        wait_for(lambda: shards.device_class("gpu.amd.com"), what="the device class published")
+        assert shards.device_class("gpu.amd.com") == {"extendedResourceName": "amd.com/gpu"}
         apiserver.delete(RESOURCE_CLAIM_TEMPLATES, "team-a/one-gpu")
         wait_for(lambda: shards.claim_template("team-a", "one-gpu") is None, what="the template gone")
     finally:

@@ -13,7 +13,7 @@ import yaml
 from tests.conftest import FIXTURES, REPO
 from tests.helpers import decode_patch, review_for, snapshot_of
 from webhook.claims import ClaimLookup
-from webhook.dra import TEMPLATE_KIND, claim_spec_devices, device_entry
+from webhook.dra import TEMPLATE_KIND, claim_spec_devices, class_entry, device_entry
 from webhook.pipeline import admit
 from webhook.policy.snapshot import NamespaceInfo
 from webhook.resources import effective_resources
@@ -29,9 +29,11 @@ GPU_TOLERATION = {"key": "dedicated", "operator": "Equal", "value": "gpu", "effe
 class Claims:
     """A cluster's DRA claims as the published state answers (`DeviceClaimSource`), and no volumes."""
 
-    def __init__(self, templates: dict[str, dict[str, Any]] | None, claims: dict[str, dict[str, Any]] | None = None):
+    def __init__(self, templates: dict[str, dict[str, Any]] | None, claims: dict[str, dict[str, Any]] | None = None,
+                 classes: dict[str, dict[str, Any]] | None = None) -> None:
         self.templates = templates
         self.claims = claims or {}
+        self.classes = classes or {}
 
     def known(self) -> bool:
         return False
@@ -50,6 +52,9 @@ class Claims:
 
     def resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.claims.get(f"{namespace}/{name}")
+
+    def device_class(self, name: str) -> dict[str, Any] | None:
+        return self.classes.get(name)
 
 
 def captured(name: str) -> dict[str, Any]:
@@ -160,6 +165,41 @@ spec:
     labels = jsonpatch.apply_patch(request.object, decode_patch(admission.response))["metadata"]["labels"]
     assert {key: labels[key] for key in ("gpus", "nics", "known", "source")} == {
         "gpus": "1", "nics": "2", "known": "true", "source": "ResourceClaimTemplate.one-gpu"}
+
+
+def test_a_device_class_names_the_extended_resource_its_devices_count_as() -> None:
+    """The cluster configures which classes are GPUs: DeviceClass `spec.extendedResourceName` (KEP-5004)."""
+    policy = """
+apiVersion: placer.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: amd}
+spec:
+  rules:
+  - name: amd-gpus
+    condition: "resources.limits[?'amd.com/gpu'].orValue(0) > 0"
+    action: add-toleration
+    parameters: {key: amd.com/gpu, operator: Exists, effect: NoSchedule}
+  - name: nvidia-gpus
+    condition: "resources.limits[?'nvidia.com/gpu'].orValue(0) > 0"
+    action: add-toleration
+    parameters: {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
+"""
+    body = captured("pod-dra-create-real")
+    template = {"kind": TEMPLATE_KIND, "spec": {"spec": {"devices": {"requests": [
+        {"name": "gpu", "exactly": {"deviceClassName": "gpu.amd.com", "count": 2}}]}}}}
+    amd_class = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.amd.com"},
+                 "spec": {"extendedResourceName": "amd.com/gpu"}}
+    snapshot = snapshot_of(policy, namespaces=[TEAM_A])
+    request = parse_review(body)
+
+    def tolerations(classes: dict[str, dict[str, Any]]) -> list[str]:
+        source = Claims({"team-a/one-gpu": device_entry(template, TEMPLATE_KIND)}, classes=classes)
+        admission = admit(request, snapshot, default_workload_table(), claims=ClaimLookup(source))
+        placed = jsonpatch.apply_patch(request.object, decode_patch(admission.response))
+        return [t["key"] for t in placed["spec"]["tolerations"] if t["key"].endswith("/gpu")]
+
+    assert tolerations({"gpu.amd.com": class_entry(amd_class)}) == ["amd.com/gpu"]
+    assert tolerations({}) == []  # an unknown vendor's class is only in resources.devices
 
 
 def test_claim_counting_follows_the_api_defaults() -> None:

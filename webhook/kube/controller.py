@@ -1,13 +1,15 @@
 """The cluster controller: one process per replica that watches, compiles, publishes and reports.
 
 It list+watches SchedulingPolicies, Namespaces, PriorityClasses, Nodes, PersistentVolumeClaims,
-PersistentVolumes and the workloads marked for a PodGroup (`webhook.kube.pod_groups`), compiles every
-policy when it changes (keeping the last good version of a policy whose update does not compile), writes
-what serves to the state directory that every gunicorn worker of this replica reads
-(`webhook.policy.cluster_state`), and, only while it holds the Lease, writes each policy's `status` and the
-PodGroups marked workloads want. A namespace event is projected to what `namespaceObject` shows, a node
-event to what the scheduler's filters read (`node_facts`), a claim or volume event to what
-`pin-to-volume-node` reads, and written to its shard at once, from the watch thread; one whose projection
+PersistentVolumes, the DRA ResourceClaimTemplates, ResourceClaims and DeviceClasses (at the version
+discovery finds served, `webhook.kube.discovery`; not at all where none is) and the workloads marked for a
+PodGroup (`webhook.kube.pod_groups`), compiles every policy when it changes (keeping the last good version
+of a policy whose update does not compile), writes what serves to the state directory that every gunicorn
+worker of this replica reads (`webhook.policy.cluster_state`), and, only while it holds the Lease, writes
+each policy's `status` and the PodGroups marked workloads want. A namespace event is projected to what
+`namespaceObject` shows, a node event to what the scheduler's filters read (`node_facts`), a claim or volume
+event to what `pin-to-volume-node` reads, a DRA object to what `resources` counts (`webhook.dra`), and
+written to its shard at once, from the watch thread; one whose projection
 did not change (a node's status heartbeat) writes nothing. Admissions never wait for any of this: they
 read the last published state, which keeps serving while the API server is away.
 
@@ -26,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from webhook.dra import device_entry
+from webhook.dra import CLASS_KIND, class_entry, device_entry
 from webhook.kube.api import ApiError, KubeApi, TransportError
 from webhook.kube.connection import ConnectionSetupError, connect, identity
 from webhook.kube.discovery import DRA_KINDS, DiscoveryRefresh, ServedApis, discover, write_served_apis
@@ -47,7 +49,11 @@ from webhook.policy.cluster_state import (
     write_state,
 )
 from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.device_shards import claim_templates_directory, resource_claims_directory
+from webhook.policy.device_shards import (
+    claim_templates_directory,
+    device_classes_directory,
+    resource_claims_directory,
+)
 from webhook.policy.documents import namespace_info, served_document
 from webhook.policy.errors import PolicyError
 from webhook.policy.namespace_shards import entry_of
@@ -152,7 +158,7 @@ def _volume_entry(name: str, obj: Mapping[str, Any]) -> Entry:
 
 def _device_projection(kind: str) -> Callable[[str, Mapping[str, Any]], Entry]:
     def project(name: str, obj: Mapping[str, Any]) -> Entry:
-        return device_entry(obj, kind)
+        return class_entry(obj) if kind == CLASS_KIND else device_entry(obj, kind)
 
     return project
 
@@ -217,16 +223,18 @@ class ClusterController:
         )
 
     def _device_claim_reflectors(self, api: KubeApi, state_directory: Path) -> list[Reflector]:
-        """ResourceClaimTemplates and ResourceClaims, at the version the API server serves them (none where
-        resource.k8s.io is not served): what `resources` counts of a pod's DRA claims (`webhook.dra`)."""
+        """ResourceClaimTemplates, ResourceClaims and DeviceClasses, at the version the API server serves them
+        (none where resource.k8s.io is not served): what `resources` counts of a pod's DRA claims
+        (`webhook.dra`)."""
         reflectors = []
-        directories = (claim_templates_directory(state_directory), resource_claims_directory(state_directory))
+        directories = (claim_templates_directory(state_directory), resource_claims_directory(state_directory),
+                       device_classes_directory(state_directory))
         for (group, kind), directory in zip(DRA_KINDS, directories, strict=True):
-            path = self.served.path_of(group, kind)
-            if path is None:
+            path, served = self.served.path_of(group, kind), self.served.resource_of(group, kind)
+            if path is None or served is None:
                 continue
             sink = ProjectedSink(f"{kind}s", ShardWriter(directory), _device_projection(kind))
-            reflectors.append(Reflector(api, Resource(path, kind, namespaced=True), sink))
+            reflectors.append(Reflector(api, Resource(path, kind, namespaced=served.namespaced), sink))
         return reflectors
 
     # -- inputs (reflector threads) -------------------------------------------------------------------------

@@ -96,6 +96,11 @@ class ServedApis:
                 return version
         return None
 
+    def resource_of(self, group: str, kind: str) -> ServedResource | None:
+        """The served resource of `kind` at `version_of` (its REST name and scope)."""
+        version = self.version_of(group, kind)
+        return None if version is None else self.groups[group].kinds[version][kind]
+
     def path_of(self, group: str, kind: str) -> str | None:
         """The cluster-wide collection path of `kind` (`/apis/resource.k8s.io/v1/resourceclaimtemplates`)."""
         version = self.version_of(group, kind)
@@ -201,7 +206,8 @@ def read_served_apis(directory: Path) -> ServedApis:
         return ServedApis()
 
 
-DRA_KINDS = (("resource.k8s.io", "ResourceClaimTemplate"), ("resource.k8s.io", "ResourceClaim"))
+DRA_KINDS = (("resource.k8s.io", "ResourceClaimTemplate"), ("resource.k8s.io", "ResourceClaim"),
+             ("resource.k8s.io", "DeviceClass"))
 """What the controller watches only where served, at the version discovery names."""
 
 

@@ -1,10 +1,13 @@
-"""A worker's view of the DRA claims and claim templates the controller publishes (`resource-claims/` and
-`resource-claim-templates/` of the state directory, `webhook.policy.cluster_state`).
+"""A worker's view of the DRA claims, claim templates and device classes the controller publishes
+(`resource-claims/`, `resource-claim-templates/` and `device-classes/` of the state directory,
+`webhook.policy.cluster_state`).
 
-Each entry is what `webhook.dra.device_entry` keeps of one object, keyed `namespace/name`: the devices it
-asks for per device class. An admission reads the few its pods name, each from its shard (one stat when
-the shard is unchanged), so a lookup costs the same at 10 and at 100,000 claims; the pod-owned claims the
-resourceclaim controller makes from templates are published too, and cost shards, not memory per worker.
+Each claim or template entry is what `webhook.dra.device_entry` keeps of one object, keyed `namespace/name`:
+the devices it asks for per device class; a class entry (`webhook.dra.class_entry`, keyed by name) the
+extended resource name its devices stand for. An admission reads the few its pods name, each from its
+shard (one stat when the shard is unchanged), so a lookup costs the same at 10 and at 100,000 claims; the
+pod-owned claims the resourceclaim controller makes from templates are published too, and cost shards, not
+memory per worker.
 """
 
 import os
@@ -14,6 +17,7 @@ from webhook.policy.shards import Entry, KeyedShards
 
 RESOURCE_CLAIMS_DIRECTORY = "resource-claims"
 CLAIM_TEMPLATES_DIRECTORY = "resource-claim-templates"
+DEVICE_CLASSES_DIRECTORY = "device-classes"
 
 
 def resource_claims_directory(state_directory: Path) -> Path:
@@ -24,6 +28,10 @@ def claim_templates_directory(state_directory: Path) -> Path:
     return state_directory / CLAIM_TEMPLATES_DIRECTORY
 
 
+def device_classes_directory(state_directory: Path) -> Path:
+    return state_directory / DEVICE_CLASSES_DIRECTORY
+
+
 class DeviceClaimShards:
     """Implements `webhook.dra.DeviceClaimSource` over the published shards."""
 
@@ -31,6 +39,7 @@ class DeviceClaimShards:
         self._templates_directory = str(claim_templates_directory(state_directory))
         self._templates = KeyedShards(claim_templates_directory(state_directory), "its templates read as unknown")
         self._claims = KeyedShards(resource_claims_directory(state_directory), "its claims read as unknown")
+        self._classes = KeyedShards(device_classes_directory(state_directory), "its classes keep their defaults")
 
     def devices_known(self) -> bool:
         """Whether the controller has published claim templates (its first list is done; the cluster serves
@@ -42,3 +51,6 @@ class DeviceClaimShards:
 
     def resource_claim(self, namespace: str, name: str) -> Entry | None:
         return self._claims.entry(f"{namespace}/{name}")
+
+    def device_class(self, name: str) -> Entry | None:
+        return self._classes.entry(name)

@@ -38,3 +38,6 @@ class VolumeShards:
 
     def resource_claim(self, namespace: str, name: str) -> Entry | None:
         return self._devices.resource_claim(namespace, name)
+
+    def device_class(self, name: str) -> Entry | None:
+        return self._devices.device_class(name)
