@@ -4,6 +4,7 @@ what the example GPU rule gives a Pod asking for `nvidia.com/gpu`, through the s
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import jsonpatch
@@ -14,7 +15,10 @@ from tests.conftest import FIXTURES, REPO
 from tests.helpers import decode_patch, review_for, snapshot_of
 from webhook.claims import ClaimLookup
 from webhook.dra import TEMPLATE_KIND, claim_spec_devices, class_entry, device_entry
+from webhook.feasibility import PlacementCheck
 from webhook.pipeline import admit
+from webhook.policy.node_facts import NodeFactsReader, node_facts
+from webhook.policy.shards import ShardWriter
 from webhook.policy.snapshot import NamespaceInfo
 from webhook.resources import effective_resources
 from webhook.review import parse_review
@@ -224,3 +228,32 @@ def test_without_cluster_state_claims_are_listed_as_not_known() -> None:
     assert resources["claims"] == {"gpu": {"kind": "ResourceClaimTemplate", "name": "one-gpu", "known": False,
                                            "devices": {}}}
 
+
+
+GPU_POOL = """
+apiVersion: placer.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: gpu-pool}
+spec:
+  rules:
+  - name: to-gpu-nodes
+    condition: "resources.limits[?'nvidia.com/gpu'].orValue(0) > 0"
+    action: add-node-selector
+    parameters: {node-pool: gpu}
+"""
+
+
+def test_the_feasibility_check_warns_for_a_dra_gpu_pod_as_for_a_classic_one(tmp_path: Path) -> None:
+    """With the nodes known, sending GPU pods to a pool no node has is the same warning either way."""
+    ShardWriter(tmp_path).replace({name: node_facts({"metadata": {"labels": {"node-pool": "general"}}})
+                                   for name in ("cpu-1", "cpu-2")})
+    check = PlacementCheck(NodeFactsReader(tmp_path))
+    snapshot = snapshot_of(GPU_POOL, namespaces=[TEAM_A])
+    dra = captured("pod-dra-create-real")
+    answers = []
+    for body in (dra, classic_gpu_pod(dra)):
+        admission = admit(parse_review(body), snapshot, default_workload_table(), placement=check,
+                          claims=ClaimLookup(Claims(one_gpu_template())))
+        answers.append((admission.unplaceable, admission.response["response"].get("warnings")))
+    assert answers[0] == answers[1]
+    assert answers[0][0] == 1 and "without label node-pool=gpu" in answers[0][1][-1]
