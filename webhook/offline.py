@@ -143,8 +143,9 @@ def apply_manifests(
             workloads,
             claims=claims.for_admission(request, snapshot),
         )
-        if devices is not None:
+        if devices is not None:  # a claim Placer does not know: a warning, and a note for explain
             mutation.warnings.extend(devices.notes)
+            mutation.notes.extend(devices.notes)
         mutated = jsonpatch.apply_patch(obj, mutation.patch) if mutation.patch else obj
         result = ManifestResult(origin, obj, mutated, mutation, namespace)
         report.results.append(result)

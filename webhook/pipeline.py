@@ -56,8 +56,9 @@ def admit(
         devices = _devices(claims, snapshot, request)
         serving = devices.snapshot(snapshot) if devices is not None else snapshot
         mutation = mutate(request, serving, workloads, deadline=deadline, namespace=namespace, claims=placements)
-        if devices is not None:
+        if devices is not None:  # a claim Placer does not know: a warning, and a note for explain
             mutation.warnings.extend(devices.notes)
+            mutation.notes.extend(devices.notes)
     except Exception:  # fail open: a bug or a pathological object must never block the user's workload
         log.exception("admission %s failed; admitting %s/%s unchanged", request.uid, request.namespace, request.name)
         warning = "internal error evaluating policies; admitted unchanged"

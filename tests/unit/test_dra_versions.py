@@ -46,3 +46,32 @@ def test_a_misspelt_field_is_refused_by_the_same_check() -> None:
 def test_resource_k8s_io_v1_is_not_published_before_1_34() -> None:
     with pytest.raises(kubernetes_validate.SchemaNotFoundError):
         kubernetes_validate.validate(ONE_GPU, "1.33.0", strict=True)
+
+
+PUBLISHED = {
+    ("admissionregistration.k8s.io/v1beta1", "MutatingAdmissionPolicy"): ("1.34", "1.35", "1.36", "1.37"),
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): ("1.36", "1.37"),
+    ("scheduling.k8s.io/v1alpha1", "Workload"): ("1.35",),
+    ("scheduling.k8s.io/v1alpha2", "Workload"): ("1.36",),
+    ("scheduling.k8s.io/v1alpha2", "PodGroup"): ("1.36",),
+    ("scheduling.k8s.io/v1beta1", "Workload"): ("1.37",),
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"): ("1.34", "1.35", "1.36", "1.37"),
+    ("resource.k8s.io/v1", "DeviceClass"): ("1.34", "1.35", "1.36", "1.37"),
+}
+"""What docs/kubernetes-versions.md says each minor publishes, for the APIs Placer's features depend on."""
+
+
+@pytest.mark.parametrize("minor", SUPPORTED)
+def test_each_minor_publishes_what_the_support_matrix_says(minor: str) -> None:
+    """Published = the minor's OpenAPI has a schema for the kind (served when the feature gates its docs name
+    are on: alpha APIs are off by default). Any object will do: only a missing schema is a different error."""
+    found = set()
+    for api_version, kind in PUBLISHED:
+        try:
+            kubernetes_validate.validate({"apiVersion": api_version, "kind": kind}, f"{minor}.0", strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            continue
+        except kubernetes_validate.ValidationError:
+            pass
+        found.add((api_version, kind))
+    assert found == {key for key, minors in PUBLISHED.items() if minor in minors}
