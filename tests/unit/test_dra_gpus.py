@@ -103,6 +103,24 @@ def test_captured_dra_pod_gets_the_placement_of_a_classic_gpu_pod(capture: str) 
     assert warnings == []
 
 
+def test_golden_patch_of_the_captured_dra_pod() -> None:
+    """The exact answer to the captured v1.36.2 request: the annotation and the GPU toleration, appended
+    after the two the DefaultTolerationSeconds plugin added before the webhook."""
+    snapshot = snapshot_of(ORG_WIDE, namespaces=[TEAM_A])
+    admission = admit(parse_review(captured("pod-dra-create-real")), snapshot, default_workload_table(),
+                      claims=ClaimLookup(Claims(one_gpu_template())))
+    assert decode_patch(admission.response) == [
+        {"op": "add", "path": "/metadata/annotations/placer.dev~1applied",
+         "value": "org-wide-policy/gpu-workload-taints"},
+        {"op": "add", "path": "/spec/tolerations/2", "value": GPU_TOLERATION},
+    ]
+    assert admission.response["response"]["auditAnnotations"] == {"applied": "org-wide-policy/gpu-workload-taints"}
+    again = captured("pod-dra-create-real")  # reinvoked on its own output: nothing more to do
+    again["request"]["object"] = jsonpatch.apply_patch(again["request"]["object"], decode_patch(admission.response))
+    second = admit(parse_review(again), snapshot, default_workload_table(), claims=ClaimLookup(Claims(one_gpu_template())))
+    assert decode_patch(second.response) == []
+
+
 def test_unknown_template_is_a_warning_not_a_silent_no_gpu() -> None:
     placed, warnings = admitted(captured("pod-dra-create-real"), Claims({}))
     assert GPU_TOLERATION not in placed["spec"]["tolerations"]
