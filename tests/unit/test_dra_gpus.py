@@ -117,7 +117,8 @@ def test_golden_patch_of_the_captured_dra_pod() -> None:
     assert admission.response["response"]["auditAnnotations"] == {"applied": "org-wide-policy/gpu-workload-taints"}
     again = captured("pod-dra-create-real")  # reinvoked on its own output: nothing more to do
     again["request"]["object"] = jsonpatch.apply_patch(again["request"]["object"], decode_patch(admission.response))
-    second = admit(parse_review(again), snapshot, default_workload_table(), claims=ClaimLookup(Claims(one_gpu_template())))
+    second = admit(parse_review(again), snapshot, default_workload_table(),
+                   claims=ClaimLookup(Claims(one_gpu_template())))
     assert decode_patch(second.response) == []
 
 
