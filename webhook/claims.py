@@ -23,7 +23,9 @@ from webhook.node_fit import Nodes
 from webhook.policy.snapshot import PolicySnapshot
 from webhook.resources import with_claimed_devices
 from webhook.review import AdmissionRequest
+from webhook.typing import JSONObject
 from webhook.volumes import NODE_KEYS, ClaimPlacement, NodePin, place_claim, pod_claims
+from webhook.workloads import TemplateSlot, WorkloadTable
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +64,16 @@ class ClaimLookup:
             return None
         return self.placements(request.namespace, request.object)
 
-    def devices_for(self, request: AdmissionRequest, snapshot: PolicySnapshot) -> "AdmissionDevices | None":
-        """What completes the `resources` of the request's pod templates with their DRA devices; None when no
-        policy reads `resources` or there is no object (nothing is read)."""
-        if not snapshot.reads_resources or not request.object:
+    def devices_for(
+        self, request: AdmissionRequest, snapshot: PolicySnapshot, workloads: WorkloadTable
+    ) -> "AdmissionDevices | None":
+        """What completes the `resources` of the request's pod templates with their DRA devices; None (nothing
+        is read, the snapshot is not copied) when no policy reads `resources` or no template claims any."""
+        obj = request.object
+        if not snapshot.reads_resources or not obj:
+            return None
+        kind = workloads.lookup(request.group, request.kind)
+        if kind is None or not any(_claims_devices(slot, obj) for slot in kind.templates(obj)):
             return None
         return AdmissionDevices(self._volumes, request.namespace or "")
 
@@ -101,6 +109,14 @@ class ClaimLookup:
             )
             self._index = (version, frozenset(answers))
         return self._index[1]
+
+
+def _claims_devices(slot: TemplateSlot, obj: JSONObject) -> bool:
+    raw = slot.read(obj)
+    if raw is None:
+        return False
+    spec = slot.view(obj, raw).get("spec")
+    return isinstance(spec, dict) and bool(spec.get("resourceClaims"))
 
 
 class AdmissionDevices:

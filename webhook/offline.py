@@ -136,7 +136,7 @@ def apply_manifests(
             namespace = dataclasses.replace(namespace, labels={**namespace.labels, **namespace_labels})
         request = _request_for(obj, namespace.name, operation, index)
         serving = dataclasses.replace(snapshot, namespaces={**namespaces, namespace.name: namespace})
-        devices = claims.devices_for(request, snapshot)
+        devices = claims.devices_for(request, snapshot, workloads)
         mutation = mutate(
             request,
             devices.snapshot(serving) if devices is not None else serving,

@@ -53,7 +53,7 @@ def admit(
         return Admission(request, _respond(request), "skipped", Mutation(passed_through="namespace not opted in"))
     try:
         placements = _claims(claims, snapshot, request)
-        devices = _devices(claims, snapshot, request)
+        devices = _devices(claims, snapshot, request, workloads)
         serving = devices.snapshot(snapshot) if devices is not None else snapshot
         mutation = mutate(request, serving, workloads, deadline=deadline, namespace=namespace, claims=placements)
         if devices is not None:  # a claim Placer does not know: a warning, and a note for explain
@@ -89,13 +89,13 @@ def _claims(
 
 
 def _devices(
-    claims: ClaimLookup | None, snapshot: PolicySnapshot, request: AdmissionRequest
+    claims: ClaimLookup | None, snapshot: PolicySnapshot, request: AdmissionRequest, workloads: WorkloadTable
 ) -> AdmissionDevices | None:
     """When some policy reads `resources`: what completes it with the devices the pods claim through DRA."""
     if claims is None:
         return None
     try:
-        return claims.devices_for(request, snapshot)
+        return claims.devices_for(request, snapshot, workloads)
     except Exception:  # `resources` then says what the pods alone say, and its claims read as not known
         log.exception("DRA claims of admission %s unreadable", request.uid)
         return None
