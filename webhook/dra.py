@@ -174,3 +174,17 @@ def resolve_pod_claims(spec: Mapping[str, Any], namespace: str, source: DeviceCl
 def is_dra_api_version(api_version: Any) -> bool:
     """`resource.k8s.io/<any version>`: the fields `device_entry` reads exist in every served version."""
     return isinstance(api_version, str) and api_version.startswith(f"{DRA_GROUP}/")
+
+
+GENERATED_CLAIM_ANNOTATIONS = ("resource.kubernetes.io/pod-claim-name", "resource.kubernetes.io/extended-resource-name")
+"""Annotations of the ResourceClaims Kubernetes makes for one pod: from a template by the resourceclaim
+controller (`pod-claim-name`, "assigned to generated ResourceClaims", Well-Known Labels, Annotations and
+Taints: https://kubernetes.io/docs/reference/labels-annotations-taints/#resource-kubernetes-io-pod-claim-name),
+and by the scheduler for an extended resource request satisfied through DRA (`extended-resource-name`,
+KEP-5004). A pod spec names the template, never these claims."""
+
+
+def is_generated_claim(obj: Mapping[str, Any]) -> bool:
+    """A ResourceClaim made for one pod, which no pod spec names (Placer keeps only the shared ones)."""
+    annotations = as_map(as_map(obj.get("metadata")).get("annotations"))
+    return any(key in annotations for key in GENERATED_CLAIM_ANNOTATIONS)

@@ -72,6 +72,10 @@ def test_the_controller_publishes_claim_templates_at_the_served_version(
     serve_discovery(apiserver, "gates-on")
     template = yaml.safe_load((CAPTURES / "manifests" / "resourceclaimtemplate-one-gpu.yaml").read_text())
     apiserver.put(RESOURCE_CLAIM_TEMPLATES, template)
+    listed_generated = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "spec": {},
+                        "metadata": {"name": "dra-pod-gpu-a1b2c", "namespace": "team-a",
+                                     "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"}}}
+    apiserver.put(RESOURCE_CLAIMS, listed_generated)
     controller = ClusterController(api, tmp_path, compiler=PolicyCompiler(), elector=None, served=discover(api))
     stop = threading.Event()
     thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
@@ -85,9 +89,14 @@ def test_the_controller_publishes_claim_templates_at_the_served_version(
                  "metadata": {"name": "shared", "namespace": "team-a"},
                  "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com",
                                                                              "count": 2}}]}}}
+        generated = {**claim, "metadata": {"name": "dra-pod-gpu-x7k2p", "namespace": "team-a",
+                                           "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"}}}
+        apiserver.put(RESOURCE_CLAIMS, generated)  # the resourceclaim controller's, for one pod
         apiserver.put(RESOURCE_CLAIMS, claim)
         wait_for(lambda: shards.resource_claim("team-a", "shared"), what="the claim published")
         assert shards.resource_claim("team-a", "shared") == {"devices": {"gpu.nvidia.com": 2}}
+        for own in ("dra-pod-gpu-a1b2c", "dra-pod-gpu-x7k2p"):  # listed, then watched
+            assert shards.resource_claim("team-a", own) is None, "a pod's own claim is not kept"
         apiserver.put(DEVICE_CLASSES, {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
                                        "metadata": {"name": "gpu.amd.com"},
                                        "spec": {"extendedResourceName": "amd.com/gpu"}})

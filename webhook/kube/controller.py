@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from webhook.dra import CLASS_KIND, class_entry, device_entry
+from webhook.dra import CLAIM_KIND, CLASS_KIND, class_entry, device_entry, is_generated_claim
 from webhook.kube.api import ApiError, KubeApi, TransportError
 from webhook.kube.connection import ConnectionSetupError, connect, identity
 from webhook.kube.discovery import DRA_KINDS, DiscoveryRefresh, ServedApis, discover, write_served_apis
@@ -156,6 +156,25 @@ def _volume_entry(name: str, obj: Mapping[str, Any]) -> Entry:
     return volume_entry(obj)
 
 
+class SharedClaimsSink(ProjectedSink):
+    """The ResourceClaims pods name (shared ones), leaving out those Kubernetes makes for one pod
+    (`webhook.dra.is_generated_claim`): what is published grows with the shared claims, not with DRA pods."""
+
+    _LEFT_OUT = "placer.dev/left-out"
+
+    def keep(self, name: str, obj: Mapping[str, Any]) -> Entry:
+        return {self._LEFT_OUT: True} if is_generated_claim(obj) else super().keep(name, obj)
+
+    def replace(self, entries: Mapping[str, Entry]) -> None:
+        super().replace({name: entry for name, entry in entries.items() if self._LEFT_OUT not in entry})
+
+    def upsert(self, name: str, obj: Mapping[str, Any]) -> None:
+        if is_generated_claim(obj):
+            self.remove(name)
+        else:
+            super().upsert(name, obj)
+
+
 def _device_projection(kind: str) -> Callable[[str, Mapping[str, Any]], Entry]:
     def project(name: str, obj: Mapping[str, Any]) -> Entry:
         return class_entry(obj) if kind == CLASS_KIND else device_entry(obj, kind)
@@ -233,7 +252,8 @@ class ClusterController:
             path, served = self.served.path_of(group, kind), self.served.resource_of(group, kind)
             if path is None or served is None:
                 continue
-            sink = ProjectedSink(f"{kind}s", ShardWriter(directory), _device_projection(kind))
+            sink_type = SharedClaimsSink if kind == CLAIM_KIND else ProjectedSink
+            sink = sink_type(f"{kind}s", ShardWriter(directory), _device_projection(kind))
             reflectors.append(Reflector(api, Resource(path, kind, namespaced=served.namespaced), sink))
         return reflectors
 

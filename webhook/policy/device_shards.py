@@ -5,9 +5,9 @@
 Each claim or template entry is what `webhook.dra.device_entry` keeps of one object, keyed `namespace/name`:
 the devices it asks for per device class; a class entry (`webhook.dra.class_entry`, keyed by name) the
 extended resource name its devices stand for. An admission reads the few its pods name, each from its
-shard (one stat when the shard is unchanged), so a lookup costs the same at 10 and at 100,000 claims; the
-pod-owned claims the resourceclaim controller makes from templates are published too, and cost shards, not
-memory per worker.
+shard (one stat when the shard is unchanged), so a lookup costs the same at 10 and at 100,000 claims. The
+claims Kubernetes makes for one pod are not published (no pod spec names them: `webhook.dra.
+is_generated_claim`), so the collection grows with the shared claims, not with the DRA pods.
 """
 
 import os
