@@ -1,4 +1,12 @@
-"""Before a Pod's admission: where the data of each claim it mounts lives, for `pin-to-volume-node`.
+"""Before an admission: what the claims of its pods stand for, in the cluster state or the manifests.
+
+DRA claims (`spec.resourceClaims`): the devices each ResourceClaimTemplate or ResourceClaim asks for
+(`webhook.dra`), published by the controller (`webhook.policy.device_shards`) or given offline, complete the
+`resources` variable of every pod template of the workload (Pods, and the templates of Deployments, Jobs...,
+which name the same claim templates), through `AdmissionDevices`. A claim Placer does not know is said in a
+warning (and in `resources.claims[name].known`), never read as "no devices".
+
+Volume claims: where the data of each claim a Pod mounts lives, for `pin-to-volume-node`.
 
 Read only when a policy has such a rule and the Pod mounts claims: the claims and their volumes come from
 what the controller publishes (`webhook.policy.volume_shards`), and whether the node a volume is tied to
@@ -6,17 +14,25 @@ still exists from the published nodes (an index of node names and per-node label
 change). The engine gets the answers as data and stays free of I/O.
 """
 
+import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from webhook.dra import DeviceClaimSource, extended_resource_of, resolve_pod_claims
 from webhook.node_fit import Nodes
 from webhook.policy.snapshot import PolicySnapshot
+from webhook.resources import with_claimed_devices
 from webhook.review import AdmissionRequest
+from webhook.typing import JSONObject
 from webhook.volumes import NODE_KEYS, ClaimPlacement, NodePin, place_claim, pod_claims
+from webhook.workloads import TemplateSlot, WorkloadTable
+
+log = logging.getLogger(__name__)
 
 
-class VolumeSource(Protocol):
-    """Published claims and volumes (`webhook.policy.volume_shards.VolumeShards`), or manifests' (offline)."""
+class VolumeSource(DeviceClaimSource, Protocol):
+    """Published claims and volumes (`webhook.policy.volume_shards.VolumeShards`), or manifests' (offline);
+    with the DRA claims and claim templates."""
 
     def known(self) -> bool: ...
 
@@ -47,6 +63,19 @@ class ClaimLookup:
         if not snapshot.reads_claims or request.kind != "Pod" or request.group or not request.object:
             return None
         return self.placements(request.namespace, request.object)
+
+    def devices_for(
+        self, request: AdmissionRequest, snapshot: PolicySnapshot, workloads: WorkloadTable
+    ) -> "AdmissionDevices | None":
+        """What completes the `resources` of the request's pod templates with their DRA devices; None (nothing
+        is read, the snapshot is not copied) when no policy reads `resources` or no template claims any."""
+        obj = request.object
+        if not snapshot.reads_resources or not obj:
+            return None
+        kind = workloads.lookup(request.group, request.kind)
+        if kind is None or not any(_claims_devices(slot, obj) for slot in kind.templates(obj)):
+            return None
+        return AdmissionDevices(self._volumes, request.namespace or "")
 
     def placements(self, namespace: str, pod: Mapping[str, Any]) -> dict[str, ClaimPlacement] | None:
         """Per claim the pod mounts, where its data is; None when the pod mounts none or nothing is known."""
@@ -80,3 +109,45 @@ class ClaimLookup:
             )
             self._index = (version, frozenset(answers))
         return self._index[1]
+
+
+def _claims_devices(slot: TemplateSlot, obj: JSONObject) -> bool:
+    raw = slot.read(obj)
+    if raw is None:
+        return False
+    spec = slot.view(obj, raw).get("spec")
+    return isinstance(spec, dict) and bool(spec.get("resourceClaims"))
+
+
+class AdmissionDevices:
+    """One admission's DRA claims: `resources` of each pod template it completes (a `ResourcesOfPod`), and a
+    note per claim Placer does not know, for the response's warnings and `explain`."""
+
+    def __init__(self, source: DeviceClaimSource, namespace: str) -> None:
+        self._source = source
+        self._namespace = namespace
+        self._notes: dict[str, None] = {}
+
+    @property
+    def notes(self) -> list[str]:
+        return list(self._notes)
+
+    def snapshot(self, snapshot: PolicySnapshot) -> PolicySnapshot:
+        return snapshot.for_admission(self)
+
+    def __call__(self, spec: Mapping[str, Any], resources: Mapping[str, Any]) -> Mapping[str, Any]:
+        try:
+            claims = resolve_pod_claims(spec, self._namespace, self._source)
+            classes = {name for claim in claims for name in claim.devices or {}}
+            extended = {name: resource for name in classes
+                        if (resource := extended_resource_of(name, self._source)) is not None}
+        except Exception:  # called by the engine: the rules still run, with the claims read as not known
+            log.exception("DRA claims of a pod in namespace %s unreadable", self._namespace)
+            self._notes["DRA claims unreadable; their devices are not counted"] = None
+            return resources
+        for claim in claims:
+            if claim.devices is None:
+                why = "" if self._source.devices_known() else " (no DRA state)"
+                self._notes[f"claim {claim.name}: {claim.kind} {claim.object_name} not known to Placer{why}; "
+                            "its devices are not counted"] = None
+        return with_claimed_devices(resources, claims, extended)

@@ -16,6 +16,7 @@ import jsonpatch
 import yaml
 
 from webhook.claims import ClaimLookup
+from webhook.dra import CLAIM_KIND, CLASS_KIND, TEMPLATE_KIND, class_entry, device_entry, is_dra_api_version
 from webhook.engine.mutate import Mutation, mutate
 from webhook.node_fit import Nodes, node_fit
 from webhook.policy.compiler import PolicyCompiler
@@ -137,12 +138,17 @@ def apply_manifests(
         if namespace_labels:
             namespace = dataclasses.replace(namespace, labels={**namespace.labels, **namespace_labels})
         request = _request_for(obj, namespace.name, operation, index)
+        serving = dataclasses.replace(snapshot, namespaces={**namespaces, namespace.name: namespace})
+        devices = claims.devices_for(request, snapshot, workloads)
         mutation = mutate(
             request,
-            dataclasses.replace(snapshot, namespaces={**namespaces, namespace.name: namespace}),
+            devices.snapshot(serving) if devices is not None else serving,
             workloads,
             claims=claims.for_admission(request, snapshot),
         )
+        if devices is not None:  # a claim Placer does not know: a warning, and a note for explain
+            mutation.warnings.extend(devices.notes)
+            mutation.notes.extend(devices.notes)
         mutated = jsonpatch.apply_patch(obj, mutation.patch) if mutation.patch else obj
         result = ManifestResult(origin, obj, mutated, mutation, namespace)
         report.results.append(result)
@@ -154,11 +160,27 @@ def apply_manifests(
 
 class _DeclaredVolumes:
     """PersistentVolumeClaims and PersistentVolumes among the manifests: what `pin-to-volume-node` reads of
-    the cluster, offline (the claims a Pod mounts and the nodes their volumes are on)."""
+    the cluster, offline (the claims a Pod mounts and the nodes their volumes are on); and the DRA
+    ResourceClaimTemplates, ResourceClaims and DeviceClasses, whose devices complete `resources`
+    (`webhook.dra`)."""
 
     def __init__(self) -> None:
         self.claims: dict[str, JSONObject] = {}
         self.volumes: dict[str, JSONObject] = {}
+        self.device_claims: dict[tuple[str, str], JSONObject] = {}
+        """By (kind, namespace/name)."""
+
+    def devices_known(self) -> bool:
+        return True  # offline, the manifests are all Placer knows: a template not among them is unknown
+
+    def claim_template(self, namespace: str, name: str) -> JSONObject | None:
+        return self.device_claims.get((TEMPLATE_KIND, f"{namespace}/{name}"))
+
+    def resource_claim(self, namespace: str, name: str) -> JSONObject | None:
+        return self.device_claims.get((CLAIM_KIND, f"{namespace}/{name}"))
+
+    def device_class(self, name: str) -> JSONObject | None:
+        return self.device_claims.get((CLASS_KIND, name))
 
     def known(self) -> bool:
         return bool(self.claims or self.volumes)
@@ -192,6 +214,11 @@ def _split_volumes(
             volumes.claims[f"{metadata.get('namespace') or default_namespace}/{name}"] = claim_entry(obj)
         elif obj.get("kind") == "PersistentVolume" and obj.get("apiVersion") == "v1":
             volumes.volumes[name] = volume_entry(obj)
+        elif obj.get("kind") in (TEMPLATE_KIND, CLAIM_KIND) and is_dra_api_version(obj.get("apiVersion")):
+            key = f"{metadata.get('namespace') or default_namespace}/{name}"
+            volumes.device_claims[(str(obj["kind"]), key)] = device_entry(obj, str(obj["kind"]))
+        elif obj.get("kind") == CLASS_KIND and is_dra_api_version(obj.get("apiVersion")):
+            volumes.device_claims[(CLASS_KIND, name)] = class_entry(obj)
         else:
             kept.append((origin, obj))
     return kept, volumes

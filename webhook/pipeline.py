@@ -5,7 +5,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from webhook.claims import ClaimLookup
+from webhook.claims import AdmissionDevices, ClaimLookup
 from webhook.config import OptIn
 from webhook.engine.mutate import INJECT_LABEL, Mutation, mutate
 from webhook.feasibility import Findings, PlacementCheck
@@ -53,7 +53,12 @@ def admit(
         return Admission(request, _respond(request), "skipped", Mutation(passed_through="namespace not opted in"))
     try:
         placements = _claims(claims, snapshot, request)
-        mutation = mutate(request, snapshot, workloads, deadline=deadline, namespace=namespace, claims=placements)
+        devices = _devices(claims, snapshot, request, workloads)
+        serving = devices.snapshot(snapshot) if devices is not None else snapshot
+        mutation = mutate(request, serving, workloads, deadline=deadline, namespace=namespace, claims=placements)
+        if devices is not None:  # a claim Placer does not know: a warning, and a note for explain
+            mutation.warnings.extend(devices.notes)
+            mutation.notes.extend(devices.notes)
     except Exception:  # fail open: a bug or a pathological object must never block the user's workload
         log.exception("admission %s failed; admitting %s/%s unchanged", request.uid, request.namespace, request.name)
         warning = "internal error evaluating policies; admitted unchanged"
@@ -80,6 +85,19 @@ def _claims(
         return claims.for_admission(request, snapshot)
     except Exception:  # the other rules still apply; pins need what could not be read
         log.exception("claims of admission %s unreadable; pod not pinned", request.uid)
+        return None
+
+
+def _devices(
+    claims: ClaimLookup | None, snapshot: PolicySnapshot, request: AdmissionRequest, workloads: WorkloadTable
+) -> AdmissionDevices | None:
+    """When some policy reads `resources`: what completes it with the devices the pods claim through DRA."""
+    if claims is None:
+        return None
+    try:
+        return claims.devices_for(request, snapshot, workloads)
+    except Exception:  # `resources` then says what the pods alone say, and its claims read as not known
+        log.exception("DRA claims of admission %s unreadable", request.uid)
         return None
 
 

@@ -4,19 +4,25 @@ Effective = max(sum over app containers and restartable (sidecar) init container
 one init container while it runs alongside the sidecars started before it), plus pod overhead for requests.
 Pod-level resources (`spec.resources`, beta and on by default since Kubernetes 1.34) replace that aggregate
 for every resource they name, as the scheduler counts them; overhead is still added.
+
+Devices a pod claims through dynamic resource allocation live in ResourceClaims, not in the pod:
+`with_claimed_devices` adds them once the claims are resolved (`webhook.dra`, `webhook.claims`).
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from webhook.dra import GPU_DEVICE_CLASSES, PodClaim, pod_claim_references
 from webhook.quantity import InvalidQuantityError, parse_quantity
 from webhook.typing import JSONObject
 
 Totals = dict[str, float]
 
 
-def effective_resources(spec: JSONObject) -> tuple[dict[str, Totals], list[str]]:
-    """`{requests, limits}` maps of resource name -> number, and a note per unreadable quantity.
+def effective_resources(spec: JSONObject) -> tuple[dict[str, Any], list[str]]:
+    """`{requests, limits}` maps of resource name -> number, and a note per unreadable quantity; with
+    `devices: {}` and, per `spec.resourceClaims[]` entry, `claims[name]` as not known, until the claims are
+    resolved (`with_claimed_devices`): the shape rules see is the same with and without a cluster.
 
     Every quantity is parsed once, and every distinct quantity string once per pod (sidecars and replicas
     of one container repeat theirs: `1`, `500m`, `4Gi`). Runs on every admission that reads `resources`:
@@ -50,7 +56,9 @@ def effective_resources(spec: JSONObject) -> tuple[dict[str, Totals], list[str]]
     overhead = spec.get("overhead")
     if isinstance(overhead, dict):
         totals[0] = _sum([totals[0], parsed.of_map(overhead, "overhead")])
-    return {"requests": totals[0], "limits": totals[1]}, notes
+    unresolved = {name: PodClaim(name, kind, target, None).as_cel()
+                  for name, kind, target in pod_claim_references(spec)} if "resourceClaims" in spec else {}
+    return {"requests": totals[0], "limits": totals[1], "devices": {}, "claims": unresolved}, notes
 
 
 def _containers(value: Any) -> Iterable[JSONObject]:
@@ -115,3 +123,33 @@ def _max(left: Totals, right: Totals) -> Totals:
     for name, value in right.items():
         merged[name] = max(merged.get(name, value), value)
     return merged
+
+
+def with_claimed_devices(
+    resources: Mapping[str, Any], claims: Sequence[PodClaim], extended_names: Mapping[str, str] = GPU_DEVICE_CLASSES
+) -> dict[str, Any]:
+    """`resources` with what the pod claims through DRA (`webhook.dra`) added.
+
+    - `devices`: device class -> number of devices the pod's claims ask for (every class, known claims);
+    - `claims`: pod claim name -> `{kind, name, known, devices}` (`known` false: Placer has not seen the
+      template or claim, so its devices are not counted anywhere);
+    - `requests` and `limits`: devices of a class in `extended_names` (device class -> extended resource
+      name; by default `gpu.nvidia.com` -> `nvidia.com/gpu`, see `webhook.dra.GPU_DEVICE_CLASSES`) also
+      count under that name, as the device plugin's GPUs do (an extended resource's request always equals
+      its limit), so GPU rules written for `nvidia.com/gpu` match DRA GPU pods unchanged.
+    """
+    devices: Totals = {}
+    for claim in claims:
+        for name, number in (claim.devices or {}).items():
+            devices[name] = devices.get(name, 0.0) + float(number)
+    extended: Totals = {}
+    for name, total in devices.items():
+        resource = extended_names.get(name)
+        if resource is not None:
+            extended[resource] = extended.get(resource, 0.0) + total
+    result: dict[str, Any] = dict(resources)
+    result["requests"] = _sum([resources.get("requests") or {}, extended])
+    result["limits"] = _sum([resources.get("limits") or {}, extended])
+    result["devices"] = devices
+    result["claims"] = {claim.name: claim.as_cel() for claim in claims}
+    return result

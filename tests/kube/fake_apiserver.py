@@ -35,6 +35,9 @@ STATEFULSETS = "/apis/apps/v1/statefulsets"
 REPLICASETS = "/apis/apps/v1/replicasets"
 JOBS = "/apis/batch/v1/jobs"
 CRONJOBS = "/apis/batch/v1/cronjobs"
+RESOURCE_CLAIM_TEMPLATES = "/apis/resource.k8s.io/v1/resourceclaimtemplates"
+RESOURCE_CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
+DEVICE_CLASSES = "/apis/resource.k8s.io/v1/deviceclasses"
 PODGROUP_API = "/apis/scheduling.x-k8s.io/v1alpha1"
 PODGROUPS = PODGROUP_API + "/podgroups"
 _KINDS = {
@@ -50,6 +53,9 @@ _KINDS = {
     JOBS: ("batch/v1", "Job", False),
     CRONJOBS: ("batch/v1", "CronJob", False),
     PODGROUPS: ("scheduling.x-k8s.io/v1alpha1", "PodGroup", True),
+    RESOURCE_CLAIM_TEMPLATES: ("resource.k8s.io/v1", "ResourceClaimTemplate", False),
+    RESOURCE_CLAIMS: ("resource.k8s.io/v1", "ResourceClaim", False),
+    DEVICE_CLASSES: ("resource.k8s.io/v1", "DeviceClass", False),
 }
 """Collections listed and watched (namespaced ones across all namespaces: objects keyed `namespace/name`)."""
 NOT_SERVED = "the server could not find the requested resource"

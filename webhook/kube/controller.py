@@ -1,13 +1,15 @@
 """The cluster controller: one process per replica that watches, compiles, publishes and reports.
 
 It list+watches SchedulingPolicies, Namespaces, PriorityClasses, Nodes, PersistentVolumeClaims,
-PersistentVolumes and the workloads marked for a PodGroup (`webhook.kube.pod_groups`), compiles every
-policy when it changes (keeping the last good version of a policy whose update does not compile), writes
-what serves to the state directory that every gunicorn worker of this replica reads
-(`webhook.policy.cluster_state`), and, only while it holds the Lease, writes each policy's `status` and the
-PodGroups marked workloads want. A namespace event is projected to what `namespaceObject` shows, a node
-event to what the scheduler's filters read (`node_facts`), a claim or volume event to what
-`pin-to-volume-node` reads, and written to its shard at once, from the watch thread; one whose projection
+PersistentVolumes, the DRA ResourceClaimTemplates, ResourceClaims and DeviceClasses (at the version
+discovery finds served, `webhook.kube.discovery`; not at all where none is) and the workloads marked for a
+PodGroup (`webhook.kube.pod_groups`), compiles every policy when it changes (keeping the last good version
+of a policy whose update does not compile), writes what serves to the state directory that every gunicorn
+worker of this replica reads (`webhook.policy.cluster_state`), and, only while it holds the Lease, writes
+each policy's `status` and the PodGroups marked workloads want. A namespace event is projected to what
+`namespaceObject` shows, a node event to what the scheduler's filters read (`node_facts`), a claim or volume
+event to what `pin-to-volume-node` reads, a DRA object to what `resources` counts (`webhook.dra`), and
+written to its shard at once, from the watch thread; one whose projection
 did not change (a node's status heartbeat) writes nothing. Admissions never wait for any of this: they
 read the last published state, which keeps serving while the API server is away.
 
@@ -26,8 +28,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from webhook.dra import CLAIM_KIND, CLASS_KIND, class_entry, device_entry, is_generated_claim
 from webhook.kube.api import ApiError, KubeApi, TransportError
 from webhook.kube.connection import ConnectionSetupError, connect, identity
+from webhook.kube.discovery import DRA_KINDS, DiscoveryRefresh, ServedApis, discover, write_served_apis
 from webhook.kube.leader import LeaseElector
 from webhook.kube.node_events import UnchangedNodeEvents
 from webhook.kube.pod_groups import PodGroupKeeper
@@ -45,6 +49,11 @@ from webhook.policy.cluster_state import (
     write_state,
 )
 from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.device_shards import (
+    claim_templates_directory,
+    device_classes_directory,
+    resource_claims_directory,
+)
 from webhook.policy.documents import namespace_info, served_document
 from webhook.policy.errors import PolicyError
 from webhook.policy.namespace_shards import entry_of
@@ -67,6 +76,9 @@ are the busiest watch, and what Placer reads of a node (labels, taints, allocata
 arrive a tenth of a second later. Those updates that change none of it are not even decoded
 (`node_events`)."""
 LEASE_NAME = "placer-status-writer"
+RESTART_TO_FOLLOW_THE_API_SERVER = 3
+"""Exit code when discovery changed what the watches depend on: the arbiter starts the controller again,
+which then watches what the API server serves now."""
 _STATUS_REWRITE_AFTER = 30.0
 _STATUS_RETRY_AFTER = 10.0
 _OPTIONAL_SYNC_WAIT = 5.0
@@ -144,6 +156,32 @@ def _volume_entry(name: str, obj: Mapping[str, Any]) -> Entry:
     return volume_entry(obj)
 
 
+class SharedClaimsSink(ProjectedSink):
+    """The ResourceClaims pods name (shared ones), leaving out those Kubernetes makes for one pod
+    (`webhook.dra.is_generated_claim`): what is published grows with the shared claims, not with DRA pods."""
+
+    _LEFT_OUT = "placer.dev/left-out"
+
+    def keep(self, name: str, obj: Mapping[str, Any]) -> Entry:
+        return {self._LEFT_OUT: True} if is_generated_claim(obj) else super().keep(name, obj)
+
+    def replace(self, entries: Mapping[str, Entry]) -> None:
+        super().replace({name: entry for name, entry in entries.items() if self._LEFT_OUT not in entry})
+
+    def upsert(self, name: str, obj: Mapping[str, Any]) -> None:
+        if is_generated_claim(obj):
+            self.remove(name)
+        else:
+            super().upsert(name, obj)
+
+
+def _device_projection(kind: str) -> Callable[[str, Mapping[str, Any]], Entry]:
+    def project(name: str, obj: Mapping[str, Any]) -> Entry:
+        return class_entry(obj) if kind == CLASS_KIND else device_entry(obj, kind)
+
+    return project
+
+
 class ClusterController:
     def __init__(
         self,
@@ -155,8 +193,14 @@ class ClusterController:
         election_interval: float = 2.0,
         monotonic: Callable[[], float] = time.monotonic,
         metrics: ControllerMetrics | None = None,
+        served: ServedApis | None = None,
+        discovery: DiscoveryRefresh | None = None,
     ) -> None:
         self._api = api
+        self.served = served or ServedApis()
+        self._discovery = discovery
+        self.restart = False
+        """Set when discovery found the API server serving other versions than the watches use."""
         self._state_directory = state_directory
         self._compiler = compiler
         self._elector = elector
@@ -194,7 +238,24 @@ class ClusterController:
             Reflector(api, CLAIMS, self.claims),
             Reflector(api, VOLUMES, self.volumes),
             *self.pod_groups.reflectors,
+            *self._device_claim_reflectors(api, state_directory),
         )
+
+    def _device_claim_reflectors(self, api: KubeApi, state_directory: Path) -> list[Reflector]:
+        """ResourceClaimTemplates, ResourceClaims and DeviceClasses, at the version the API server serves them
+        (none where resource.k8s.io is not served): what `resources` counts of a pod's DRA claims
+        (`webhook.dra`)."""
+        reflectors = []
+        directories = (claim_templates_directory(state_directory), resource_claims_directory(state_directory),
+                       device_classes_directory(state_directory))
+        for (group, kind), directory in zip(DRA_KINDS, directories, strict=True):
+            path, served = self.served.path_of(group, kind), self.served.resource_of(group, kind)
+            if path is None or served is None:
+                continue
+            sink_type = SharedClaimsSink if kind == CLAIM_KIND else ProjectedSink
+            sink = sink_type(f"{kind}s", ShardWriter(directory), _device_projection(kind))
+            reflectors.append(Reflector(api, Resource(path, kind, namespaced=served.namespaced), sink))
+        return reflectors
 
     # -- inputs (reflector threads) -------------------------------------------------------------------------
 
@@ -224,6 +285,11 @@ class ClusterController:
                 self.step()
             except Exception:  # keep publishing and reporting whatever happens to one round
                 log.exception("cluster controller round failed")
+            if self._discovery is not None and self._discovery.check(self._monotonic()):
+                log.warning("the API server serves other versions than watched (%s); restarting to follow",
+                            self._discovery.served.summary())
+                self.restart = True
+                stop.set()
         if self._elector is not None:
             self._elector.release()
 
@@ -364,13 +430,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     elector = None
     if not args.no_status:
         elector = LeaseElector(api, namespace=connection.namespace, name=LEASE_NAME, identity=identity())
-    controller = ClusterController(api, args.state, compiler=PolicyCompiler(), elector=elector)
+    served = served_at_start(api, args.state)
+    discovery = DiscoveryRefresh(api, args.state, served)
+    controller = ClusterController(api, args.state, compiler=PolicyCompiler(), elector=elector, served=served,
+                                   discovery=discovery)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    log.info("cluster controller watching %s", connection.server)
+    log.info("cluster controller watching %s (%s)", connection.server, served.summary())
     controller.run(stop)
-    return 0
+    return RESTART_TO_FOLLOW_THE_API_SERVER if controller.restart else 0
+
+
+def served_at_start(api: KubeApi, state: Path) -> ServedApis:
+    """The API server's version and discovery, written to the state directory; when it cannot be read (the
+    API server is away), nothing optional is watched until `DiscoveryRefresh` reads it and restarts."""
+    try:
+        served = discover(api)
+    except (ApiError, TransportError) as error:
+        log.warning("API discovery failed (%s); optional watches wait for it", error)
+        return ServedApis()
+    write_served_apis(state, served)
+    return served
 
 
 if __name__ == "__main__":

@@ -13,6 +13,10 @@ server carries one watch per replica instead of one per worker. The directory ho
   same way; a status heartbeat changes none of it and writes nothing.
 - `claims/` and `volumes/`: what `pin-to-volume-node` reads of each PersistentVolumeClaim (keyed
   `namespace/name`) and PersistentVolume (`webhook.volumes`), in shards the same way.
+- `resource-claim-templates/`, `resource-claims/` and `device-classes/`: what `resources` counts of the DRA
+  devices a pod claims (`webhook.policy.device_shards`), in shards the same way, where resource.k8s.io is
+  served.
+- `apis.json`: the API server's version and the API versions it serves (`webhook.kube.discovery`).
 
 Every file is replaced by rename, so a reader sees the old file or the new one, never a part. The controller
 has already compiled each document and keeps only good versions (the last good one when an update does not
