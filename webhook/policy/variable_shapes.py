@@ -39,7 +39,13 @@ WORKLOAD: Schema = _closed(
     kind=_STRING, apiVersion=_STRING, name=_STRING, namespace=_STRING, replicas={"type": "integer"},
     labels=_STRINGS, annotations=_STRINGS,
 )
-RESOURCES: Schema = _closed(requests=_NUMBERS, limits=_NUMBERS)
+RESOURCES: Schema = _closed(
+    requests=_NUMBERS, limits=_NUMBERS, devices=_NUMBERS,
+    claims={"type": "object", "additionalProperties": _closed(
+        kind=_STRING, name=_STRING, known={"type": "boolean"}, devices=_NUMBERS)},
+)
+"""`resources`: effective requests and limits, and the devices claimed through DRA (per device class, and per
+claim of the pod), as `webhook/dra.py` builds them."""
 REQUEST: Schema = _closed(
     uid=_STRING,
     kind=_GROUP_VERSION_KIND,
