@@ -94,3 +94,15 @@ def test_policy_terms_written_before_keep_their_place() -> None:
         {"labelSelector": {"matchLabels": {"app": "trainer"}}, "topologyKey": "kubernetes.io/hostname"}]}}
     spread, anti = placed(deployment)
     assert "matchLabelKeys" not in spread and "matchLabelKeys" not in anti
+
+
+def test_a_daemonset_pod_is_spread_with_its_own_revision() -> None:
+    """The DaemonSet controller labels its pods `controller-revision-hash` and `pod-template-generation`, both
+    per revision: the selector leaves both out, the revision key narrows it."""
+    pod = obj_of("pod-rs-owned-generatename-create-dryrun")
+    pod["metadata"]["labels"] = {"app": "agent", "controller-revision-hash": "7d9f8c6b5",
+                                 "pod-template-generation": "3"}
+    pod["metadata"]["ownerReferences"][0].update(kind="DaemonSet", name="agent")
+    spread, anti = placed(pod)
+    assert spread["labelSelector"] == anti["labelSelector"] == {"matchLabels": {"app": "agent"}}
+    assert spread["matchLabelKeys"] == anti["matchLabelKeys"] == ["controller-revision-hash"]

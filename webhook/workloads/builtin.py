@@ -30,6 +30,7 @@ PER_POD_LABELS = frozenset(
     {
         POD_TEMPLATE_HASH,
         "controller-revision-hash",
+        "pod-template-generation",
         "statefulset.kubernetes.io/pod-name",
         "apps.kubernetes.io/pod-index",
         "batch.kubernetes.io/job-completion-index",
@@ -49,8 +50,8 @@ def deployment_pods(obj: JSONObject, template: JSONObject) -> JSONObject | None:
     """A Deployment's own pods of the new pod's revision: its selector narrowed by `pod-template-hash`.
 
     Counting every revision together unbalances a spread for good: the rollout places new pods beside old
-    ones, then scales the old ReplicaSet down without looking at zones (issue: `zone-a:2, zone-b:0,
-    zone-c:2` after `kubectl set image`). `matchLabelKeys` is Kubernetes' answer (API reference,
+    ones, then scales the old ReplicaSet down without looking at zones (seen on a living cluster: `zone-a:2,
+    zone-b:0, zone-c:2` after `kubectl set image`). `matchLabelKeys` is Kubernetes' answer (API reference,
     TopologySpreadConstraint.matchLabelKeys and PodAffinityTerm.matchLabelKeys).
     """
     return own_pods_term(controller_selector(obj, template), POD_TEMPLATE_HASH)
