@@ -4,9 +4,9 @@ kube-scheduler runs its Filter plugins in the order of its default profile (kube
 pkg/scheduler/apis/config/v1/default_plugins.go, getDefaultPlugins: NodeUnschedulable, NodeName,
 TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit, volumes, PodTopologySpread, InterPodAffinity) and,
 per node, stops at the first that rejects it (pkg/scheduler/framework/runtime/framework.go,
-RunFilterPlugins); the pod's FailedScheduling event counts each node under that plugin's reason. The filters
-that read only the pod and the node are checked here, in that order, against what Placer keeps of each Node
-(`webhook.policy.node_facts`):
+RunFilterPlugins); the pod's FailedScheduling event counts each node under that plugin's reason
+(pkg/scheduler/framework/types.go, FitError.Error). The filters that read only the pod and the node are
+checked here, in that order, against what Placer keeps of each Node (`webhook.policy.node_facts`):
 
 1. NodeUnschedulable: a cordoned node, unless the pod tolerates `node.kubernetes.io/unschedulable:NoSchedule`;
 2. NodeName: a pod that names its node (`spec.nodeName`) fits no other;
