@@ -1,11 +1,22 @@
 """Which nodes could ever host a pod: the scheduler's node filters that depend only on the pod and the node.
 
-The kube-scheduler filters nodes in order: NodeUnschedulable (a cordoned node, unless the pod tolerates
-`node.kubernetes.io/unschedulable:NoSchedule`), NodeAffinity (`nodeSelector`, then required node affinity:
-terms ORed, expressions ANDed, `matchFields` on `metadata.name`), TaintToleration (every NoSchedule and
-NoExecute taint tolerated). These are checked here against what Placer keeps of each Node
-(`webhook.policy.node_facts`); resources, ports and volumes depend on what runs where and are left to the
-scheduler. Counting, per node, the first filter that rejects it names the constraint no node satisfies.
+kube-scheduler runs its Filter plugins in the order of its default profile (kubernetes
+pkg/scheduler/apis/config/v1/default_plugins.go, getDefaultPlugins: NodeUnschedulable, NodeName,
+TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit, volumes, PodTopologySpread, InterPodAffinity) and,
+per node, stops at the first that rejects it (pkg/scheduler/framework/runtime/framework.go,
+RunFilterPlugins); the pod's FailedScheduling event counts each node under that plugin's reason
+(pkg/scheduler/framework/types.go, FitError.Error). The filters that read only the pod and the node are
+checked here, in that order, against what Placer keeps of each Node (`webhook.policy.node_facts`):
+
+1. NodeUnschedulable: a cordoned node, unless the pod tolerates `node.kubernetes.io/unschedulable:NoSchedule`;
+2. NodeName: a pod that names its node (`spec.nodeName`) fits no other;
+3. TaintToleration: every NoSchedule and NoExecute taint tolerated;
+4. NodeAffinity: `nodeSelector`, then required node affinity (terms ORed, expressions ANDed, `matchFields`
+   on `metadata.name`).
+
+Resources, ports and volumes depend on what runs where and are left to the scheduler. Counting, per node,
+the first filter that rejects it names the same cause as the scheduler's event: a tainted node without the
+pool label is "with untolerated taint", as the scheduler says, not "without label".
 """
 
 from collections import Counter, OrderedDict
@@ -34,7 +45,8 @@ class Fit:
     def describe(self) -> str:
         if self.hosts:
             return f"{self.hosts} of {self.total} nodes can host its pods"
-        reasons = ", ".join(f"{count} {reason}" for reason, count in self.rejections.most_common())
+        ranked = sorted(self.rejections.items(), key=lambda item: (-item[1], _filter_rank(item[0])))
+        reasons = ", ".join(f"{count} {reason}" for reason, count in ranked)
         return f"no node can host its pods ({reasons}; 0 of {self.total} nodes)"
 
 
@@ -89,8 +101,9 @@ def node_filter(pod_spec: Mapping[str, Any]) -> Callable[[str, Mapping[str, Any]
     """(node name, facts) → why a pod with `pod_spec` cannot land there, or None when it passes every filter."""
     tolerations = [t for t in pod_spec.get("tolerations") or [] if isinstance(t, dict)]
     selector = pod_spec.get("nodeSelector") if isinstance(pod_spec.get("nodeSelector"), dict) else {}
-    terms = _required_terms(pod_spec)
-    return lambda name, facts: _rejection(name, facts, tolerations, selector or {}, terms)
+    node_name = pod_spec.get("nodeName") if isinstance(pod_spec.get("nodeName"), str) else None
+    pod = _PodConstraints(tolerations, node_name or None, selector or {}, _required_terms(pod_spec))
+    return lambda name, facts: _rejection(name, facts, pod)
 
 
 def pod_spec_of(template: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -104,30 +117,50 @@ def placement_key(spec: Mapping[str, Any]) -> bytes:
     node_affinity = (affinity or {}).get("nodeAffinity") or {}
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(
         node_affinity, dict) else None
-    parts = (spec.get("nodeSelector"), required, spec.get("tolerations"))
+    parts = (spec.get("nodeSelector"), required, spec.get("tolerations"), spec.get("nodeName"))
     return orjson.dumps(parts, option=orjson.OPT_SORT_KEYS, default=str)
+
+
+@dataclass(frozen=True, slots=True)
+class _PodConstraints:
+    """What the filters read of the pod."""
+
+    tolerations: list[dict[str, Any]]
+    node_name: str | None
+    selector: Mapping[str, Any]
+    terms: list[Mapping[str, Any]] | None
 
 
 def _rejection(
     name: str,
     facts: Mapping[str, Any],
-    tolerations: list[dict[str, Any]],
-    selector: Mapping[str, Any],
-    terms: list[Mapping[str, Any]] | None,
+    pod: _PodConstraints,
 ) -> str | None:
-    labels = facts.get("labels") or {}
-    if facts.get("unschedulable") and not any(_tolerates(t, UNSCHEDULABLE_TAINT) for t in tolerations):
+    """The first of the scheduler's filters (module docstring) that rejects the node, as a phrase."""
+    if facts.get("unschedulable") and not any(_tolerates(t, UNSCHEDULABLE_TAINT) for t in pod.tolerations):
         return "cordoned"
-    for key, value in selector.items():
-        if labels.get(key) != value:
-            return f"without label {key}={value}"
-    if terms is not None and not any(_term_matches(term, name, labels) for term in terms):
-        return "outside the required node affinity"
+    if pod.node_name and pod.node_name != name:
+        return f"not the requested node {pod.node_name}"
     for taint in facts.get("taints") or []:
-        if taint.get("effect") in _REJECTING_EFFECTS and not any(_tolerates(t, taint) for t in tolerations):
+        if taint.get("effect") in _REJECTING_EFFECTS and not any(_tolerates(t, taint) for t in pod.tolerations):
             value = f"={taint['value']}" if taint.get("value") else ""
             return f"with untolerated taint {taint.get('key')}{value}:{taint.get('effect')}"
+    labels = facts.get("labels") or {}
+    for key, value in pod.selector.items():
+        if labels.get(key) != value:
+            return f"without label {key}={value}"
+    if pod.terms is not None and not any(_term_matches(term, name, labels) for term in pod.terms):
+        return "outside the required node affinity"
     return None
+
+
+_FILTER_PHRASES = ("cordoned", "not the requested node", "with untolerated taint", "without label", "outside")
+
+
+def _filter_rank(reason: str) -> int:
+    """Where the filter behind a reason runs (ties in a description are listed in the scheduler's order)."""
+    return next((rank for rank, phrase in enumerate(_FILTER_PHRASES) if reason.startswith(phrase)), len(
+        _FILTER_PHRASES))
 
 
 def _required_terms(pod_spec: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:

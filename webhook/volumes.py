@@ -4,7 +4,14 @@ A local PersistentVolume (the `local` volume type, TopoLVM, OpenEBS LocalPV, ran
 its own `spec.nodeAffinity` which node holds its data: one required term whose requirement on a per-node
 label (`kubernetes.io/hostname`, or the provisioner's own node key) has a single value. A claim provisioned
 for a WaitForFirstConsumer StorageClass also carries the node the scheduler chose for it, in the annotation
-`volume.kubernetes.io/selected-node`; a hostPath-backed volume that says nothing itself is tied to that node.
+`volume.kubernetes.io/selected-node`; a volume of a node-local kind (`LOCAL_KINDS`: a hostPath volume often
+says nothing itself) is tied to that node.
+
+Network storage is never pinned. The annotation is on every claim of a WaitForFirstConsumer class, the
+defaults on EKS, GKE and AKS (kube-scheduler writes it on each claim it has provisioned, naming the node it
+chose: pkg/scheduler/framework/plugins/volumebinding/binder.go, AssumePodVolumes), and an EBS, PD or Azure
+Disk volume's node affinity names a zone, not a node: the data is reachable from every node of the zone, and
+a pod pinned to the node that happened to be chosen would wait for it forever once it is replaced.
 
 The controller publishes what Placer keeps of claims and volumes (`claim_entry`, `volume_entry`); at a Pod's
 admission each claim the pod mounts is resolved here to a `ClaimPlacement`, which `pin-to-volume-node` turns
@@ -25,6 +32,17 @@ NODE_KEYS = ("kubernetes.io/hostname", "topology.topolvm.io/node", "openebs.io/n
 (Kubernetes' local volumes and local-path: hostname; TopoLVM: topology.topolvm.io/node; OpenEBS LVM and ZFS
 LocalPV: openebs.io/nodename and openebs.io/nodeid)."""
 NODE_NAME_FIELD = "metadata.name"
+LOCAL_CSI_DRIVERS = frozenset({
+    "topolvm.io",  # TopoLVM
+    "topolvm.cybozu.com",  # TopoLVM before 0.11
+    "local.csi.openebs.io",  # OpenEBS LVM LocalPV
+    "zfs.csi.openebs.io",  # OpenEBS ZFS LocalPV
+    "hostpath.csi.k8s.io",  # kubernetes-csi/csi-driver-host-path
+})
+"""CSI drivers whose volumes live on one node's disks."""
+LOCAL_KINDS = ("local", "hostPath")
+"""PersistentVolume sources that are a node's own disk (API reference, PersistentVolumeSpec: `local`,
+`hostPath`), besides CSI volumes of LOCAL_CSI_DRIVERS."""
 
 ClaimState = Literal["unknown", "unbound", "volume-missing", "not-local", "pinned"]
 
@@ -52,7 +70,8 @@ class ClaimPlacement:
     claim: str
     state: ClaimState
     """unknown: no such claim (yet); unbound: no volume yet; volume-missing: bound to a volume that is gone;
-    not-local: the volume is not tied to a node (network storage); pinned: `pin` says where the data is."""
+    not-local: the volume is not tied to one node (network storage, even when the claim names the node it was
+    provisioned for); pinned: `pin` says where the data is."""
     volume: str | None = None
     storage_class: str | None = None
     provisioner: str | None = None
@@ -78,12 +97,15 @@ def claim_entry(claim: Mapping[str, Any]) -> JSONObject:
 
 
 def volume_entry(volume: Mapping[str, Any]) -> JSONObject:
-    """What Placer keeps of a PersistentVolume: the node its data is on, its class and provisioner."""
+    """What Placer keeps of a PersistentVolume: the node its data is on, whether it is of a node-local kind,
+    its class and provisioner."""
     metadata, spec = as_map(volume.get("metadata")), as_map(volume.get("spec"))
     entry: JSONObject = {}
     pin = volume_pin(spec)
     if pin is not None:
         entry["pin"] = {"key": pin.key, "value": pin.value, "field": pin.field}
+    if node_local(spec):
+        entry["local"] = True
     storage_class = spec.get("storageClassName")
     if isinstance(storage_class, str) and storage_class:
         entry["storageClassName"] = storage_class
@@ -112,6 +134,14 @@ def volume_pin(spec: Mapping[str, Any]) -> NodePin | None:
     return None
 
 
+def node_local(spec: Mapping[str, Any]) -> bool:
+    """Whether a PV's data is on one node's disks: a `local` or `hostPath` volume, or a CSI volume of a
+    node-local driver. Everything else (EBS, PD, Azure Disk, NFS, Ceph...) is reachable from more than one."""
+    if any(isinstance(spec.get(kind), dict) for kind in LOCAL_KINDS):
+        return True
+    return as_map(spec.get("csi")).get("driver") in LOCAL_CSI_DRIVERS
+
+
 def _single_in(requirement: Any, keys: tuple[str, ...]) -> str | None:
     if not isinstance(requirement, dict) or requirement.get("key") not in keys or requirement.get("operator") != "In":
         return None
@@ -136,8 +166,9 @@ def place_claim(
 ) -> ClaimPlacement:
     """Resolve one claim (its published entry, or None) to where its data is.
 
-    The PV's own node affinity wins; a PV that names no node is tied to the claim's selected node when the
-    claim has one (a hostPath-backed provisioner); otherwise the data is not on one node.
+    The PV's own node affinity wins; a node-local PV that names no node itself (a hostPath volume) is tied to
+    the claim's selected node when the claim has one; otherwise the data is not on one node, whatever node the
+    claim was provisioned for (network storage: a zonal disk is reachable from its whole zone).
     """
     if claim is None:
         return ClaimPlacement(name, "unknown")
@@ -152,7 +183,7 @@ def place_claim(
     storage_class = storage_class or volume.get("storageClassName")
     provisioner = volume.get("provisioner") or provisioner
     pin = pin_from_entry(volume)
-    if pin is None and claim.get("selectedNode"):
+    if pin is None and claim.get("selectedNode") and volume.get("local") is True:
         pin = NodePin(NODE_NAME_FIELD, str(claim["selectedNode"]), field=True)
     if pin is None:
         return ClaimPlacement(name, "not-local", str(volume_name), storage_class, provisioner)

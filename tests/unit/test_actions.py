@@ -7,15 +7,19 @@ import pytest
 from webhook.actions.base import ActionContext, ActionSkipped
 from webhook.actions.parameters import parse_parameters
 from webhook.actions.registry import action_specs
+from webhook.workloads.slots import own_pods_term
 
 SPECS = action_specs()
 
 
 def apply(action: str, template: dict[str, Any], *, override: bool = False, selector: Any = None,
-          protected: frozenset[str] = frozenset(), **raw: Any) -> tuple[bool, list[str]]:
+          revision_keys: tuple[str, ...] = (), protected: frozenset[str] = frozenset(),
+          **raw: Any) -> tuple[bool, list[str]]:
+    """`selector` and `revision_keys`: the workload's own pods, as its workload kind would derive them."""
     params, problems = parse_parameters(SPECS[action], raw)
     assert problems == []
-    context = ActionContext(override, (lambda template: selector), protected)
+    own = own_pods_term(selector, *revision_keys)
+    context = ActionContext(override, (lambda template: own), protected)
     changed = SPECS[action].apply(template, params, context)
     return changed, context.conflicts
 
@@ -61,6 +65,69 @@ def test_topology_spread_keyed_and_default_selector() -> None:
         apply("add-topology-spread", {"spec": {}}, selector=None, topologyKey="host")
 
 
+HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+OWN = {"matchLabels": {"app": "web"}}
+REV = ("pod-template-hash",)
+
+
+def test_default_spread_and_anti_affinity_count_only_the_new_pods_revision() -> None:
+    """A Deployment's own pods are selected per revision (`matchLabelKeys: [pod-template-hash]`), so a rolling
+    update does not count old and new pods together (issue 37, item 1)."""
+    template: dict[str, Any] = {"spec": {}}
+    assert apply("add-topology-spread", template, selector=OWN, revision_keys=REV, topologyKey=ZONE)[0]
+    assert apply("add-pod-anti-affinity", template, selector=OWN, revision_keys=REV,
+                 topologyKey=HOST, type="required")[0]
+    assert apply("add-pod-affinity", template, selector=OWN, revision_keys=REV, topologyKey=ZONE)[0]
+    spec = template["spec"]
+    assert spec["topologySpreadConstraints"] == [{
+        "maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule", "labelSelector": OWN,
+        "matchLabelKeys": ["pod-template-hash"]}]
+    assert spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [
+        {"labelSelector": OWN, "topologyKey": HOST, "matchLabelKeys": ["pod-template-hash"]}]
+    assert spec["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] == [
+        {"weight": 50, "podAffinityTerm": {"labelSelector": OWN, "topologyKey": ZONE,
+                                           "matchLabelKeys": ["pod-template-hash"]}}]
+    # a second pass finds its own terms (reinvocation yields an empty patch)
+    assert not apply("add-pod-anti-affinity", template, selector=OWN, revision_keys=REV,
+                     topologyKey=HOST, type="required")[0]
+    assert not apply("add-pod-affinity", template, selector=OWN, revision_keys=REV, topologyKey=ZONE)[0]
+
+
+@pytest.mark.parametrize("action", ["add-topology-spread", "add-pod-anti-affinity"])
+def test_what_the_policy_writes_is_kept_as_written(action: str) -> None:
+    """An explicit labelSelector may span several workloads: no revision key is added to it. Explicit
+    matchLabelKeys replace the default, and `[]` counts every revision together."""
+    def written(**raw: Any) -> dict[str, Any]:
+        template: dict[str, Any] = {"spec": {}}
+        assert apply(action, template, selector=OWN, revision_keys=REV, topologyKey=ZONE, **raw)[0]
+        spec = template["spec"]
+        if action == "add-topology-spread":
+            return spec["topologySpreadConstraints"][0]  # type: ignore[no-any-return]
+        return spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0][
+            "podAffinityTerm"]  # type: ignore[no-any-return]
+
+    team = {"matchLabels": {"team": "a"}}
+    assert "matchLabelKeys" not in written(labelSelector=team)
+    assert written(labelSelector=team)["labelSelector"] == team
+    assert written(labelSelector=team, matchLabelKeys=["track"])["matchLabelKeys"] == ["track"]
+    assert written(matchLabelKeys=["track"])["matchLabelKeys"] == ["track"]
+    assert "matchLabelKeys" not in written(matchLabelKeys=[])
+    assert written(matchLabelKeys=[])["labelSelector"] == OWN
+
+
+def test_revision_key_already_in_the_selector_is_not_repeated() -> None:
+    """kube-apiserver refuses a key in both the selector and matchLabelKeys (an orphaned ReplicaSet's
+    selector has pod-template-hash)."""
+    selector = {"matchLabels": {"app": "web", "pod-template-hash": "5d8f"}}
+    template: dict[str, Any] = {"spec": {}}
+    assert apply("add-topology-spread", template, selector=selector, revision_keys=REV,
+                 topologyKey=ZONE)[0]
+    assert "matchLabelKeys" not in template["spec"]["topologySpreadConstraints"][0]
+    with pytest.raises(ActionSkipped, match="also in the labelSelector"):
+        apply("add-pod-anti-affinity", {"spec": {}}, selector=OWN, topologyKey=HOST, matchLabelKeys=["app"])
+
+
 def test_pod_anti_affinity_with_string_selector_and_dedupe() -> None:
     template: dict[str, Any] = {}
     assert apply("add-pod-anti-affinity", template, topologyKey="kubernetes.io/hostname", labelSelector="app=db,x=y",
@@ -87,6 +154,7 @@ def test_priority_class_removes_integer_priority() -> None:
 
 def test_labels_never_change_the_controllers_selector_labels_even_with_override() -> None:
     template = {"metadata": {"labels": {"app": "web"}}}
-    changed, conflicts = apply("add-labels", template, override=True, protected=frozenset({"app"}), app="other", team="a")
+    changed, conflicts = apply("add-labels", template, override=True, protected=frozenset({"app"}),
+                               app="other", team="a")
     assert changed and template["metadata"]["labels"] == {"app": "web", "team": "a"}
     assert conflicts == ["label app is used by the workload's selector, kept"]

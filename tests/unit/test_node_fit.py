@@ -1,6 +1,6 @@
-"""The scheduler's node filters that depend on pod and node alone: cordon, nodeSelector, required node
-affinity, taints and tolerations (the semantics of kube-scheduler's NodeUnschedulable, NodeAffinity and
-TaintToleration plugins and corev1 ToleratesTaint)."""
+"""The scheduler's node filters that depend on pod and node alone: cordon, node name, taints and
+tolerations, nodeSelector and required node affinity (the semantics of kube-scheduler's NodeUnschedulable,
+NodeName, TaintToleration and NodeAffinity plugins, run in that order, and corev1 ToleratesTaint)."""
 
 from typing import Any
 
@@ -59,7 +59,8 @@ def test_node_selector_and_every_affinity_operator() -> None:
                 "tolerations": [{"operator": "Exists"}]})[0] == 1
     assert fit(required({"key": "cores", "operator": "Gt", "values": ["6"]}))[0] == 1
     assert fit(required({"key": "cores", "operator": "Lt", "values": ["6"]})) == (0, {
-        "cordoned": 1, "outside the required node affinity": 2})  # the first filter a node fails counts
+        "cordoned": 1, "with untolerated taint nvidia.com/gpu=present:NoSchedule": 1,
+        "outside the required node affinity": 1})  # the first filter a node fails counts
     assert fit(required({"key": "pool", "operator": "DoesNotExist"}))[0] == 0
     assert fit(required(fields=[{"key": "metadata.name", "operator": "In", "values": ["cpu-1"]}]))[0] == 1
 
@@ -76,7 +77,27 @@ def test_terms_are_ored_and_an_empty_term_matches_nothing() -> None:
 
 @pytest.mark.parametrize(("spec", "text"), [
     ({}, "1 of 3 nodes can host its pods"),
-    ({"nodeSelector": {"pool": "ml"}}, "no node can host its pods (2 without label pool=ml, 1 cordoned; 0 of 3 nodes)"),
+    ({"nodeSelector": {"pool": "ml"}}, "no node can host its pods (1 cordoned, 1 with untolerated taint "
+                                       "nvidia.com/gpu=present:NoSchedule, 1 without label pool=ml; 0 of 3 nodes)"),
+    ({"nodeSelector": {"pool": "ml"}, "tolerations": [{"operator": "Exists"}]},
+     "no node can host its pods (3 without label pool=ml; 0 of 3 nodes)"),
 ])
 def test_described_for_a_person(spec: dict[str, Any], text: str) -> None:
     assert node_fit(spec, NODES).describe() == text
+
+
+def test_a_node_is_counted_under_the_first_filter_the_scheduler_runs() -> None:
+    """Issue 37, item 7: kube-scheduler runs NodeUnschedulable, NodeName, TaintToleration, then NodeAffinity
+    (default_plugins.go getDefaultPlugins) and stops at the first that fails (framework.go RunFilterPlugins):
+    a tainted node without the pool label is one with an untolerated taint, as the pod's FailedScheduling
+    event says, and a cordoned one is cordoned whatever else it lacks."""
+    tainted = node("gpu-2", {"zone": "c"}, [GPU_TAINT])
+    cordoned_and_tainted = node("gpu-3", {}, [GPU_TAINT], unschedulable=True)
+    result = node_fit({"nodeSelector": {"pool": "ml"}}, [tainted, cordoned_and_tainted])
+    assert dict(result.rejections) == {"with untolerated taint nvidia.com/gpu=present:NoSchedule": 1, "cordoned": 1}
+
+
+def test_a_pod_that_names_its_node_fits_no_other() -> None:
+    assert fit({"nodeName": "cpu-1"}) == (1, {"cordoned": 1, "not the requested node cpu-1": 1})
+    assert fit({"nodeName": "gpu-1"}) == (0, {"cordoned": 1, "not the requested node gpu-1": 1,
+                                               "with untolerated taint nvidia.com/gpu=present:NoSchedule": 1})

@@ -13,17 +13,20 @@ from webhook.policy.volume_shards import VolumeShards
 from webhook.volumes import claim_entry, volume_entry
 
 OBJECTS = Path(__file__).parent / "objects.yaml"
+ZONAL = Path(__file__).parent / "zonal.yaml"
+"""Network volumes of WaitForFirstConsumer classes (EBS, Azure Disk, NFS) whose claims name a selected node."""
 TEMPLATES = ("data", "cache", "fast", "scratch", "logs", "shared")
 APPLIED = "placer.dev/applied"
 
 
-def objects() -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(OBJECTS.read_text()) if doc]
+def objects(path: Path = OBJECTS) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
-def publish(state: Path, nodes: tuple[str, ...] = ("kind-worker", "kind-worker2", "kind-worker3")) -> ClaimLookup:
+def publish(state: Path, nodes: tuple[str, ...] = ("kind-worker", "kind-worker2", "kind-worker3"),
+            path: Path = OBJECTS) -> ClaimLookup:
     """Claims, volumes and nodes written as the controller writes them; the lookup a worker makes of them."""
-    docs = objects()
+    docs = objects(path)
     ShardWriter(state / "claims").replace({
         f"{d['metadata']['namespace']}/{d['metadata']['name']}": claim_entry(d)
         for d in docs if d["kind"] == "PersistentVolumeClaim"})

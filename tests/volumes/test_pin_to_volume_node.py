@@ -16,13 +16,13 @@ import yaml
 
 from tests.conftest import fixture_request
 from tests.helpers import compile_errors, snapshot_of
-from tests.volumes.data import APPLIED, TEMPLATES, objects, publish, statefulset_pod
+from tests.volumes.data import APPLIED, TEMPLATES, ZONAL, objects, publish, statefulset_pod
 from webhook.claims import ClaimLookup
 from webhook.engine.mutate import mutate
 from webhook.pipeline import admit
 from webhook.policy.volume_shards import VolumeShards
 from webhook.review import parse_review
-from webhook.volumes import NodePin, place_claim, pod_claims, volume_pin
+from webhook.volumes import NodePin, claim_entry, node_local, place_claim, pod_claims, volume_entry, volume_pin
 from webhook.workloads import default_workload_table
 
 
@@ -96,6 +96,51 @@ def test_claims_are_resolved_to_where_their_data_is(tmp_path: Path) -> None:
     assert placements["data-db-0"].provisioner == "rancher.io/local-path"
     assert placements["data-db-0"].storage_class == "standard"
     assert all(p.node_present for p in placements.values() if p.pin)
+
+
+ZONAL_TEMPLATES = ("ebs", "ebs-zone", "azure", "nfs")
+EKS_NODE = "ip-10-0-1-23.ec2.internal"
+
+
+def test_network_volumes_are_not_on_one_node_whatever_node_their_claim_was_provisioned_for(tmp_path: Path) -> None:
+    """Issue 37, item 2: a WaitForFirstConsumer claim of a zonal disk (gp3 on ebs.csi.aws.com, Azure Disk) or
+    of NFS carries the node kube-scheduler chose when it was provisioned; the data is reachable from the
+    whole zone (or everywhere), so that node is not where the data is."""
+    lookup = publish(tmp_path, nodes=(EKS_NODE,), path=ZONAL)
+    placements = lookup.placements("team-a", statefulset_pod(*ZONAL_TEMPLATES)["request"]["object"])
+    assert placements is not None
+    assert {name: (p.state, p.pin) for name, p in placements.items()} == {
+        f"{template}-db-0": ("not-local", None) for template in ZONAL_TEMPLATES}
+    assert placements["ebs-db-0"].storage_class == "gp3"
+    assert placements["ebs-db-0"].provisioner == "ebs.csi.aws.com"
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_zonal_ebs_claim_never_pins_its_pod_to_the_selected_node(tmp_path: Path, strict: bool) -> None:
+    """Before, the gp3 pod was pinned to ip-10-0-1-23.ec2.internal, and under `strict` stayed Pending once that
+    node was replaced; it is left to the scheduler, whose VolumeBinding plugin keeps it in the disk's zone."""
+    lookup = publish(tmp_path, nodes=(EKS_NODE,), path=ZONAL)
+    for claims in [("ebs",), ZONAL_TEMPLATES]:
+        body = statefulset_pod(*claims)
+        pod, warnings = pinned(lookup, body, policy(strict=True) if strict else policy())
+        assert pod == body["request"]["object"] and warnings == []
+    # nor when the rule names the class or the provisioner
+    body = statefulset_pod("ebs")
+    pod, _ = pinned(lookup, body, policy(storageClassNames=["gp3"], provisioners=["ebs.csi.aws.com"], strict=strict))
+    assert "affinity" not in pod["spec"]
+
+
+def test_only_node_local_volume_kinds_follow_their_claims_selected_node() -> None:
+    assert node_local({"hostPath": {"path": "/mnt/cache"}}) and node_local({"local": {"path": "/mnt/disks/1"}})
+    assert node_local({"csi": {"driver": "topolvm.io"}}) and node_local({"csi": {"driver": "local.csi.openebs.io"}})
+    assert not node_local({"csi": {"driver": "ebs.csi.aws.com"}}) and not node_local({"nfs": {"server": "n"}})
+    claim = claim_entry({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "n1"}},
+                         "spec": {"volumeName": "v"}})
+    hostpath = volume_entry({"spec": {"hostPath": {"path": "/mnt/x"}}})
+    ebs = volume_entry({"spec": {"csi": {"driver": "ebs.csi.aws.com"}}})
+    assert place_claim("c", claim, lambda name: hostpath, lambda pin: True).pin == NodePin(
+        "metadata.name", "n1", field=True)
+    assert place_claim("c", claim, lambda name: ebs, lambda pin: True).state == "not-local"
 
 
 def test_a_claim_that_does_not_exist_yet_and_a_pod_without_claims() -> None:

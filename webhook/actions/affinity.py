@@ -2,6 +2,13 @@
 
 Node affinity terms are ORed and the requirements inside a term are ANDed, so a required requirement is
 added to every existing term: appending a new term would *widen* the choice of nodes instead of narrowing it.
+
+A pod (anti-)affinity term on the workload's own pods selects those of the new pod's revision by default
+(`matchLabelKeys: [pod-template-hash]` on a Deployment): otherwise new pods keep away from old ones that are
+about to go (a required term can block the rollout), or join them where they are. kube-apiserver merges the
+keys into the selector when it creates the Pod (pkg/registry/core/pod/strategy.go mutatePodAffinity);
+MatchLabelKeysInPodAffinity is GA since 1.33 (pkg/features/kube_features.go), so every supported version
+(1.34-1.37) accepts the field.
 """
 
 from collections.abc import Mapping
@@ -14,6 +21,7 @@ from webhook.actions.base import (
     Param,
     ensure_list,
     ensure_map,
+    selector_keys,
     selector_matches,
 )
 from webhook.json_copy import copy_json
@@ -51,10 +59,13 @@ def _add_pod_term(template: JSONObject, params: Mapping[str, Any], context: Acti
     selects this pod's labels is the same term: the labels may have grown since it was written (a later
     `add-labels` rule), and a second, narrower copy would make the policies' output change on every pass.
     """
-    selector = params.get("labelSelector") or context.default_selector(template)
-    if selector is None:
-        raise ActionSkipped("no labelSelector given and none can be derived from the workload")
+    selector, match_label_keys = context.pod_selection(template, params)
+    overlap = set(match_label_keys) & selector_keys(selector)
+    if overlap:
+        raise ActionSkipped(f"matchLabelKeys {sorted(overlap)} also in the labelSelector")
     term: JSONObject = {"labelSelector": copy_json(selector), "topologyKey": params["topologyKey"]}
+    if match_label_keys:
+        term["matchLabelKeys"] = match_label_keys
     labels = (template.get("metadata") or {}).get("labels") if "labelSelector" not in params else None
 
     def same(existing: Any) -> bool:
@@ -175,6 +186,7 @@ SPECS = (
                 Param("type", "enum", default="preferred", choices=AFFINITY_TYPES),
                 _WEIGHT,
                 Param("labelSelector", "selector"),
+                Param("matchLabelKeys", "keys", check=qualified_name_error),
             ),
             own_pods="keyed-by-selector",
         )

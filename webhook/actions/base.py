@@ -53,8 +53,8 @@ class ActionContext:
 
     override: bool
     own_pods: Callable[[JSONObject], JSONObject | None] | None
-    """The metav1.LabelSelector of the workload's own pods, given the template as it is now (labels an
-    earlier rule added count, so a second pass over Placer's output derives the same selector)."""
+    """How to select the workload's own pods, `{labelSelector, matchLabelKeys?}`, given the template as it is
+    now (labels an earlier rule added count, so a second pass over Placer's output derives the same)."""
     protected_labels: frozenset[str]
     """Label keys a controller's selector reads: adding or changing them on the template would break it."""
     template: str = ""
@@ -74,9 +74,23 @@ class ActionContext:
     """On a Pod, the cluster's globalDefault PriorityClass, which the Priority admission plugin wrote into the
     Pod before any webhook ran: `set-priority-class` treats it as unset."""
 
-    def default_selector(self, template: JSONObject) -> JSONObject | None:
-        """The own-pods selector for this template, or None when none can be derived."""
-        return self.own_pods(template) if self.own_pods is not None else None
+    def pod_selection(self, template: JSONObject, params: Mapping[str, Any]) -> tuple[JSONObject, list[str]]:
+        """The `labelSelector` and `matchLabelKeys` a spread constraint or pod (anti-)affinity term gets.
+
+        What the policy wrote is kept as written: its `labelSelector` comes with its own `matchLabelKeys` or
+        none (it may select pods of several workloads, where a revision label means nothing), and its
+        `matchLabelKeys`, even `[]`, replace the default. Without either, the workload's own pods of the new
+        pod's revision (`webhook.workloads.builtin.REVISION_LABEL_OF_POD_OWNER`). ActionSkipped when no
+        selector can be derived.
+        """
+        explicit = params.get("labelSelector")
+        if explicit:
+            return explicit, list(params.get("matchLabelKeys") or [])
+        term = self.own_pods(template) if self.own_pods is not None else None
+        if term is None or not term.get("labelSelector"):
+            raise ActionSkipped("no labelSelector given and none can be derived from the workload")
+        keys = params["matchLabelKeys"] if "matchLabelKeys" in params else term.get("matchLabelKeys") or []
+        return term["labelSelector"], list(keys)
 
     def keeps_label(self, labels: Mapping[str, Any], key: str, value: Any) -> bool:
         """Whether `key` is a selector label that must stay as it is; reports the conflict if it would change."""
@@ -199,3 +213,11 @@ def selector_matches(selector: Any, labels: Any) -> bool:
     """Whether a raw, non-empty label selector selects a pod with these labels (recognises own-pod terms)."""
     parsed = LabelSelector.from_object(selector)
     return parsed is not None and not parsed.empty and isinstance(labels, dict) and parsed.matches(labels)
+
+
+def selector_keys(selector: JSONObject) -> set[str]:
+    """Label keys a selector reads: kube-apiserver refuses a key in both it and `matchLabelKeys`
+    (pkg/apis/core/validation/validation.go, validateMatchLabelKeysAndMismatchLabelKeys)."""
+    keys = set(selector.get("matchLabels") or {})
+    keys.update(item["key"] for item in selector.get("matchExpressions") or [] if isinstance(item, dict))
+    return keys

@@ -1,9 +1,16 @@
-"""`add-topology-spread`: spread a workload's pods across zones, hosts or racks."""
+"""`add-topology-spread`: spread a workload's pods across zones, hosts or racks.
+
+By default a constraint counts the workload's own pods of the new pod's revision (`matchLabelKeys:
+[pod-template-hash]` on a Deployment): the scheduler counts only pods that match the selector and carry the
+new pod's value of each key (kube-apiserver merges them into the selector when it creates the Pod,
+pkg/registry/core/pod/strategy.go mutateTopologySpreadConstraints; MatchLabelKeysInPodTopologySpread beta
+and on by default since 1.27, pkg/features/kube_features.go).
+"""
 
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.actions.base import ActionContext, ActionSkipped, ActionSpec, Param, ensure_list
+from webhook.actions.base import ActionContext, ActionSkipped, ActionSpec, Param, ensure_list, selector_keys
 from webhook.json_copy import copy_json
 from webhook.names import qualified_name_error
 from webhook.typing import JSONObject
@@ -15,10 +22,8 @@ def add_topology_spread(template: JSONObject, params: Mapping[str, Any], context
     for existing in (template.get("spec") or {}).get("topologySpreadConstraints") or []:
         if isinstance(existing, dict) and (existing.get("topologyKey"), existing.get("whenUnsatisfiable")) == key:
             return False
-    selector = params.get("labelSelector") or context.default_selector(template)
-    if selector is None:
-        raise ActionSkipped("no labelSelector given and none can be derived from the workload")
-    overlap = set(params.get("matchLabelKeys") or []) & _selector_keys(selector)
+    selector, match_label_keys = context.pod_selection(template, params)
+    overlap = set(match_label_keys) & selector_keys(selector)
     if overlap:
         raise ActionSkipped(f"matchLabelKeys {sorted(overlap)} also in the labelSelector")
     constraint: JSONObject = {
@@ -27,17 +32,13 @@ def add_topology_spread(template: JSONObject, params: Mapping[str, Any], context
         "whenUnsatisfiable": params["whenUnsatisfiable"],
         "labelSelector": copy_json(selector),
     }
-    for optional in ("minDomains", "matchLabelKeys", "nodeAffinityPolicy", "nodeTaintsPolicy"):
+    if match_label_keys:
+        constraint["matchLabelKeys"] = match_label_keys
+    for optional in ("minDomains", "nodeAffinityPolicy", "nodeTaintsPolicy"):
         if params.get(optional):
             constraint[optional] = copy_json(params[optional])
     ensure_list(template, "spec", "topologySpreadConstraints").append(constraint)
     return True
-
-
-def _selector_keys(selector: JSONObject) -> set[str]:
-    keys = set(selector.get("matchLabels") or {})
-    keys.update(item["key"] for item in selector.get("matchExpressions") or [])
-    return keys
 
 
 def _check(params: Mapping[str, Any]) -> list[tuple[str, str]]:

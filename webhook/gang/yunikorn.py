@@ -50,7 +50,11 @@ def task_groups(facts: GangFacts, group: str, total: int | None) -> TaskGroups |
     else:
         if any(template.members is None for template in members):
             return None
-        counts = [(template, _task_group_name(template), template.members or 0) for template in members]
+        # A task group of zero members is not valid YuniKorn configuration: a template that starts no pods (a
+        # Spark application with dynamic allocation from zero executors) has none, as spark-operator's own
+        # integration leaves it out (internal/scheduler/yunikorn/scheduler.go, Schedule).
+        counts = [(template, _task_group_name(template), template.members) for template in members
+                  if template.members]
     definition = [
         {
             "name": name,
@@ -61,7 +65,8 @@ def task_groups(facts: GangFacts, group: str, total: int | None) -> TaskGroups |
     ]
     return TaskGroups(
         json.dumps(definition, separators=(",", ":")),
-        {t.name: name for t, name, _ in counts},
+        {template.name: _task_group_name(template) for template in members} if len(members) > 1 else {
+            members[0].name: group},
     )
 
 

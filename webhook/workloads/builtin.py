@@ -7,14 +7,30 @@ from collections.abc import Callable
 from typing import Any
 
 from webhook.typing import JSONObject, as_map
-from webhook.workloads.slots import WorkloadKind, field_int, fixed, int_at, read_path
+from webhook.workloads.slots import WorkloadKind, field_int, fixed, int_at, own_pods_term, read_path
 
 POD_TEMPLATE_HASH = "pod-template-hash"
+CONTROLLER_REVISION_HASH = "controller-revision-hash"
+REVISION_LABEL_OF_POD_OWNER = {"ReplicaSet": POD_TEMPLATE_HASH, "DaemonSet": CONTROLLER_REVISION_HASH}
+"""The label a controller writes on its pods per revision, by the kind of the pod's controller, where old and
+new revisions run side by side during a rollout:
+
+- a Deployment's ReplicaSet of each revision labels its pods `pod-template-hash` (kubernetes
+  pkg/controller/deployment/sync.go, getNewReplicaSet), and the rollout surges new pods while old ones run;
+- a DaemonSet labels its pods `controller-revision-hash` (pkg/controller/daemon/util/daemonset_util.go,
+  CreatePodTemplate), and with `maxSurge` runs the new pod beside the old one on the same node.
+
+A StatefulSet also labels its pods `controller-revision-hash`, but deliberately has no entry: its controller
+deletes a pod before creating its replacement (pkg/controller/statefulset/stateful_set_control.go,
+updateStatefulSet), so old and new pods never exceed `replicas`, and with a `partition` or `OnDelete` two
+revisions run side by side for good: they must be spread as one set, or each revision is balanced on its own
+and the whole is not."""
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 PER_POD_LABELS = frozenset(
     {
         POD_TEMPLATE_HASH,
         "controller-revision-hash",
+        "pod-template-generation",
         "statefulset.kubernetes.io/pod-name",
         "apps.kubernetes.io/pod-index",
         "batch.kubernetes.io/job-completion-index",
@@ -23,6 +39,45 @@ PER_POD_LABELS = frozenset(
 """Labels controllers write per pod or per revision: a selector of "this workload's pods" built from a pod's
 labels must leave them out, or a spread for pod `db-0` would select only `db-0`, and one for a ReplicaSet's
 pods only that revision's."""
+
+
+def controller_pods(obj: JSONObject, template: JSONObject) -> JSONObject | None:
+    """A ReplicaSet's or StatefulSet's own pods: its selector, every revision together."""
+    return own_pods_term(controller_selector(obj, template))
+
+
+def deployment_pods(obj: JSONObject, template: JSONObject) -> JSONObject | None:
+    """A Deployment's own pods of the new pod's revision: its selector narrowed by `pod-template-hash`.
+
+    Counting every revision together unbalances a spread for good: the rollout places new pods beside old
+    ones, then scales the old ReplicaSet down without looking at zones (seen on a living cluster: `zone-a:2,
+    zone-b:0, zone-c:2` after `kubectl set image`). `matchLabelKeys` is Kubernetes' answer (API reference,
+    TopologySpreadConstraint.matchLabelKeys and PodAffinityTerm.matchLabelKeys).
+    """
+    return own_pods_term(controller_selector(obj, template), POD_TEMPLATE_HASH)
+
+
+def daemonset_pods(obj: JSONObject, template: JSONObject) -> JSONObject | None:
+    """A DaemonSet's own pods of the new pod's revision (REVISION_LABEL_OF_POD_OWNER)."""
+    return own_pods_term(controller_selector(obj, template), CONTROLLER_REVISION_HASH)
+
+
+def job_pods_term(obj: JSONObject, template: JSONObject) -> JSONObject | None:
+    return own_pods_term(job_selector(obj, template))
+
+
+def template_pods(obj: JSONObject, template: JSONObject) -> JSONObject | None:
+    return own_pods_term(template_labels_selector(obj, template))
+
+
+def pod_siblings(obj: JSONObject, template: JSONObject) -> JSONObject | None:
+    """A Pod's siblings: its own labels without the per-pod ones, narrowed to its revision when its controller
+    writes one (REVISION_LABEL_OF_POD_OWNER) and the Pod carries it."""
+    owner_kind = as_map(controller_reference(obj)).get("kind")
+    key = REVISION_LABEL_OF_POD_OWNER.get(owner_kind) if isinstance(owner_kind, str) else None
+    labels = as_map(as_map(template.get("metadata")).get("labels"))
+    keys = (key,) if key is not None and isinstance(labels.get(key), str) else ()
+    return own_pods_term(template_labels_selector(obj, template), *keys)
 
 
 def controller_selector(obj: JSONObject, template: JSONObject) -> JSONObject | None:
@@ -120,10 +175,14 @@ def builtin_kinds() -> list[WorkloadKind]:
             CREATE_UPDATE,
             template,
             field_int("spec", "replicas"),
-            controller_selector,
+            own_pods,
             spec_selector_keys("spec", "selector"),
         )
-        for kind in ("Deployment", "ReplicaSet", "StatefulSet")
+        for kind, own_pods in (
+            ("Deployment", deployment_pods),
+            ("ReplicaSet", controller_pods),
+            ("StatefulSet", controller_pods),
+        )
     ]
     return [
         WorkloadKind(
@@ -132,7 +191,7 @@ def builtin_kinds() -> list[WorkloadKind]:
             CREATE,
             fixed(),
             lambda obj: 1,
-            template_labels_selector,
+            pod_siblings,
             owned_pod_labels,
             gang_size=standalone_pod_size,
         ),
@@ -143,7 +202,7 @@ def builtin_kinds() -> list[WorkloadKind]:
             CREATE_UPDATE,
             template,
             lambda obj: None,
-            controller_selector,
+            daemonset_pods,
             spec_selector_keys("spec", "selector"),
         ),
         # A Job's template is immutable: only CREATE.
@@ -153,7 +212,7 @@ def builtin_kinds() -> list[WorkloadKind]:
             CREATE,
             template,
             field_int("spec", "parallelism"),
-            job_selector,
+            job_pods_term,
             spec_selector_keys("spec", "selector"),
             gang_size=job_pods,
         ),
@@ -163,7 +222,7 @@ def builtin_kinds() -> list[WorkloadKind]:
             CREATE_UPDATE,
             fixed("spec", "jobTemplate", "spec", "template"),
             field_int("spec", "jobTemplate", "spec", "parallelism"),
-            template_labels_selector,
+            template_pods,
             spec_selector_keys("spec", "jobTemplate", "spec", "selector"),
             gang_size=lambda obj: job_pods(read_job_spec(obj)),
         ),

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from webhook.typing import JSONObject, as_map
-from webhook.workloads.builtin import CREATE_UPDATE, job_pods, no_labels, template_labels_selector
-from webhook.workloads.slots import Count, TemplateSlot, WorkloadKind, int_at, read_path
+from webhook.workloads.builtin import CREATE_UPDATE, job_pods, no_labels, template_labels_selector, template_pods
+from webhook.workloads.slots import Count, TemplateSlot, WorkloadKind, int_at, own_pods_term, read_path
 
 KUBEFLOW_JOB_NAME = "training.kubeflow.org/job-name"
 RAY_CLUSTER = "ray.io/cluster"
@@ -35,8 +35,8 @@ def own_pods_by_label(label: str) -> Callable[[JSONObject, JSONObject], JSONObje
     def selector(obj: JSONObject, template: JSONObject) -> JSONObject | None:
         name = (obj.get("metadata") or {}).get("name")
         if isinstance(name, str) and name:
-            return {"matchLabels": {label: name}}
-        return template_labels_selector(obj, template)
+            return own_pods_term({"matchLabels": {label: name}})
+        return own_pods_term(template_labels_selector(obj, template))
 
     return selector
 
@@ -143,7 +143,7 @@ def operator_kind(
         CREATE_UPDATE,
         templates,
         members,
-        own_pods_by_label(own_label) if own_label else template_labels_selector,
+        own_pods_by_label(own_label) if own_label else template_pods,
         no_labels,
         versions=versions,
     )

@@ -88,7 +88,8 @@ class WorkloadKind:
     replicas: Count
     """`workload.replicas` of the CEL environment (§5); None leaves it absent."""
     own_pods: Callable[[JSONObject, JSONObject], JSONObject | None]
-    """metav1.LabelSelector for the workload's own pods, given the object and one template."""
+    """How a spread constraint or pod (anti-)affinity term selects the workload's own pods, given the object
+    and one template: `{labelSelector, matchLabelKeys?}` (see `own_pods_term`); None when none can be derived."""
     selector_label_keys: Callable[[JSONObject], frozenset[str]]
     """Label keys the controller's selector reads: Placer never adds, changes or removes them on a template."""
     gang_size: Count | None = None
@@ -113,6 +114,22 @@ class WorkloadKind:
         if set(old_slots) != {slot.path for slot in new_slots}:
             return True
         return any(slot.read(new) != old_slots[slot.path].read(old) for slot in new_slots)
+
+
+def own_pods_term(selector: JSONObject | None, *revision_keys: str) -> JSONObject | None:
+    """`{labelSelector, matchLabelKeys}` for the workload's own pods: `selector` picks every pod of the
+    workload, `revision_keys` (labels its controller writes per revision, e.g. `pod-template-hash`) narrow it,
+    at scheduling time, to the pods of the new pod's own revision.
+
+    A key the selector already reads is left out: kube-apiserver refuses a key that is in both
+    (pkg/apis/core/validation/validation.go, validateMatchLabelKeysAndMismatchLabelKeys).
+    """
+    if selector is None:
+        return None
+    read = set(selector.get("matchLabels") or {})
+    read.update(item.get("key") for item in selector.get("matchExpressions") or [] if isinstance(item, dict))
+    keys = [key for key in revision_keys if key not in read]
+    return {"labelSelector": selector, "matchLabelKeys": keys} if keys else {"labelSelector": selector}
 
 
 def int_at(obj: Any, *path: PathPart, default: int | None = 1) -> int | None:

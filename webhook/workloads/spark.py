@@ -18,7 +18,7 @@ that produces it on the pod:
 The view's single container carries the requests Spark will give the pod (cores or coreRequest; memory plus
 overhead, `max(10%, 384Mi)`; `gpu` as a limit), so `resources` conditions and YuniKorn's `minResource` work on
 Spark too. The operator's defaults apply where fields are missing (api/v1beta2/defaults.go: 1 core, `1g`,
-one executor unless dynamic allocation is on).
+one executor unless dynamic allocation is on; with it, the executors Spark starts: `executor_count`).
 """
 
 import re
@@ -133,13 +133,19 @@ def pod_memory_mib(memory: Any, overhead: Any) -> int | None:
 
 
 def executor_count(obj: JSONObject) -> int | None:
-    """`executor.instances`; with dynamic allocation, the executors it starts with; else the default, 1."""
-    instances = int_at(obj, "spec", "executor", "instances", default=None)
-    if instances is not None:
-        return instances
+    """The executors the application starts with: its gang's executor members.
+
+    Without dynamic allocation, `executor.instances` (or `spark.executor.instances`), else the operator's
+    default, 1 (kubeflow/spark-operator api/v1beta2/defaults.go, setExecutorSpecDefaults). With it, Spark starts
+    max(minExecutors, initialExecutors, instances), each absent one counting 0 (apache/spark
+    core/src/main/scala/org/apache/spark/util/Utils.scala, getDynamicAllocationInitialExecutors), which is also
+    the executor task group's minMember spark-operator's own YuniKorn integration writes
+    (internal/scheduler/yunikorn/resourceusage/executor_count.go, NumInitialExecutors).
+    """
     conf = as_map(read_path(obj, ("spec", "sparkConf")))
-    if str(conf.get("spark.executor.instances", "")).isdigit():
-        return int(conf["spark.executor.instances"])
+    instances = int_at(obj, "spec", "executor", "instances", default=None)
+    if instances is None:
+        instances = _conf_int(conf, "spark.executor.instances")
     dynamic = read_path(obj, ("spec", "dynamicAllocation"))
     enabled = (
         dynamic.get("enabled") is True
@@ -147,12 +153,17 @@ def executor_count(obj: JSONObject) -> int | None:
         else (str(conf.get("spark.dynamicAllocation.enabled", "")).lower() == "true")
     )
     if not enabled:
-        return 1
-    for key in ("initialExecutors", "minExecutors"):
-        start = int_at(dynamic, key, default=None)
-        if start is not None:
-            return start
-    return None
+        return 1 if instances is None else instances
+    starts = [instances or 0]
+    for key in ("minExecutors", "initialExecutors"):
+        value = int_at(dynamic, key, default=None)
+        starts.append(value if value is not None else _conf_int(conf, f"spark.dynamicAllocation.{key}") or 0)
+    return max(starts)
+
+
+def _conf_int(conf: JSONObject, key: str) -> int | None:
+    value = str(conf.get(key, "")).strip()
+    return int(value) if value.isdigit() else None
 
 
 def spark_templates(obj: JSONObject) -> list[TemplateSlot]:
