@@ -1,4 +1,4 @@
-"""`placer serve | certs | apply | lint | test | export` (DESIGN §9). Every flag also reads `PLACER_<FLAG>`."""
+"""`placer serve | certs | apply | lint | test | export | dev`. Every flag also reads `PLACER_<FLAG>`."""
 
 import argparse
 import json
@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from webhook import __version__
+from webhook import __version__, dev
 from webhook.certs import ensure_dev_certificates, issue, service_names
 from webhook.config import CEL_LEAK_BUDGET_MIB, DEFAULT_CERTS, DEFAULT_POLICIES, READ_TIMEOUT_SECONDS, Settings
 from webhook.export.admission_policy import API_VERSIONS, export_policies, report_lines
@@ -52,7 +52,9 @@ def _parser() -> argparse.ArgumentParser:
         help="watch SchedulingPolicies and Namespaces in the cluster (default when KUBERNETES_SERVICE_HOST is set)",
     )
     kube.add_argument("--no-kube", dest="kube", action="store_false", help="do not connect to a cluster")
-    serve.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster credentials, else ~/.kube/config")
+    serve.add_argument(
+        "--kubeconfig", metavar="FILE", help="default: in-cluster credentials, else $KUBECONFIG, else ~/.kube/config"
+    )
     serve.add_argument("--bind", metavar="HOST:PORT", default="127.0.0.1:8443")
     serve.add_argument("--tls-cert", metavar="FILE")
     serve.add_argument("--tls-key", metavar="FILE")
@@ -114,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="admissionregistration.k8s.io version: v1beta1 (Kubernetes 1.34), v1 (1.36)")
     export.add_argument("-o", "--output", default="yaml", choices=["yaml", "json"])
     export.set_defaults(run=_export)
+    dev.add_parser(commands)
     return parser
 
 
