@@ -243,19 +243,20 @@ def _export(args: argparse.Namespace) -> int:
 
 def _apply(args: argparse.Namespace) -> int:
     _quiet_policy_log()
+    prog = getattr(args, "prog", "placer apply")  # `kubectl placer explain` when run as the kubectl plugin
     if not args.manifests and not args.targets:
-        print("placer apply: -f MANIFEST (or, with --kube, KIND/NAME) is required", file=sys.stderr)
+        print(f"{prog}: -f MANIFEST (or, with --kube, KIND/NAME) is required", file=sys.stderr)
         return 2
     if args.targets and not args.kube:
-        print("placer apply: KIND/NAME reads a live object: add --kube", file=sys.stderr)
+        print(f"{prog}: KIND/NAME reads a live object: add --kube", file=sys.stderr)
         return 2
     if args.kube and args.policies:
-        print("placer apply: --kube evaluates the cluster's policies; --policies is for files", file=sys.stderr)
+        print(f"{prog}: --kube evaluates the cluster's policies; --policies is for files", file=sys.stderr)
         return 2
     try:
         labels = parse_labels(args.namespace_labels or "")
     except ValueError as error:
-        print(f"placer apply: --namespace-labels: {error}", file=sys.stderr)
+        print(f"{prog}: --namespace-labels: {error}", file=sys.stderr)
         return 2
     namespace = args.namespace or DEFAULT_NAMESPACE
     if args.kube:
@@ -273,7 +274,7 @@ def _apply(args: argparse.Namespace) -> int:
                 nodes=nodes,
             )
         except (ConnectionSetupError, LiveError, TransportError) as error:
-            print(f"placer apply: {error}", file=sys.stderr)
+            print(f"{prog}: {error}", file=sys.stderr)
             return 1
     else:
         report = apply_manifests(
@@ -320,7 +321,11 @@ def kubectl_main(argv: Sequence[str] | None = None) -> int:
     for flag, value in (("-n", args.namespace), ("--context", args.context), ("--kubeconfig", args.kubeconfig)):
         if value:
             forwarded += [flag, value]
-    return main(forwarded)
+    placer = _parser()
+    forwarded_args = placer.parse_args(forwarded)
+    _apply_environment(placer, forwarded_args, os.environ)
+    forwarded_args.prog = "kubectl placer explain"
+    return _apply(forwarded_args)
 
 
 if __name__ == "__main__":
