@@ -11,6 +11,7 @@ never leaves the API server calling a webhook that is gone: the webhook configur
 
 import argparse
 import copy
+import ipaddress
 import logging
 import signal
 import socket
@@ -51,6 +52,7 @@ _COLLECTIONS = {
     "MutatingWebhookConfiguration": MUTATING_PATH,
     "ValidatingWebhookConfiguration": VALIDATING_PATH,
 }
+_KIND_OF = {**{path: kind for kind, path in _COLLECTIONS.items()}, NAMESPACE_PATH: "Namespace"}
 
 
 class DevError(RuntimeError):
@@ -97,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
             issued = issue(Path(args.certs), [host, "localhost", "127.0.0.1"], common_name=host)
             documents = dev_manifests(Path(args.manifests), webhook_url(host, args.port), issued.ca_bundle())
             print(yaml.safe_dump_all(documents, sort_keys=False), end="")
-            print(f"# serve with: placer serve --bind {args.address}:{args.port} --tls-cert {issued.cert} "
+            print(f"# serve with: placer serve --kube --bind {args.address}:{args.port} --tls-cert {issued.cert} "
                   f"--tls-key {issued.key}", file=sys.stderr)
             return 0
         return DevSession(args).run()
@@ -153,9 +155,17 @@ def route_address(server: str) -> str:
     try:
         with socket.socket(family, socket.SOCK_DGRAM) as probe:
             probe.connect((host, port))
-            return str(probe.getsockname()[0])
+            address = str(probe.getsockname()[0])
     except OSError as error:
         raise DevError(f"no route to the API server {server}: {error}; give --host") from None
+    if ipaddress.ip_address(address).is_loopback:
+        raise DevError(
+            f"the API server {server} is reached over loopback (kind, a port-forward), so it cannot dial "
+            "this machine at that address: give --host, the address its containers reach this machine at "
+            "(kind on Linux: the kind network's gateway, docker network inspect kind -f "
+            "'{{(index .IPAM.Config 0).Gateway}}'; Docker Desktop: host.docker.internal)"
+        )
+    return address
 
 
 @dataclass
@@ -241,7 +251,7 @@ class DevSession:
                 continue
             try:
                 api.delete(f"{collection}/{name}")
-                print(f"placer dev: deleted {collection.rsplit('/', 1)[1]} {name}", file=sys.stderr)
+                print(f"placer dev: deleted {_KIND_OF[collection]} {name}", file=sys.stderr)
             except ApiError as error:
                 if error.code != 404:
                     print(f"placer dev: could not delete {name}: {error}", file=sys.stderr)

@@ -16,7 +16,7 @@ import yaml
 from tests.conftest import fixture_request
 from tests.e2e.server import free_port
 from tests.kube.fake_apiserver import NAMESPACES, FakeApiServer, wait_for
-from webhook.dev import CRD_PATH, MUTATING_PATH, VALIDATING_PATH, dev_manifests
+from webhook.dev import CRD_PATH, MUTATING_PATH, VALIDATING_PATH, DevError, dev_manifests, route_address
 
 pytestmark = pytest.mark.e2e
 
@@ -109,3 +109,14 @@ def test_dev_kube_leaves_a_crd_and_namespace_it_did_not_make(
     assert CRD_NAME in apiserver.other[CRD_PATH]
     assert "placer-system" in apiserver.objects[NAMESPACES]
     assert "CustomResourceDefinition schedulingpolicies.placer.dev exists; left as it is" in output
+
+
+def test_default_host_is_the_route_to_the_api_server_and_never_loopback() -> None:
+    with pytest.raises(DevError, match=r"reached over loopback .* give --host"):
+        route_address("https://127.0.0.1:6443")
+    try:
+        address = route_address("https://192.0.2.10:6443")  # TEST-NET-1: routed by the default route, if any
+    except DevError as error:
+        assert "no route to the API server" in str(error)
+    else:
+        assert not address.startswith("127.")
