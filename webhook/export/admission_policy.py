@@ -1,6 +1,6 @@
 """A SchedulingPolicy as a MutatingAdmissionPolicy and its binding, and what of it could not be exported.
 
-The exported policy matches what the webhook is registered for (DESIGN §5, built-in kinds) and declares
+The exported policy matches what the webhook is registered for (its built-in kinds) and declares
 the variables Placer's expressions read (`placerPod`, `placerWorkload`, ...) as CEL over `object`. Placer's
 own guards become match conditions: a controller-owned object (not a Pod) is left to its controller; a
 template labelled `placer.dev/inject: disabled` is left alone; an UPDATE is mutated only when it changes the
@@ -38,7 +38,7 @@ RESOURCE_RULES = [
     {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs"]},
     {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["cronjobs"]},
 ]
-"""The built-in kinds and operations the webhook mutates (DESIGN §5); operator resources stay the webhook's."""
+"""The built-in kinds and operations the webhook mutates; operator resources stay the webhook's."""
 
 
 def template_of(root: str) -> str:
