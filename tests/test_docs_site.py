@@ -69,9 +69,10 @@ def test_the_readme_policy_is_the_example_file_the_commands_use() -> None:
 
 @pytest.mark.parametrize(("where", "command", "expected"), console_examples())
 def test_console_examples_print_what_the_docs_show(where: str, command: str, expected: str, tmp_path: Path) -> None:
-    """Run from a directory that has the repository's `docs/` and `policies/` (a redirection in the example
-    writes there, not into the repository), with the virtualenv's `placer` first on the PATH."""
-    for name in ("docs", "policies"):
+    """Run from a directory that has the repository's `docs/`, `policies/`, `deploy/` and `tests/` (a
+    redirection in the example writes there, not into the repository), with the virtualenv's `placer` first
+    on the PATH."""
+    for name in ("docs", "policies", "deploy", "tests"):
         (tmp_path / name).symlink_to(REPO / name)
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONUNBUFFERED": "1"}
     env.pop("KUBERNETES_SERVICE_HOST", None)
