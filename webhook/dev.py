@@ -34,13 +34,12 @@ import yaml
 
 from webhook.certs import IssuedCertificates, issue
 from webhook.kube.api import ApiError, KubeApi
-from webhook.kube.connection import ClusterConnection, ConnectionSetupError, connect
+from webhook.kube.connection import LEASE_NAMESPACE, ConnectionSetupError, connect
 
 log = logging.getLogger(__name__)
 
 DEV_NAME = "placer-dev"
 """Name of the dev webhook configurations: never `placer`, so a real install is never replaced or deleted."""
-LEASE_NAMESPACE = "placer-system"
 DEFAULT_PORT = 9443
 DEFAULT_MANIFESTS = Path(__file__).resolve().parent.parent / "deploy" / "base"
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -198,7 +197,7 @@ class DevSession:
                                                    "metadata": {"name": LEASE_NAMESPACE}}, replace=False)
                 for crd in crds:
                     self._ensure(api, CRD_PATH, crd, replace=False)
-                with self._server(args, issued, connection, kubeconfig) as server:
+                with self._server(args, issued, kubeconfig) as server:
                     self._wait_until_serving(server, issued, args.port)
                     for document in webhooks:
                         self._ensure(api, _COLLECTIONS[document["kind"]], document, replace=True)
@@ -258,7 +257,7 @@ class DevSession:
             self.created.remove((collection, name))
 
     @contextmanager
-    def _server(self, args: argparse.Namespace, issued: IssuedCertificates, connection: ClusterConnection,
+    def _server(self, args: argparse.Namespace, issued: IssuedCertificates,
                 kubeconfig: Path | None) -> Iterator[subprocess.Popen[bytes]]:
         """`placer serve --kube` as a child process, stopped with SIGTERM (gunicorn's graceful stop)."""
         with ExitStack() as stack:
