@@ -21,7 +21,7 @@ LAYERS = [
      "json_bytes", "json_copy", "node_fit", "volumes", "dra", "counter_file",
      "review", "__init__"},
     {"workloads"}, {"gang"}, {"actions"}, {"policy"}, {"engine"}, {"gang_capacity"}, {"feasibility", "claims"}, {"pipeline", "offline", "validation", "suites", "export"},
-    {"kube"}, {"server"}, {"cli", "__main__", "field_targets"},
+    {"kube"}, {"server", "dev"}, {"cli", "__main__", "field_targets"},
 ]
 """Imports flow one way: a module imports only from its own layer or the layers before it."""
 

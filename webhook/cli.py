@@ -1,4 +1,4 @@
-"""`placer serve | certs | apply | lint | test | export` (DESIGN §9). Every flag also reads `PLACER_<FLAG>`."""
+"""`placer serve | certs | apply | lint | test | export | dev`. Every flag also reads `PLACER_<FLAG>`."""
 
 import argparse
 import json
@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from webhook import __version__
+from webhook import __version__, dev
 from webhook.certs import ensure_dev_certificates, issue, service_names
 from webhook.config import CEL_LEAK_BUDGET_MIB, DEFAULT_CERTS, DEFAULT_POLICIES, READ_TIMEOUT_SECONDS, Settings
 from webhook.export.admission_policy import export_policies, report_lines
@@ -53,7 +53,9 @@ def _parser() -> argparse.ArgumentParser:
         help="watch SchedulingPolicies and Namespaces in the cluster (default when KUBERNETES_SERVICE_HOST is set)",
     )
     kube.add_argument("--no-kube", dest="kube", action="store_false", help="do not connect to a cluster")
-    serve.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster credentials, else ~/.kube/config")
+    serve.add_argument(
+        "--kubeconfig", metavar="FILE", help="default: in-cluster credentials, else $KUBECONFIG, else ~/.kube/config"
+    )
     serve.add_argument("--bind", metavar="HOST:PORT", default="127.0.0.1:8443")
     serve.add_argument("--tls-cert", metavar="FILE")
     serve.add_argument("--tls-key", metavar="FILE")
@@ -122,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", default="yaml", choices=["yaml", "json"])
     add_target_flags(export)
     export.set_defaults(run=_export)
+    dev.add_parser(commands)
     return parser
 
 
@@ -264,19 +267,20 @@ def _export(args: argparse.Namespace) -> int:
 
 def _apply(args: argparse.Namespace) -> int:
     _quiet_policy_log()
+    prog = getattr(args, "prog", "placer apply")  # `kubectl placer explain` when run as the kubectl plugin
     if not args.manifests and not args.targets:
-        print("placer apply: -f MANIFEST (or, with --kube, KIND/NAME) is required", file=sys.stderr)
+        print(f"{prog}: -f MANIFEST (or, with --kube, KIND/NAME) is required", file=sys.stderr)
         return 2
     if args.targets and not args.kube:
-        print("placer apply: KIND/NAME reads a live object: add --kube", file=sys.stderr)
+        print(f"{prog}: KIND/NAME reads a live object: add --kube", file=sys.stderr)
         return 2
     if args.kube and args.policies:
-        print("placer apply: --kube evaluates the cluster's policies; --policies is for files", file=sys.stderr)
+        print(f"{prog}: --kube evaluates the cluster's policies; --policies is for files", file=sys.stderr)
         return 2
     try:
         labels = parse_labels(args.namespace_labels or "")
     except ValueError as error:
-        print(f"placer apply: --namespace-labels: {error}", file=sys.stderr)
+        print(f"{prog}: --namespace-labels: {error}", file=sys.stderr)
         return 2
     namespace = args.namespace or DEFAULT_NAMESPACE
     compiler = compiler_from_flags(args)
@@ -297,7 +301,7 @@ def _apply(args: argparse.Namespace) -> int:
                 nodes=nodes,
             )
         except (ConnectionSetupError, LiveError, TransportError) as error:
-            print(f"placer apply: {error}", file=sys.stderr)
+            print(f"{prog}: {error}", file=sys.stderr)
             return 1
     else:
         report = apply_manifests(
@@ -348,7 +352,11 @@ def kubectl_main(argv: Sequence[str] | None = None) -> int:
     for flag, value in (("-n", args.namespace), ("--context", args.context), ("--kubeconfig", args.kubeconfig)):
         if value:
             forwarded += [flag, value]
-    return main(forwarded)
+    placer = _parser()
+    forwarded_args = placer.parse_args(forwarded)
+    _apply_environment(placer, forwarded_args, os.environ)
+    forwarded_args.prog = "kubectl placer explain"
+    return _apply(forwarded_args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""One JSON object per log line, and the admission record (DESIGN §7).
+"""One JSON object per log line, and the admission record.
 
 The admission record names the object and what Placer did; it never contains the object or the patch
 values: container env values and annotations can hold secrets.

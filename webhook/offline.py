@@ -268,10 +268,22 @@ def _explain(
                 lines.extend(by_policy[policy.name])
     if mutation.denial:
         lines.append(f"  DENIED: {mutation.denial}")
+    if _unselected_for_want_of_labels(snapshot, result.namespace):
+        lines.append(
+            f"  hint: namespace {result.namespace.name} has no labels here; give them with "
+            "--namespace-labels k=v,... (or a Namespace manifest among the -f files)"
+        )
     lines.append(f"  patch: {len(mutation.patch)} operation(s)")
     if nodes is not None:
         lines.extend(_fit_lines(result.mutated, nodes))
     return "\n".join(lines) + "\n\n"
+
+
+def _unselected_for_want_of_labels(snapshot: PolicySnapshot, namespace: NamespaceInfo) -> bool:
+    """A namespaceSelector left a policy out and the namespace has no labels of its own: the usual reason is
+    that the user did not say what they are (offline, labels come only from manifests or the flag)."""
+    own = {key for key in namespace.labels if key != "kubernetes.io/metadata.name"}
+    return not own and any(not policy.applies_to_namespace(namespace.labels) for policy in snapshot.policies)
 
 
 def _fit_lines(obj: JSONObject, nodes: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:

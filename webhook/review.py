@@ -172,7 +172,7 @@ def build_response(
 
 
 def format_warnings(messages: list[str]) -> list[str]:
-    """At most 10 warnings, each prefixed `placer:` and under 120 characters (DESIGN §7).
+    """At most 10 warnings, each prefixed `placer:` and under 120 characters.
 
     kubectl prints every warning on its own line; more than ten would drown the user's output, so the
     tenth says how many were left out (all of them are in the log).

@@ -1,4 +1,4 @@
-"""The Dockerfile builds what DESIGN §10 and issue 3 ask for. (No container engine runs here, so its
+"""The Dockerfile builds what docs/install.md and issue 3 ask for. (No container engine runs here, so its
 instructions are read; the install it performs is the one `.ci/run` performs on every run.)"""
 
 import re

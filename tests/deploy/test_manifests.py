@@ -1,5 +1,5 @@
 """deploy/: every overlay renders with `kubectl kustomize`, every object passes the Kubernetes 1.34 schemas,
-and the objects say what DESIGN §10 and the README promise (checked against the code, not restated)."""
+and the objects say what docs/install.md promises (checked against the code, not restated)."""
 
 import base64
 import shutil
@@ -50,7 +50,7 @@ CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
 
 @pytest.fixture(scope="module")
 def deploy_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """deploy/ with the certificates `placer certs` writes for the self-managed overlay (as README says)."""
+    """deploy/ with the certificates `placer certs` writes for the self-managed overlay (as docs/install.md says)."""
     target = tmp_path_factory.mktemp("deploy") / "deploy"
     shutil.copytree(REPO / "deploy", target, ignore=shutil.ignore_patterns("certs"))
     issue(target / "overlays/self-managed/certs", ["placer", "placer.placer-system", "placer.placer-system.svc"])

@@ -2,7 +2,7 @@
 and the right size, written under the scheduler's own keys, and a second pass changes nothing.
 
 Objects are real-shaped (as stored after their API server's or operator's defaulting); expected groups and
-sizes are written out by hand below, from the counting rules of DESIGN §6, not computed by Placer.
+sizes are written out by hand below, from the counting rules of docs/gang-scheduling.md, not computed by Placer.
 """
 
 import json

@@ -1,4 +1,4 @@
-"""Every action works on operator resources, evaluated once per pod template (DESIGN §5)."""
+"""Every action works on operator resources, evaluated once per pod template."""
 
 import json
 from typing import Any

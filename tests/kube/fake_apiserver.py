@@ -359,6 +359,9 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def do_PATCH(self) -> None:
             self._dispatch("PATCH")
 
+        def do_DELETE(self) -> None:
+            self._dispatch("DELETE")
+
         def _dispatch(self, method: str) -> None:
             parsed = urlparse(self.path)
             query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
@@ -400,7 +403,31 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     resource = collection.rsplit("/", 1)[-1]
                     return self._send(404, status(404, "NotFound", f'{resource} "{name}" not found'))
                 return self._send(200, found)
+            if method in ("POST", "PUT", "DELETE"):
+                return self._write(method, path, body)
             return self._send(404, status(404, "NotFound", "the server could not find the requested resource"))
+
+        def _write(self, method: str, path: str, body: Any) -> None:
+            """Create, replace or delete a namespace or an object only read by name (CRDs, webhook configs)."""
+            collection, name = (path, body["metadata"]["name"]) if method == "POST" else path.rsplit("/", 1)
+            resource = collection.rsplit("/", 1)[-1]
+            with api.condition:
+                store = api.objects[collection] if collection in _KINDS else api.other.setdefault(collection, {})
+                exists = name in store
+                if method == "POST" and exists:
+                    return self._send(409, status(409, "AlreadyExists", f'{resource} "{name}" already exists'))
+                if method != "POST" and not exists:
+                    return self._send(404, status(404, "NotFound", f'{resource} "{name}" not found'))
+                if method == "DELETE":
+                    if collection in _KINDS:
+                        api.delete(collection, name)
+                    else:
+                        del store[name]
+                    return self._send(200, status(200, "Success", "deleted"))
+                if collection in _KINDS:
+                    return self._send(201 if method == "POST" else 200, api._store(collection, body))
+            api.put_readable(collection, body)
+            return self._send(201 if method == "POST" else 200, api.other[collection][name])
 
         def _body(self) -> Any:
             length = int(self.headers.get("Content-Length") or 0)

@@ -1,4 +1,4 @@
-"""CEL error semantics (DESIGN §3.3), ordering, conflicts and pass-through rules of the engine."""
+"""CEL error semantics, ordering, conflicts and pass-through rules of the engine."""
 
 import time
 from typing import Any
@@ -161,7 +161,7 @@ def test_conditions_evaluated_together_give_each_rule_its_own_outcome() -> None:
 
 
 def test_a_variable_only_the_parameters_read_is_not_evaluated_for_a_rule_whose_condition_is_false() -> None:
-    """Variables are evaluated lazily (DESIGN §2): `team` reads a label this Deployment's pods lack, and only
+    """Variables are evaluated lazily: `team` reads a label this Deployment's pods lack, and only
     the rules' parameters read it, in a form that cannot have it written in (`has(variables.team)`). The rule
     whose condition is false does not match, batched with another condition or alone; the one whose condition
     holds needs the variable and says it is missing."""

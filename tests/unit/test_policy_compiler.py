@@ -1,4 +1,4 @@
-"""Every class of load-time error is reported with file, policy, rule and field (DESIGN §2)."""
+"""Every class of load-time error is reported with file, policy, rule and field."""
 
 from typing import Any
 

@@ -104,7 +104,7 @@ class ActionContext:
         """Set `container[key]` unless it holds a different value; report the conflict either way.
 
         Returns whether the container changed. `override: true` replaces the value; without it the existing
-        value is kept, so the first writer wins (DESIGN §4).
+        value is kept, so the first writer wins.
         """
         current = container.get(key)
         if current is None:

@@ -1,4 +1,4 @@
-"""`add-gang-labels`: the group identity and size a gang scheduler needs, on every member pod (DESIGN §6).
+"""`add-gang-labels`: the group identity and size a gang scheduler needs, on every member pod.
 
 Keys a template already carries are never replaced (unless the rule says `override: true`): a user who
 named the group by hand keeps it, and Placer fills in only the missing companions. The scheduler's own name

@@ -1,4 +1,4 @@
-"""Apply a policy snapshot to one admission request: the rule loop of DESIGN §1.
+"""Apply a policy snapshot to one admission request: the rule loop (docs/architecture.md).
 
 Every rule of every selected policy is evaluated in order for each pod template of the workload, and its
 action changes a working copy of the template. The result must be a fixed point: the API server may call
@@ -212,7 +212,7 @@ def _marks_patch(obj: JSONObject, marks: Mapping[tuple[str, str], str | None] | 
 
 
 def _controller_owned(kind: WorkloadKind, obj: JSONObject) -> str | None:
-    """Objects whose template belongs to their controller are never changed (DESIGN §5).
+    """Objects whose template belongs to their controller are never changed.
 
     A controller that made an object from its own template compares them: the Deployment controller finds
     its ReplicaSet by template (any difference makes it create another ReplicaSet, forever), operators
@@ -508,7 +508,7 @@ def _run_rule(
 
     condition, expressions = rule.condition, rule.parameter_expressions
     if condition is not None and not condition.reads_variables:
-        # Variables are evaluated lazily (DESIGN §2): a condition that reads none decides first, and a
+        # Variables are evaluated lazily: a condition that reads none decides first, and a
         # variable only the parameters read is not evaluated, nor its failure reported, for a rule that
         # does not match.
         outcome = decide(condition, scope.base)

@@ -1,4 +1,4 @@
-"""The keys each gang scheduler reads from a member pod (DESIGN §6), checked against each scheduler's source.
+"""The keys each gang scheduler reads from a member pod, checked against each scheduler's source.
 
 - coscheduling: label `scheduling.x-k8s.io/pod-group`; the size is the PodGroup object's `minMember`.
 - volcano: annotations `scheduling.k8s.io/group-name`, `scheduling.volcano.sh/group-min-member`,
@@ -103,4 +103,4 @@ OPERATOR_GROUP_LABELS = (
     "batch.kubernetes.io/job-name",
     "leaderworkerset.sigs.k8s.io/name",
 )
-"""Labels operators put on their pods that name the group, in the order of DESIGN §6."""
+"""Labels operators put on their pods that name the group, in the order docs/gang-scheduling.md gives."""

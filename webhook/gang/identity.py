@@ -1,4 +1,4 @@
-"""The group name and size every member of a gang shares (DESIGN §6), derived in the contract's order.
+"""The group name and size every member of a gang shares, derived in the contract's order.
 
 Both are derived from the whole workload, never from one template, so a SparkApplication's driver and
 executors, or a PyTorchJob's Master and Workers, always carry the same identity and the same size.

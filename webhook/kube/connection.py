@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+LEASE_NAMESPACE = "placer-system"
+"""Where Placer's Lease lives when it does not run in a Pod (`POD_NAMESPACE` overrides)."""
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -25,7 +27,7 @@ class ClusterConnection:
     verify: bool
     tls_server_name: str | None
     namespace: str
-    """The namespace Placer runs in (service account, or the kubeconfig context): where its Lease lives."""
+    """The namespace Placer runs in (service account, `POD_NAMESPACE`, else placer-system): where its Lease lives."""
     authorization: Callable[[], str | None]
     """The Authorization header value, fetched per request so rotated tokens are used."""
 
@@ -52,10 +54,9 @@ def connect(kubeconfig: Path | None, *, context: str | None = None) -> ClusterCo
             config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=path, context=context, client_configuration=configuration, persist_config=False
             )
-            contexts, active = config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
-            if context is not None:
-                active = next((c for c in contexts or [] if c.get("name") == context), active)
-            namespace = str((active or {}).get("context", {}).get("namespace") or "default")
+            # Out of the cluster the Lease still lives where the docs and RBAC put it, never in the
+            # kubeconfig context's namespace (often `default`).
+            namespace = LEASE_NAMESPACE
     except (config.ConfigException, OSError, ValueError, TypeError) as error:
         raise ConnectionSetupError(f"no usable Kubernetes configuration: {error}") from None
     namespace = os.environ.get("POD_NAMESPACE") or namespace
@@ -84,9 +85,9 @@ def identity() -> str:
 
 def _service_account_namespace() -> str:
     try:
-        return SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip() or "placer-system"
+        return SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip() or LEASE_NAMESPACE
     except OSError:
-        return "placer-system"
+        return LEASE_NAMESPACE
 
 
 class ConnectionSetupError(RuntimeError):

@@ -133,10 +133,30 @@ class LeaseElector:
         }
         started = self._monotonic()
         try:
-            self._api.create(self._collection, body)
+            self._create_in_namespace(body)
         except ApiError as error:
             if error.code == 409:  # created by another candidate meanwhile
                 return
             raise
         log.info("leader election: %s created Lease %s/%s", self.identity, self._namespace, self._name)
         self._renewed_at = started
+
+    def _create_in_namespace(self, body: dict[str, Any]) -> None:
+        """Create the Lease; when its namespace does not exist, create that first (out of the cluster only:
+        in a Pod the namespace is the Pod's own). The API server answers a create in a missing namespace with
+        404 (NamespaceLifecycle admission, staging/src/k8s.io/apiserver/pkg/admission/plugin/namespace/
+        lifecycle/admission.go, `Lifecycle.Admit`)."""
+        try:
+            self._api.create(self._collection, body)
+            return
+        except ApiError as error:
+            if error.code != 404:
+                raise
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self._namespace}}
+        try:
+            self._api.create("/api/v1/namespaces", namespace)
+            log.info("leader election: created namespace %s for Lease %s", self._namespace, self._name)
+        except ApiError as error:
+            if error.code != 409:
+                raise
+        self._api.create(self._collection, body)

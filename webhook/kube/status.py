@@ -1,4 +1,4 @@
-"""`status` of a SchedulingPolicy: what the controller says about each policy it compiled (DESIGN §2).
+"""`status` of a SchedulingPolicy: what the controller says about each policy it compiled.
 
 Conditions follow metav1.Condition: `lastTransitionTime` moves only when `status` flips, and nothing is
 written when the wanted status is already there, so a status write (which comes back as a MODIFIED event)

@@ -1,4 +1,4 @@
-"""The CEL environment and the evaluation rules of DESIGN §3.
+"""The CEL environment and the evaluation rules of docs/cel.md.
 
 Everything that touches cel-expr-python lives here, so the rest of Placer deals in plain Python values and
 three outcomes: a value, a missing key (a condition reads it as false), or an error.
@@ -36,7 +36,7 @@ VARIABLE_NAMES = (
     "resources",
     "variables",
 )
-"""Every variable a policy expression may reference (DESIGN §3.1)."""
+"""Every variable a policy expression may reference."""
 
 _ERROR_LINE = re.compile(r"(?:ERROR: )?(<input>:\d+:\d+: .*)")
 _VARIABLE_REFERENCE = re.compile(r"\bvariables\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|\[\s*['\"]([^'\"]+)['\"]\s*\])")
@@ -76,7 +76,7 @@ class Result:
 
     value: Any = None
     missing: str | None = None
-    """Set when the expression read a map key or field the object does not have (DESIGN §3.3)."""
+    """Set when the expression read a map key or field the object does not have."""
     error: str | None = None
     """Set for every other failure: type mismatch, overflow, division by zero, iteration budget."""
 
@@ -226,7 +226,7 @@ def variable_reference_position(source: str, name: str) -> str:
 
 
 def evaluate(program: Program, bound: "Activation") -> Result:
-    """Evaluate on an activation and classify the outcome per DESIGN §3.3.
+    """Evaluate on an activation and classify the outcome (docs/cel.md, "When missing means false").
 
     cel-expr-python reports most failures as a value of type ERROR, some (the iteration budget) as a
     RuntimeError: both become `Result.error`, so an error can never be read as a value, let alone as true.

@@ -1,4 +1,4 @@
-"""SchedulingPolicy documents -> compiled policies, with every error located (DESIGN §2).
+"""SchedulingPolicy documents -> compiled policies, with every error located.
 
 Compilation happens once, when a policy loads; a request only evaluates. Everything that can be checked
 without a request is checked here, so a policy that loads cannot produce an invalid patch.

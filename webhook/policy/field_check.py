@@ -1,4 +1,4 @@
-"""Every field a rule reads exists: the load-time check of the paths an expression selects (DESIGN §2).
+"""Every field a rule reads exists: the load-time check of the paths an expression selects.
 
 A condition over a field no object can have never matches, silently (a missing key reads as false), so a
 typo such as `pod.metadata.lables` would make a policy that loads, reports Ready and does nothing. Like

@@ -1,4 +1,4 @@
-"""Policies from files and directories (`--policies`), re-read while serving (DESIGN §8).
+"""Policies from files and directories (`--policies`), re-read while serving.
 
 A file that no longer parses keeps serving its last good content; a policy that no longer compiles keeps
 serving its last good version. Either way the error is reported, and no other policy is affected.

@@ -3,7 +3,7 @@
 Platform engineers copy conditions from ValidatingAdmissionPolicy, MutatingAdmissionPolicy and CRD rules.
 Where Placer's runtime cannot run a Kubernetes function, a policy using it must fail when it loads (never at
 admission), with a message that names the Kubernetes library and says what to write instead. The same table
-renders the conformance table of README.md (a test checks that the two agree).
+renders the conformance table of docs/cel.md (a test checks that the two agree).
 """
 
 import re
@@ -105,7 +105,7 @@ def load_time_refusal(source: str) -> str | None:
 
 
 def conformance_table() -> str:
-    """The Markdown conformance table of README.md."""
+    """The Markdown conformance table of docs/cel.md."""
     rows = ["| library | functions | in Placer |", "|---|---|---|"]
     for library in LIBRARIES:
         names = ", ".join(f"`{name}`" for name in library.functions)

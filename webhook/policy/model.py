@@ -127,7 +127,7 @@ class Policy:
 
     @property
     def order_key(self) -> tuple[int, str]:
-        """Lower priority runs first; ties are broken by name (DESIGN §2)."""
+        """Lower priority runs first; ties are broken by name."""
         return (self.priority, self.name)
 
     def applies_to_namespace(self, labels: Mapping[str, str]) -> bool:

@@ -1,4 +1,4 @@
-"""Where compiled policies come from, and how several sources become one snapshot (DESIGN §8).
+"""Where compiled policies come from, and how several sources become one snapshot.
 
 A source (files, the cluster) only keeps its own content current. `combine` merges sources in order, the
 first source defining a policy or namespace name winning, and `PolicyReloader` polls every source and

@@ -136,7 +136,7 @@ class PlacerServer(BaseApplication):  # type: ignore[misc]
             "keepalive": 90,
             "timeout": 30,
             "graceful_timeout": 10,
-            # Slow or oversized request heads cannot hold a worker (DESIGN §7).
+            # Slow or oversized request heads cannot hold a worker.
             "limit_request_line": 8190,
             "limit_request_fields": 100,
             "limit_request_field_size": 8190,

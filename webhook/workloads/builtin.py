@@ -1,4 +1,4 @@
-"""The built-in workload kinds of DESIGN §5: Pod, the apps/v1 controllers, Job and CronJob.
+"""The built-in workload kinds: Pod, the apps/v1 controllers, Job and CronJob.
 
 The table is data: a kind names its templates, its replica count and the selector of its own pods.
 """
@@ -166,7 +166,7 @@ CREATE_UPDATE = frozenset({"CREATE", "UPDATE"})
 
 
 def builtin_kinds() -> list[WorkloadKind]:
-    """The built-in workload kinds of DESIGN §5."""
+    """The built-in workload kinds."""
     template = fixed("spec", "template")
     controllers = [
         WorkloadKind(

@@ -1,4 +1,4 @@
-"""Operator custom resources as workloads (DESIGN §5, §6): Kubeflow training jobs, Ray, JobSet.
+"""Operator custom resources as workloads: Kubeflow training jobs, Ray, JobSet.
 
 Each of them embeds real PodTemplateSpecs, one per role, so every slot is patched in place. What differs is
 where the templates are and how many pods each one runs, which is the operator's own defaulting:

@@ -1,4 +1,4 @@
-"""Where a workload keeps its pod templates, and what a workload kind knows about itself (DESIGN §5).
+"""Where a workload keeps its pod templates, and what a workload kind knows about itself.
 
 The engine only ever sees slots: one per pod template, addressed by its path from the object's root. Most
 templates are real PodTemplateSpecs and are patched in place; a SparkApplication's driver and executor are
