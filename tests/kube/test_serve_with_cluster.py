@@ -212,8 +212,7 @@ def test_a_placement_no_node_can_take_is_admitted_with_a_warning_until_a_node_ca
             assert review["allowed"] is True
             return list(review.get("warnings") or [])
 
-        expected = ("placer: no node can host the pods (2 without label pool=ml; 0 of 2 nodes), "
-                    "placed by rule pool/pool")
+        expected = "placer: rule pool/pool: no node can host the pods (2 without label pool=ml; 0 of 2 nodes)"
         wait_for(lambda: all(expected in warnings() for _ in range(6)), timeout=10, what="the warning")
         assert 'placer_unplaceable_templates_total{kind="Pod"}' in server.get("/metrics").text
 
