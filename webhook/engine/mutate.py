@@ -9,6 +9,7 @@ Pure: no I/O, no clock other than the deadline, no metrics.
 
 from collections.abc import Mapping
 
+from webhook.engine.configuration import gang_warnings
 from webhook.engine.outcome import DEADLINE_WARNING, DeadlineReached, DenyRequest, Mutation, RuleTrace, unique_messages
 from webhook.engine.passes import Run
 from webhook.engine.patch_assembly import marks_patch, pointer_tokens
@@ -90,6 +91,10 @@ def mutate(
     except DeadlineReached:
         return Mutation(warnings=[DEADLINE_WARNING], traces=run.trace_list(), passed_through="deadline reached")
     mutation.patch = patch + marks_patch(obj, run.marks)
+    mutation.warnings.extend(gang_warnings(
+        policies, run.applied, {slot: final for slot, (_, final) in mutation.placed.items()}, run.marks,
+        pod_groups_served=snapshot.pod_groups_served,
+    ))
     facts = run.gang.value
     if facts is not None and facts.derived:
         mutation.gang = facts

@@ -16,7 +16,9 @@ Run by the gunicorn arbiter of `placer serve --kube` as `python -m webhook.kube.
 
 import argparse
 import logging
+import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -26,15 +28,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from webhook.engine.configuration import Finding, gang_not_enforced, pod_groups_not_served
+from webhook.json_bytes import encode_json
 from webhook.kube.api import ApiError, KubeApi, TransportError
 from webhook.kube.connection import ConnectionSetupError, connect, identity
+from webhook.kube.health_round import HealthRound, PodGroupApiCheck
 from webhook.kube.leader import LeaseElector
 from webhook.kube.node_events import UnchangedNodeEvents
 from webhook.kube.pod_groups import PodGroupKeeper
+from webhook.kube.policy_health import PolicyHealth, combine
+from webhook.kube.recent_counts import RecentCounts
 from webhook.kube.reflector import Reflector, Resource, Store
+from webhook.kube.replica_reports import ReplicaPublisher
 from webhook.kube.status import PolicyOutcome, desired_status, status_differs
 from webhook.logs import configure_logging
-from webhook.metrics import ControllerMetrics
+from webhook.metrics import MULTIPROC_ENV, ControllerMetrics
 from webhook.policy.cluster_state import (
     CLUSTER_SOURCE,
     ClusterState,
@@ -78,6 +86,8 @@ class _Compiled:
     outcome: PolicyOutcome
     document: Mapping[str, Any] | None
     """The object itself when it compiled."""
+    pod_group_findings: tuple[Finding, ...] = ()
+    """What to say on the policy if the API server does not serve PodGroups (its createPodGroup rules)."""
 
 
 class ProjectedSink:
@@ -155,7 +165,10 @@ class ClusterController:
         election_interval: float = 2.0,
         monotonic: Callable[[], float] = time.monotonic,
         metrics: ControllerMetrics | None = None,
+        health: HealthRound | None = None,
     ) -> None:
+        """`health`: where this replica publishes its rule counts and the leader reads every replica's (None:
+        the status says nothing of counts, `Healthy` is Unknown unless the configuration says otherwise)."""
         self._api = api
         self._state_directory = state_directory
         self._compiler = compiler
@@ -180,7 +193,10 @@ class ClusterController:
         self._generation = 0
         self._next_election = 0.0
         self._started = monotonic()
-        self._status_written: dict[str, tuple[tuple[Any, ...], float]] = {}
+        self._status_written: dict[str, tuple[bytes, float]] = {}
+        self._health = health
+        self.pod_group_api = PodGroupApiCheck(api, monotonic=monotonic)
+        self._pod_groups_served: bool | None = None
         self.watch_threads: list[threading.Thread] = []
         """One per watched resource, once `run` has started them (they end when `stop` is set)."""
         self.pod_groups = PodGroupKeeper(api, default_workload_table(), wake=self._wake.set,
@@ -241,6 +257,13 @@ class ClusterController:
         if self._inputs is None or any(a is not b for a, b in zip(self._inputs, inputs, strict=True)):
             self._publish(policies, priority_classes)
             self._inputs = inputs
+        wanted = any(good.pod_group_findings for _, good in self._last_good.values())
+        served = self.pod_group_api.check(wanted)
+        if served != self._pod_groups_served:  # the workers warn on admission: tell them
+            self._pod_groups_served = served
+            self._publish(policies, priority_classes)
+        if self._health is not None:
+            self._health.publish()
         if self._elector is None:
             self.pod_groups.reconcile()  # no election (--no-status): every replica keeps them, idempotently
             return
@@ -249,6 +272,8 @@ class ClusterController:
             self._next_election = now + self._election_interval
             if not self._elector.try_acquire_or_renew():
                 self._status_written.clear()
+                if self._health is not None:
+                    self._health.not_leading()
                 return
         if self._elector.is_leader:
             self._report(policies)
@@ -268,11 +293,12 @@ class ClusterController:
             del self._compiled[gone]
             self._last_good.pop(gone, None)
         default_class = global_default_priority_class(priority_classes or {})
-        content = (serving, errors, default_class)
+        content = (serving, errors, default_class, self._pod_groups_served)
         if content == self._published:
             return  # e.g. only a status or an unrelated annotation changed: workers need not recompile
         self._generation += 1
-        state = ClusterState(self._generation, True, serving, errors, default_priority_class=default_class)
+        state = ClusterState(self._generation, True, serving, errors, default_priority_class=default_class,
+                             pod_groups_served=self._pod_groups_served)
         write_state(self._state_directory, state)
         self._published = content
         log.info(
@@ -298,11 +324,17 @@ class ClusterController:
             del self._last_good[name]
             good = None
         if result.policy is not None:
-            compiled = _Compiled(key, PolicyOutcome(generation, len(result.policy.rules), (), generation), document)
+            policy = result.policy
+            outcome = PolicyOutcome(generation, len(policy.rules), (), generation,
+                                    tuple(rule.name for rule in policy.rules), tuple(gang_not_enforced(policy)))
+            compiled = _Compiled(key, outcome, document, tuple(pod_groups_not_served(policy)))
             self._last_good[name] = (uid, compiled)
         else:
-            serving = good[1].outcome.generation if good is not None else None
-            compiled = _Compiled(key, PolicyOutcome(generation, 0, result.errors, serving), None)
+            last = good[1] if good is not None else None
+            serving = last.outcome.generation if last is not None else None
+            outcome = PolicyOutcome(generation, 0, result.errors, serving,
+                                    last.outcome.rule_names if last else (), last.outcome.findings if last else ())
+            compiled = _Compiled(key, outcome, None, last.pod_group_findings if last else ())
             log.error(
                 "SchedulingPolicy %s generation %s does not compile (%s): %s",
                 name,
@@ -313,17 +345,29 @@ class ClusterController:
         self._compiled[name] = compiled
         return compiled
 
+    def _policy_health(self) -> dict[str, PolicyHealth] | None:
+        """Every policy's counts over all replicas, when the leader has read them."""
+        readings = self._health.readings() if self._health is not None else None
+        if readings is None or self._health is None:
+            return None
+        rules_of = {name: compiled.outcome.rule_names for name, compiled in self._compiled.items()}
+        return combine(readings, rules_of, self._health.window_seconds)
+
     def _report(self, policies: Store) -> None:
         now = self._monotonic()
+        health = self._policy_health()
         for name, obj in policies.items():
             compiled = self._compiled.get(name)
             if compiled is None:
                 continue
             current = obj.get("status") if isinstance(obj.get("status"), dict) else None
-            desired = desired_status(compiled.outcome, current, datetime.now(UTC))
+            findings = compiled.pod_group_findings if self._pod_groups_served is False else ()
+            desired = desired_status(compiled.outcome, current, datetime.now(UTC), policy=name,
+                                     health=health.get(name) if health is not None else None, findings=findings)
             if not status_differs(current, desired):
                 continue
-            fingerprint = (compiled.key, desired["conditions"][0]["status"], desired["conditions"][0]["message"])
+            fingerprint = encode_json({**desired, "conditions": [
+                {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in desired["conditions"]]})
             written = self._status_written.get(name)
             if written is not None and written[0] == fingerprint and now - written[1] < _STATUS_REWRITE_AFTER:
                 continue  # written already; the watch has not delivered it yet
@@ -338,13 +382,26 @@ class ClusterController:
                 log.warning("status of SchedulingPolicy %s not written: %s", name, error)
                 return
             self._status_written[name] = (fingerprint, now)
-            log.info("status of SchedulingPolicy %s: Ready=%s", name, desired["conditions"][0]["status"])
+            log.info("status of SchedulingPolicy %s: Ready=%s Healthy=%s", name, desired["conditions"][0]["status"],
+                     desired["conditions"][1]["status"])
 
 
 def global_default_priority_class(classes: Store) -> str | None:
     """The PriorityClass with `globalDefault: true` (the API server allows one; the lowest name if several)."""
     defaults = sorted(name for name, obj in classes.items() if obj.get("globalDefault") is True)
     return defaults[0] if defaults else None
+
+
+def _health_round(api: KubeApi, namespace: str) -> HealthRound:
+    """Counts from the workers' multiprocess directory (the arbiter starts this process with it), published
+    under the Pod's name (downward API `POD_NAME`, else the hostname, which is the Pod's name too)."""
+    directory = os.environ.get(MULTIPROC_ENV)
+    publisher = None
+    if directory:
+        replica = os.environ.get("POD_NAME") or socket.gethostname()
+        publisher = ReplicaPublisher(api, namespace=namespace, replica=replica,
+                                     counts=RecentCounts.from_directory(Path(directory)))
+    return HealthRound(api, namespace=namespace, publisher=publisher)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -364,7 +421,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     elector = None
     if not args.no_status:
         elector = LeaseElector(api, namespace=connection.namespace, name=LEASE_NAME, identity=identity())
-    controller = ClusterController(api, args.state, compiler=PolicyCompiler(), elector=elector)
+    controller = ClusterController(api, args.state, compiler=PolicyCompiler(), elector=elector,
+                                   health=_health_round(api, connection.namespace))
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
