@@ -55,9 +55,16 @@ def test_the_window_counts_the_last_15_minutes_in_one_minute_steps() -> None:
     assert recent.read().counts == {}, "nothing happened in the last 15 minutes"
 
 
+def test_what_the_workers_counted_before_the_first_reading_is_in_the_first_window() -> None:
+    clock, totals = Clock(), {("p", "r", "applied"): 3.0}
+    recent = RecentCounts(lambda: dict(totals), dict, clock=clock)
+    assert recent.read().counts == {("p", "r", "applied"): 3}
+
+
 def test_a_counter_that_went_back_counts_from_zero() -> None:
     clock, totals = Clock(), {("p", "r", "error"): 10.0}
     recent = RecentCounts(lambda: dict(totals), dict, clock=clock)
+    clock.now += 60
     recent.read()
     totals[("p", "r", "error")] = 3.0  # the server restarted: its counter files are new
     assert recent.read().counts == {("p", "r", "error"): 3}

@@ -6,7 +6,9 @@ controller process of the replica takes a copy of those totals at every bucket b
 keeps the copies of the last window; what the rules did in the window is the totals now minus the oldest
 copy kept. So "recently" is the last 15 minutes in one-minute steps: an evaluation is counted from the
 moment it happens until 14 to 15 minutes later (when the copy taken before it leaves the window), and the
-window starts when the controller did if that is later.
+window starts when the controller did if that is later. Counts from before that start are in its first
+window (the workers may admit while the controller starts; the arbiter restarts a controller that died,
+whose successor then reports up to 15 minutes more than the window once).
 
 The same source of truth serves `/metrics` and the policy status: nothing is counted twice.
 """
@@ -55,8 +57,9 @@ class RecentCounts:
         self._clock = clock
         self._window = window
         self._bucket = bucket
-        self._copies: deque[tuple[float, Mapping[RuleKey, float]]] = deque()
-        """Totals at each bucket boundary of the window, oldest first."""
+        self._copies: deque[tuple[float, Mapping[RuleKey, float]]] = deque([(clock(), {})])
+        """Totals at each bucket boundary of the window, oldest first. The first is none at all: what the
+        workers counted before the controller's first reading (admissions while it was starting) counts."""
 
     @classmethod
     def from_directory(cls, directory: Path, *, clock: Callable[[], float] = time.time) -> "RecentCounts":
@@ -71,7 +74,7 @@ class RecentCounts:
         """The counts of the window ending now (takes the bucket copy when a boundary has passed)."""
         now = self._clock()
         totals = self._read_counts()
-        if not self._copies or now - self._copies[-1][0] >= self._bucket:
+        if now - self._copies[-1][0] >= self._bucket:
             self._copies.append((now, dict(totals)))
         while now - self._copies[0][0] > self._window:
             self._copies.popleft()  # older than the window (the copy just taken never is)
