@@ -205,6 +205,17 @@ def test_the_healthy_transition_time_moves_only_when_its_status_flips() -> None:
     assert condition_of(healed, "Healthy")["lastTransitionTime"] == "2026-11-25T15:00:00Z"  # type: ignore[index]
 
 
+def test_a_new_leader_that_has_not_read_the_counts_keeps_what_the_status_says_of_them() -> None:
+    health = combine(two_replicas(), {"p": ["gpu", "typo"]}, 900)["p"]
+    written = desired_status(outcome(), None, NOW, health=health, policy="p")
+    kept = desired_status(outcome(), written, NOW.replace(hour=15), policy="p", health_known=False)
+    assert not status_differs(written, kept)
+    assert condition_of(desired_status(outcome(), None, NOW, policy="p", health_known=False), "Healthy") == {
+        "type": "Healthy", "status": "Unknown", "reason": "NoCounts", "observedGeneration": 3,
+        "message": "no replica of Placer has reported its rule counts yet",
+        "lastTransitionTime": "2026-11-25T14:00:00Z"}
+
+
 def crd_version() -> dict[str, Any]:
     crd = yaml.safe_load((REPO / "deploy/base/crd.yaml").read_text())
     return dict(crd["spec"]["versions"][0])

@@ -39,7 +39,7 @@ from webhook.kube.pod_groups import PodGroupKeeper
 from webhook.kube.policy_health import PolicyHealth, combine
 from webhook.kube.recent_counts import RecentCounts
 from webhook.kube.reflector import Reflector, Resource, Store
-from webhook.kube.replica_reports import ReplicaPublisher
+from webhook.kube.replica_reports import PUBLISH_INTERVAL, ReplicaPublisher
 from webhook.kube.status import PolicyOutcome, desired_status, status_differs
 from webhook.logs import configure_logging
 from webhook.metrics import MULTIPROC_ENV, ControllerMetrics
@@ -75,6 +75,8 @@ are the busiest watch, and what Placer reads of a node (labels, taints, allocata
 arrive a tenth of a second later. Those updates that change none of it are not even decoded
 (`node_events`)."""
 LEASE_NAME = "placer-status-writer"
+HEALTH_INTERVAL_ENV = "PLACER_HEALTH_INTERVAL"
+"""Seconds between two publications of a replica's rule counts and two readings by the leader (default 30)."""
 _STATUS_REWRITE_AFTER = 30.0
 _STATUS_RETRY_AFTER = 10.0
 _OPTIONAL_SYNC_WAIT = 5.0
@@ -363,7 +365,8 @@ class ClusterController:
             current = obj.get("status") if isinstance(obj.get("status"), dict) else None
             findings = compiled.pod_group_findings if self._pod_groups_served is False else ()
             desired = desired_status(compiled.outcome, current, datetime.now(UTC), policy=name,
-                                     health=health.get(name) if health is not None else None, findings=findings)
+                                     health=health.get(name) if health is not None else None, findings=findings,
+                                     health_known=health is not None or self._health is None)
             if not status_differs(current, desired):
                 continue
             fingerprint = encode_json({**desired, "conditions": [
@@ -396,12 +399,13 @@ def _health_round(api: KubeApi, namespace: str) -> HealthRound:
     """Counts from the workers' multiprocess directory (the arbiter starts this process with it), published
     under the Pod's name (downward API `POD_NAME`, else the hostname, which is the Pod's name too)."""
     directory = os.environ.get(MULTIPROC_ENV)
+    interval = float(os.environ.get(HEALTH_INTERVAL_ENV) or PUBLISH_INTERVAL)
     publisher = None
     if directory:
         replica = os.environ.get("POD_NAME") or socket.gethostname()
-        publisher = ReplicaPublisher(api, namespace=namespace, replica=replica,
+        publisher = ReplicaPublisher(api, namespace=namespace, replica=replica, interval=interval,
                                      counts=RecentCounts.from_directory(Path(directory)))
-    return HealthRound(api, namespace=namespace, publisher=publisher)
+    return HealthRound(api, namespace=namespace, publisher=publisher, interval=interval)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

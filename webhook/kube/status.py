@@ -44,11 +44,13 @@ def desired_status(
     health: PolicyHealth | None = None,
     findings: Iterable[Finding] = (),
     policy: str = "",
+    health_known: bool = True,
 ) -> dict[str, Any]:
     """The status the object should have, keeping `lastTransitionTime` where a condition did not flip.
 
-    `health`: the policy's counts over every replica (None until the leader has read them); `findings`: the
-    outcome's and those only the cluster can tell (PodGroups not served)."""
+    `health`: the policy's counts over every replica (None: no replica has counts); `findings`: the
+    outcome's and those only the cluster can tell (PodGroups not served); `health_known` False: the counts
+    are not read yet (a new leader), so what the status says of them stays as it is."""
     if not outcome.errors:
         status, reason = "True", "Compiled"
         message = f"{outcome.rules} rule(s) compiled and serving"
@@ -62,12 +64,19 @@ def desired_status(
         message = f"{len(outcome.errors)} error(s), {serving}: {details}"
     ready = _condition(READY, status, reason, message, previous=condition_of(current, READY), now=now,
                        generation=outcome.generation)
-    healthy_status, healthy_reason, healthy_message = healthy_condition(policy, health, [*outcome.findings, *findings])
-    healthy = _condition(HEALTHY, healthy_status, healthy_reason, healthy_message,
-                         previous=condition_of(current, HEALTHY), now=now, generation=outcome.generation)
+    previous = condition_of(current, HEALTHY)
+    if not health_known and previous is not None:
+        healthy = dict(previous)
+    else:
+        healthy_status, healthy_reason, healthy_message = healthy_condition(policy, health,
+                                                                            [*outcome.findings, *findings])
+        healthy = _condition(HEALTHY, healthy_status, healthy_reason, healthy_message, previous=previous, now=now,
+                             generation=outcome.generation)
     result: dict[str, Any] = {"conditions": [ready, healthy], "rules": outcome.rules}
     if health is not None:
         result["recent"] = recent_status(health)
+    elif not health_known and current and "recent" in current:
+        result["recent"] = current["recent"]
     if outcome.generation is not None:
         result["observedGeneration"] = outcome.generation
     return result
