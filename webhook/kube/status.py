@@ -16,6 +16,7 @@ from webhook.kube.policy_health import HEALTHY, PolicyHealth, healthy_condition,
 from webhook.policy.errors import PolicyError
 
 READY = "Ready"
+NOT_SERVING = "NotServing"
 MESSAGE_LIMIT = 32768
 """metav1.Condition.message maxLength."""
 
@@ -65,7 +66,10 @@ def desired_status(
     ready = _condition(READY, status, reason, message, previous=condition_of(current, READY), now=now,
                        generation=outcome.generation)
     previous = condition_of(current, HEALTHY)
-    if not health_known and previous is not None:
+    if outcome.serving_generation is None:  # nothing of it serves: nothing to count
+        healthy = _condition(HEALTHY, "Unknown", NOT_SERVING, "the policy does not serve (see Ready)",
+                             previous=previous, now=now, generation=outcome.generation)
+    elif not health_known and previous is not None:
         healthy = dict(previous)
     else:
         healthy_status, healthy_reason, healthy_message = healthy_condition(policy, health,
