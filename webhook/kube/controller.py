@@ -23,24 +23,22 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from webhook.engine.configuration import Finding, gang_not_enforced, pod_groups_not_served
-from webhook.json_bytes import encode_json
-from webhook.kube.api import ApiError, KubeApi, TransportError
+from webhook.engine.configuration import gang_not_enforced, pod_groups_not_served
+from webhook.kube.api import KubeApi
 from webhook.kube.connection import ConnectionSetupError, connect, identity
 from webhook.kube.health_round import HealthRound, PodGroupApiCheck
 from webhook.kube.leader import LeaseElector
 from webhook.kube.node_events import UnchangedNodeEvents
 from webhook.kube.pod_groups import PodGroupKeeper
-from webhook.kube.policy_health import PolicyHealth, combine
+from webhook.kube.policy_health import combine
 from webhook.kube.recent_counts import RecentCounts
 from webhook.kube.reflector import Reflector, Resource, Store
 from webhook.kube.replica_reports import PUBLISH_INTERVAL, ReplicaPublisher
-from webhook.kube.status import PolicyOutcome, desired_status, status_differs
+from webhook.kube.status import PolicyOutcome
+from webhook.kube.status_writer import CompiledPolicy, StatusWriter
 from webhook.logs import configure_logging
 from webhook.metrics import MULTIPROC_ENV, ControllerMetrics
 from webhook.policy.cluster_state import (
@@ -77,19 +75,7 @@ arrive a tenth of a second later. Those updates that change none of it are not e
 LEASE_NAME = "placer-status-writer"
 HEALTH_INTERVAL_ENV = "PLACER_HEALTH_INTERVAL"
 """Seconds between two publications of a replica's rule counts and two readings by the leader (default 30)."""
-_STATUS_REWRITE_AFTER = 30.0
-_STATUS_RETRY_AFTER = 10.0
 _OPTIONAL_SYNC_WAIT = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class _Compiled:
-    key: tuple[Any, ...]
-    outcome: PolicyOutcome
-    document: Mapping[str, Any] | None
-    """The object itself when it compiled."""
-    pod_group_findings: tuple[Finding, ...] = ()
-    """What to say on the policy if the API server does not serve PodGroups (its createPodGroup rules)."""
 
 
 class ProjectedSink:
@@ -188,14 +174,14 @@ class ClusterController:
         self.volumes = ProjectedSink("volumes", ShardWriter(volumes_directory(state_directory)), _volume_entry)
         self.node_events = UnchangedNodeEvents()
         self._priority_classes: Store | None = None
-        self._compiled: dict[str, _Compiled] = {}
-        self._last_good: dict[str, tuple[str, _Compiled]] = {}
+        self._compiled: dict[str, CompiledPolicy] = {}
+        self._last_good: dict[str, tuple[str, CompiledPolicy]] = {}
         self._published: tuple[Any, ...] | None = None
         self._inputs: tuple[Store, Store | None] | None = None
         self._generation = 0
         self._next_election = 0.0
         self._started = monotonic()
-        self._status_written: dict[str, tuple[bytes, float]] = {}
+        self._status = StatusWriter(api, POLICIES.path, monotonic=monotonic)
         self._health = health
         self.pod_group_api = PodGroupApiCheck(api, monotonic=monotonic)
         self._pod_groups_served: bool | None = None
@@ -273,7 +259,7 @@ class ClusterController:
         if now >= self._next_election:
             self._next_election = now + self._election_interval
             if not self._elector.try_acquire_or_renew():
-                self._status_written.clear()
+                self._status.forget()
                 if self._health is not None:
                     self._health.not_leading()
                 return
@@ -311,7 +297,7 @@ class ClusterController:
             self.namespaces.count(),
         )
 
-    def _compile(self, name: str, obj: Mapping[str, Any]) -> _Compiled:
+    def _compile(self, name: str, obj: Mapping[str, Any]) -> CompiledPolicy:
         metadata = obj.get("metadata") or {}
         uid = str(metadata.get("uid") or "")
         generation = metadata.get("generation") if isinstance(metadata.get("generation"), int) else None
@@ -329,14 +315,14 @@ class ClusterController:
             policy = result.policy
             outcome = PolicyOutcome(generation, len(policy.rules), (), generation,
                                     tuple(rule.name for rule in policy.rules), tuple(gang_not_enforced(policy)))
-            compiled = _Compiled(key, outcome, document, tuple(pod_groups_not_served(policy)))
+            compiled = CompiledPolicy(key, outcome, document, tuple(pod_groups_not_served(policy)))
             self._last_good[name] = (uid, compiled)
         else:
             last = good[1] if good is not None else None
             serving = last.outcome.generation if last is not None else None
             outcome = PolicyOutcome(generation, 0, result.errors, serving,
                                     last.outcome.rule_names if last else (), last.outcome.findings if last else ())
-            compiled = _Compiled(key, outcome, None, last.pod_group_findings if last else ())
+            compiled = CompiledPolicy(key, outcome, None, last.pod_group_findings if last else ())
             log.error(
                 "SchedulingPolicy %s generation %s does not compile (%s): %s",
                 name,
@@ -347,46 +333,15 @@ class ClusterController:
         self._compiled[name] = compiled
         return compiled
 
-    def _policy_health(self) -> dict[str, PolicyHealth] | None:
-        """Every policy's counts over all replicas, when the leader has read them."""
-        readings = self._health.readings() if self._health is not None else None
-        if readings is None or self._health is None:
-            return None
-        rules_of = {name: compiled.outcome.rule_names for name, compiled in self._compiled.items()}
-        return combine(readings, rules_of, self._health.window_seconds)
-
     def _report(self, policies: Store) -> None:
-        now = self._monotonic()
-        health = self._policy_health()
-        for name, obj in policies.items():
-            compiled = self._compiled.get(name)
-            if compiled is None:
-                continue
-            current = obj.get("status") if isinstance(obj.get("status"), dict) else None
-            findings = compiled.pod_group_findings if self._pod_groups_served is False else ()
-            desired = desired_status(compiled.outcome, current, datetime.now(UTC), policy=name,
-                                     health=health.get(name) if health is not None else None, findings=findings,
-                                     health_known=health is not None or self._health is None)
-            if not status_differs(current, desired):
-                continue
-            fingerprint = encode_json({**desired, "conditions": [
-                {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in desired["conditions"]]})
-            written = self._status_written.get(name)
-            if written is not None and written[0] == fingerprint and now - written[1] < _STATUS_REWRITE_AFTER:
-                continue  # written already; the watch has not delivered it yet
-            try:
-                self._api.merge_patch(f"{POLICIES.path}/{name}/status", {"status": desired})
-            except ApiError as error:
-                if error.code != 404:
-                    log.warning("status of SchedulingPolicy %s not written: %s", name, error)
-                    self._status_written[name] = (fingerprint, now - _STATUS_REWRITE_AFTER + _STATUS_RETRY_AFTER)
-                continue
-            except TransportError as error:
-                log.warning("status of SchedulingPolicy %s not written: %s", name, error)
-                return
-            self._status_written[name] = (fingerprint, now)
-            log.info("status of SchedulingPolicy %s: Ready=%s Healthy=%s", name, desired["conditions"][0]["status"],
-                     desired["conditions"][1]["status"])
+        """Write each policy's status (the leader): compiled, healthy, and its counts over every replica."""
+        readings = self._health.readings() if self._health is not None else None
+        health = None
+        if readings is not None and self._health is not None:
+            rules_of = {name: compiled.outcome.rule_names for name, compiled in self._compiled.items()}
+            health = combine(readings, rules_of, self._health.window_seconds)
+        self._status.write(policies, self._compiled, health=health, pod_groups_served=self._pod_groups_served,
+                           health_known=health is not None or self._health is None)
 
 
 def global_default_priority_class(classes: Store) -> str | None:
