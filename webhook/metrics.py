@@ -149,7 +149,7 @@ class Metrics:
     ) -> None:
         """`rules`: (policy, rule, outcome) of each rule evaluation; `problems`: (policy, rule, outcome,
         detail) of those that failed or reached a missing key (see `rule_problems`)."""
-        if self._problem_file is not None and problems:
+        if self._problem_file is not None and (problems or self._problem_file.pending):
             self._problem_file.record(problems)
         key = (kind, operation, result)
         counter = self._request_counters.get(key)

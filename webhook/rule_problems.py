@@ -6,9 +6,10 @@ outcome is `error` or `missing`, the detail of the last one and when it happened
 own next to its counter files (`rule_problems_<pid>.json` in PROMETHEUS_MULTIPROC_DIR). The controller process
 of the replica reads them all (`read_rule_problems`) with the counters when it reports the replica's health.
 
-Writing is local and cheap, never on the cluster: the file is replaced (temporary file and rename) only when
-a detail changed, at most once a second; a change within that second is written with the next admission
-after it. Nothing is written for admissions whose rules all applied or did not match.
+Writing is local and cheap, never on the cluster: the file is replaced (temporary file and rename) at once
+when a rule has its first problem of a kind, and otherwise at most once a second (a changed detail, a later
+time); what is held back is written with the next admission after that second, whatever its outcome.
+Nothing is written while rules only apply or do not match.
 """
 
 import json
@@ -50,21 +51,26 @@ class RuleProblemFile:
         self._dirty = False
         self._written_at = float("-inf")
 
+    @property
+    def pending(self) -> bool:
+        """Something is held back until the second since the last write is over."""
+        return self._dirty
+
     def record(self, problems: Iterable[tuple[str, str, str, str]]) -> None:
-        """Note (policy, rule, outcome, detail) of one admission; write the file if due."""
+        """Note (policy, rule, outcome, detail) of one admission (none: only write what is pending, if due)."""
         now = self._clock()
         with self._lock:
             if os.getpid() != self._pid:  # a forked worker: the parent's problems are not its own
                 self._pid, self._problems, self._dirty = os.getpid(), {}, False
+            first = False
             for policy, rule, outcome, detail in problems:
                 key = (policy, rule, outcome)
                 previous = self._problems.get(key)
                 self._problems[key] = Problem(now, detail)
-                if previous is None or previous.detail != detail:
-                    self._dirty = True
-                elif now - previous.at >= self._interval:
-                    self._dirty = True  # same detail, later: the time moves on (at most once a second)
-            if self._dirty and now - self._written_at >= self._interval:
+                first = first or previous is None
+                if previous is None or previous.detail != detail or now - previous.at >= self._interval:
+                    self._dirty = True  # new, changed, or later: the time moves on (at most once a second)
+            if self._dirty and (first or now - self._written_at >= self._interval):
                 self._write(now)
 
     def flush(self) -> None:

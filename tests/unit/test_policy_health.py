@@ -99,17 +99,24 @@ def test_counts_and_problems_are_read_from_every_workers_files(tmp_path: Path, m
     assert read_rule_problems(tmp_path) == {("p", "s", "error"): Problem(200.0, "division by zero")}
 
 
-def test_a_worker_writes_its_problems_at_most_once_a_second(tmp_path: Path) -> None:
+def test_a_worker_writes_a_rules_first_problem_at_once_and_changes_at_most_once_a_second(tmp_path: Path) -> None:
     clock = Clock(100.0)
     recorder = RuleProblemFile(str(tmp_path), clock=clock)
     recorder.record([("p", "r", "error", "first")])
     clock.now += 0.2
     recorder.record([("p", "r", "error", "second")])
     assert read_rule_problems(tmp_path)[("p", "r", "error")].detail == "first", "not again within the second"
-    clock.now += 1.0
-    recorder.record([("p", "r", "missing", "no such key: lables")])
+    clock.now += 0.1
+    recorder.record([("p", "s", "missing", "no such key: lables")])
     found = read_rule_problems(tmp_path)
-    assert found[("p", "r", "error")].detail == "second" and found[("p", "r", "missing")].detail.endswith("lables")
+    assert found[("p", "s", "missing")].detail.endswith("lables"), "a rule's first problem is written at once"
+    assert found[("p", "r", "error")].detail == "second", "and what was held back with it"
+    clock.now += 0.1
+    recorder.record([("p", "r", "error", "third")])
+    assert recorder.pending and read_rule_problems(tmp_path)[("p", "r", "error")].detail == "second"
+    clock.now += 1.0
+    recorder.record([])  # an admission without problems writes what was held back
+    assert not recorder.pending and read_rule_problems(tmp_path)[("p", "r", "error")].detail == "third"
 
 
 # -- replicas added up -------------------------------------------------------------------------------------------
