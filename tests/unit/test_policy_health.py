@@ -170,6 +170,8 @@ def test_missing_keys_alone_are_flagged_only_for_a_rule_that_never_applied() -> 
     never = PolicyHealth(900, 1, {"typo": RuleCounts({"missing": 4}, last_missing=Problem(1, "no such key: lables"))})
     assert healthy_condition("p", never, [])[:2] == ("False", "MissingKeys")
     assert healthy_condition("p", never, [])[2].endswith("last: no such key: lables")
+    failing = PolicyHealth(900, 1, {"r": RuleCounts({"missing": 4, "error": 1})})
+    assert healthy_condition("p", failing, [])[2] == "rule p/r: 1 error(s) in the last 15m", "the rule named once"
     sometimes = PolicyHealth(900, 1, {"r": RuleCounts({"missing": 4, "applied": 1})})
     assert healthy_condition("p", sometimes, [])[:2] == ("True", "NoProblems")
 

@@ -7,7 +7,7 @@ Pure: the readings (`replica_reports.collect`) and the configuration findings
 not parse), when the policy asks for something the cluster cannot give (`PodGroupCRDNotServed`,
 `GangNotEnforced`), or when some rule reached a missing key and applied to nothing (`MissingKeys`: a field
 path the objects do not have, such as a typo; a rule that misses on some objects and applies to others is
-counted, not flagged). The reason is the first of those in that order; the message names every rule
+counted, not flagged; a rule that also failed is named once, for its errors). The reason is the first of those in that order; the message names every rule
 concerned with its count and last detail. True (`NoProblems`) otherwise; Unknown (`NoCounts`) until a
 replica has reported.
 """
@@ -109,7 +109,7 @@ def healthy_condition(policy: str, health: PolicyHealth | None, findings: Iterab
         if errors:
             last = f"; last: {counts.last_error.detail}" if counts.last_error is not None else ""
             problems[RULE_ERRORS].append(f"rule {policy}/{name}: {errors} error(s) in the last {window}{last}")
-        if missing and not counts.counts.get("applied"):
+        if missing and not counts.counts.get("applied") and not errors:  # a failing rule is named once
             last = f"; last: {counts.last_missing.detail}" if counts.last_missing is not None else ""
             problems[MISSING_KEYS].append(
                 f"rule {policy}/{name}: {missing} missing key(s) and never applied in the last {window}{last}")
