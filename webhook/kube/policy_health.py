@@ -7,9 +7,9 @@ Pure: the readings (`replica_reports.collect`) and the configuration findings
 not parse), when the policy asks for something the cluster cannot give (`PodGroupCRDNotServed`,
 `GangNotEnforced`), or when some rule reached a missing key and applied to nothing (`MissingKeys`: a field
 path the objects do not have, such as a typo; a rule that misses on some objects and applies to others is
-counted, not flagged; a rule that also failed is named once, for its errors). The reason is the first of those in that order; the message names every rule
-concerned with its count and last detail. True (`NoProblems`) otherwise; Unknown (`NoCounts`) until a
-replica has reported.
+counted, not flagged; a rule that also failed is named once, for its errors). The reason is the first of
+those in that order; the message names every rule concerned with its count and last detail. True
+(`NoProblems`) otherwise; Unknown (`NoCounts`) until a replica has reported.
 """
 
 from collections.abc import Iterable, Mapping, Sequence
