@@ -85,6 +85,9 @@ def gang_warnings(
     `applied`: per template slot, the rules (`policy/rule`) that applied; `templates`: each slot's template
     as Placer leaves it; `marks`: what rules put on the workload's metadata (the PodGroup request);
     `pod_groups_served`: what the controller last found (None: not known, nothing said)."""
+    wants_group = pod_groups_served is False and marks is not None and bool(marks.get(("labels", POD_GROUP_LABEL)))
+    if not wants_group and not any(_in_coscheduling_gang(template) for template in templates.values()):
+        return []  # the usual admission: no gang here, nothing to look up
     rules = {f"{policy.name}/{rule.name}": rule for policy in policies for rule in policy.rules}
     warnings = []
     for slot, names in applied.items():
@@ -99,7 +102,7 @@ def gang_warnings(
             if rule is not None and _is_coscheduling(rule):
                 warnings.append(f"rule {name}: coscheduling gang on {DEFAULT_SCHEDULER}: not enforced, pods start "
                                 f"one by one; {SCHEDULER_HINT}")
-    if pod_groups_served is False and marks and marks.get(("labels", POD_GROUP_LABEL)):
+    if wants_group:
         wanting = [name for names in applied.values() for name in names
                    if (rule := rules.get(name)) is not None and rule.action.name == GANG_ACTION
                    and _parameter(rule, "createPodGroup") in ("true", True)]
