@@ -1,4 +1,4 @@
-"""Prometheus metrics (DESIGN §7), correct across gunicorn workers.
+"""Prometheus metrics, correct across gunicorn workers.
 
 Under `placer serve` every worker writes its samples to files in PROMETHEUS_MULTIPROC_DIR (set by the CLI
 before any worker starts) and `/metrics` merges them, so a scrape sees the whole server, not one worker.

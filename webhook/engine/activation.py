@@ -1,4 +1,4 @@
-"""The CEL variables of one admission (DESIGN §3.1), built once per request and pod template."""
+"""The CEL variables of one admission, built once per request and pod template."""
 
 from webhook.resources import effective_resources
 from webhook.review import AdmissionRequest

@@ -1,4 +1,4 @@
-"""Apply a policy snapshot to one admission request: the rule loop of DESIGN §1, the engine's entry.
+"""Apply a policy snapshot to one admission request: the rule loop, the engine's entry.
 
 Every rule of every selected policy is evaluated in order for each pod template of the workload, and its
 action changes a working copy of the template (selection.py chooses the policies, passes.py runs them to a

@@ -50,7 +50,7 @@ def run_rule(
 
     condition, expressions = rule.condition, rule.parameter_expressions
     if condition is not None and not condition.reads_variables:
-        # Variables are evaluated lazily (DESIGN §2): a condition that reads none decides first, and a
+        # Variables are evaluated lazily: a condition that reads none decides first, and a
         # variable only the parameters read is not evaluated, nor its failure reported, for a rule that
         # does not match.
         outcome = decide(condition, scope.base)

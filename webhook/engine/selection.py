@@ -39,7 +39,7 @@ def pass_through_reason(
 
 
 def controller_owned(kind: WorkloadKind, obj: JSONObject) -> str | None:
-    """Objects whose template belongs to their controller are never changed (DESIGN §5).
+    """Objects whose template belongs to their controller are never changed.
 
     A controller that made an object from its own template compares them: the Deployment controller finds
     its ReplicaSet by template (any difference makes it create another ReplicaSet, forever), operators

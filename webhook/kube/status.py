@@ -1,4 +1,4 @@
-"""`status` of a SchedulingPolicy: what the controller says about each policy it compiled (DESIGN §2).
+"""`status` of a SchedulingPolicy: what the controller says about each policy it compiled.
 
 `Ready` says whether the policy compiled and which generation serves; `Healthy` and `recent` say what its
 rules did in the last window on every replica (`policy_health`). Conditions follow metav1.Condition:
