@@ -153,3 +153,15 @@ def test_pod_groups_not_served_is_a_condition_and_reaches_the_workers(
     for replica in replicas:  # every replica tells its own workers, without writing anything to the cluster
         wait_for(lambda r=replica: policies_path(r.state).exists() and read_state(r.state).pod_groups_served is False,
                  what=f"{replica.name}'s state")
+
+
+def test_a_replicas_lease_deleted_under_it_is_written_again(apiserver: FakeApiServer, replicas: list[Replica]) -> None:
+    a, _ = replicas
+    apiserver.put_policy(gpu_policy())
+    name = f"placer-rule-counts-{a.name}"
+    wait_for(lambda: name in apiserver.leases, what="replica a's Lease")
+    with apiserver.condition:
+        del apiserver.leases[name]
+    a.admit(("p", "gpu", "applied"))  # its counts changed: it writes, finds the Lease gone, creates it again
+    wait_for(lambda: name in apiserver.leases, what="the Lease created again")
+    wait_for(lambda: (status_of(apiserver, "p").get("recent") or {}).get("applied") == 1, what="the count")

@@ -118,14 +118,16 @@ class ReplicaPublisher:
         if self._written is not None and self._written[0] == content and now - self._written[1] < self._renew:
             return
         try:
-            self._write(window)
+            written = self._write(window)
         except (ApiError, TransportError) as error:
             log.warning("rule counts of replica %s not published: %s", self.replica, error)
             self._lease = None  # read it again next time
             return
-        self._written = (content, now)
+        if written:
+            self._written = (content, now)
 
-    def _write(self, window: ReplicaWindow) -> None:
+    def _write(self, window: ReplicaWindow) -> bool:
+        """Create or update the Lease; False when it changed or went under us (written next round)."""
         moment = datetime.fromtimestamp(window.at, UTC)
         metadata = {"name": self.name, "namespace": self._namespace, "labels": {COUNTS_KEY: FORMAT},
                     "annotations": {COUNTS_KEY: encode_window(window)}}
@@ -140,7 +142,7 @@ class ReplicaPublisher:
                 body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata,
                         "spec": {**spec, "acquireTime": micro_time(moment)}}
                 self._lease = self._api.create(self._collection, body)
-                return
+                return True
         lease = self._lease
         old_metadata = dict(lease.get("metadata") or {})
         body = {**lease, "metadata": {**old_metadata, **metadata,
@@ -149,10 +151,12 @@ class ReplicaPublisher:
         try:
             self._lease = self._api.replace(f"{self._collection}/{self.name}", body)
         except ApiError as error:
-            self._lease = None  # 409 (someone edited it) or 404 (deleted): read or create it next time
+            self._lease = None  # 409 (someone edited it) or 404 (deleted): read or create it next round
             if error.code not in (404, 409):
                 raise
             self._next = 0.0
+            return False
+        return True
 
 
 def collect(
