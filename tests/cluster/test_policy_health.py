@@ -4,8 +4,8 @@
   publication rounds (30 s each, see docs/policy-health.md) the policy's `Healthy` condition is False with
   reason RuleErrors naming the rule and its last error; `kubectl get schedulingpolicies` shows it in its
   columns.
-- A coscheduling gang left on default-scheduler: kubectl prints the admission warning, and the policy says
-  GangNotEnforced.
+- A coscheduling gang left on default-scheduler: `kubectl apply` of the policy and each admission print a
+  warning, and the policy says GangNotEnforced.
 - `createPodGroup: true`: when the cluster does not serve scheduler-plugins' PodGroups, the admission
   warning names the CRD to install and the policy says PodGroupCRDNotServed; when it does, neither.
 
@@ -123,8 +123,13 @@ def test_a_failing_rule_is_a_warning_then_a_condition_kubectl_shows(cluster: Clu
 def test_a_gang_on_the_default_scheduler_is_said_on_admission_and_on_the_policy(
         cluster: Cluster, policies: Any) -> None:
     namespace = cluster.namespace()
-    policy = policies("health-gang", {"namespaceSelector": only_in(namespace), "rules": [
-        {"name": "gang", "action": "add-gang-labels", "parameters": {"scheduler": "coscheduling"}}]})
+    policy = policies("health-gang", {"namespaceSelector": only_in(namespace), "rules": []})
+    applied = kubectl(cluster, "apply", "-f", "-", stdin={
+        "apiVersion": "placer.dev/v1alpha1", "kind": "SchedulingPolicy", "metadata": {"name": policy},
+        "spec": {"namespaceSelector": only_in(namespace), "rules": [
+            {"name": "gang", "action": "add-gang-labels", "parameters": {"scheduler": "coscheduling"}}]}})
+    assert (f"placer: rule {policy}/gang: coscheduling gang on default-scheduler unless the pods name another "
+            "scheduler") in "\n".join(warnings_of(applied)), "kubectl apply of the policy warns (validating webhook)"
     expected = (f"placer: rule {policy}/gang: coscheduling gang on default-scheduler: not enforced, pods start one "
                 "by one; set schedulerName in this rule's parameters (e.g. scheduler-plugins-scheduler)")
     wait_until(lambda: expected in create_dry_run(cluster, job("train", namespace)), timeout=30,

@@ -6,6 +6,7 @@ from typing import Any
 
 import jsonpatch
 import pytest
+import yaml
 
 from tests.conftest import fixture_request
 from tests.helpers import compile_policies, review_for, run, snapshot_of
@@ -16,9 +17,11 @@ from webhook.engine.configuration import (
     gang_not_enforced,
     pod_groups_not_served,
 )
+from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import NamespaceInfo
-from webhook.review import format_warnings
+from webhook.review import format_warnings, parse_review
+from webhook.validation import validate_policy_review
 
 TEAM_A = NamespaceInfo("team-a")
 
@@ -57,6 +60,18 @@ def test_lint_warns_and_still_passes(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "1 policies OK: train" in captured.out
     assert captured.err.startswith(f"Warning: {tmp_path}/gang.yaml: rule train/gang: coscheduling gang on "
                                    "default-scheduler")
+
+
+def test_kubectl_apply_of_such_a_policy_prints_a_warning() -> None:
+    body = fixture_request("deployment-create-dryrun")
+    body["request"]["kind"] = {"group": "placer.dev", "version": "v1alpha1", "kind": "SchedulingPolicy"}
+    body["request"]["object"] = yaml.safe_load(policy(GANG))
+    response = validate_policy_review(parse_review(body), PolicyCompiler())["response"]
+    assert response["allowed"] is True
+    (warning,) = response["warnings"]
+    assert warning.startswith("placer: rule train/gang: coscheduling gang on default-scheduler") and len(warning) <= 256
+    body["request"]["object"] = yaml.safe_load(policy(GANG_WITH_SCHEDULER))
+    assert "warnings" not in validate_policy_review(parse_review(body), PolicyCompiler())["response"]
 
 
 def job() -> dict[str, Any]:
