@@ -121,9 +121,10 @@ def test_a_failing_rule_is_a_warning_then_a_condition_kubectl_shows(cluster: Clu
 
 
 def test_a_gang_on_the_default_scheduler_is_said_on_admission_and_on_the_policy(
-        cluster: Cluster, policies: Any) -> None:
+        cluster: Cluster, request: pytest.FixtureRequest) -> None:
     namespace = cluster.namespace()
-    policy = policies("health-gang", {"namespaceSelector": only_in(namespace), "rules": []})
+    policy = f"{E2E_NAME}-health-gang"
+    request.addfinalizer(lambda: cluster.delete_policy("health-gang"))
     applied = kubectl(cluster, "apply", "-f", "-", stdin={
         "apiVersion": "placer.dev/v1alpha1", "kind": "SchedulingPolicy", "metadata": {"name": policy},
         "spec": {"namespaceSelector": only_in(namespace), "rules": [
