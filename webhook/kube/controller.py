@@ -381,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_status:
         elector = LeaseElector(api, namespace=connection.namespace, name=LEASE_NAME, identity=identity())
     controller = ClusterController(api, args.state, compiler=PolicyCompiler(), elector=elector,
-                                   health=_health_round(api, connection.namespace))
+                                   health=None if args.no_status else _health_round(api, connection.namespace))
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
