@@ -18,7 +18,7 @@ def test_mypy_strict_is_clean() -> None:
 
 LAYERS = [
     {"typing", "names", "quantity", "selectors", "resources", "patches", "config", "logs", "metrics", "certs",
-     "json_bytes", "json_copy", "node_fit", "volumes", "dra", "counter_file",
+     "json_bytes", "json_copy", "node_fit", "volumes", "dra", "counter_file", "rule_problems",
      "review", "__init__"},
     {"workloads"}, {"gang"}, {"actions"}, {"policy"}, {"engine"}, {"gang_capacity"}, {"feasibility", "claims"}, {"pipeline", "offline", "validation", "suites", "export"},
     {"kube"}, {"server", "dev"}, {"cli", "__main__", "field_targets"},

@@ -15,6 +15,7 @@ import yaml
 from webhook import __version__, dev
 from webhook.certs import ensure_dev_certificates, issue, service_names
 from webhook.config import CEL_LEAK_BUDGET_MIB, DEFAULT_CERTS, DEFAULT_POLICIES, READ_TIMEOUT_SECONDS, Settings
+from webhook.engine.configuration import gang_not_enforced
 from webhook.export.admission_policy import export_policies, report_lines
 from webhook.export.versions import API_VERSIONS, parse_version
 from webhook.field_targets import add_target_flags, compiler_from_flags
@@ -216,6 +217,9 @@ def _lint(args: argparse.Namespace) -> int:
         print(f"no SchedulingPolicy found in {', '.join(paths)}")
         return 1
     print(f"{len(snapshot.policies)} policies OK: {', '.join(p.name for p in snapshot.policies)}")
+    for policy in snapshot.policies:  # loads, but cannot work as written: said, not an error
+        for finding in gang_not_enforced(policy):
+            print(f"Warning: {policy.source}: {finding.message}", file=sys.stderr)
     return 0
 
 

@@ -64,10 +64,12 @@ class PlacementCheck:
             fit = self._fit(after_key, after_spec, nodes, version)
             if fit.hosts or not self._fit(placement_key(before_spec), before_spec, nodes, version).hosts:
                 continue  # some node fits, or none did before Placer either
-            rules = applied_rules(after, snapshot, PLACING_ACTIONS) or ["(none of the applied rules narrows placement)"]
+            rules = applied_rules(after, snapshot, PLACING_ACTIONS)
             where = f" of {slot}" if slot else ""
-            found.append(f"{fit.describe().replace('its pods', f'the pods{where}', 1)}, placed by "
-                         f"{', '.join(rules)}")
+            what = fit.describe().replace('its pods', f'the pods{where}', 1)
+            # the rule first: a warning cut to the API server's length keeps who placed the pods
+            found.append(f"{', '.join(rules)}: {what}" if rules
+                         else f"{what} (none of the applied rules narrows placement)")
         return found
 
     def _fit(self, key: bytes, spec: Mapping[str, Any], nodes: Nodes, version: int) -> Fit:

@@ -63,10 +63,10 @@ class GangCapacityCheck:
                 continue
             where = f" of {member.name}" if member.name else ""
             rules = applied_rules(placed[1], snapshot, GANG_ACTIONS)
-            found.append(
-                f"gang {group}: {needed} pods{where} of {_describe(member.requests)} never fit, "
+            found.append(  # the rule first: a warning cut to the API server's length keeps it
+                (f"{', '.join(rules)}: " if rules else "")
+                + f"gang {group}: {needed} pods{where} of {_describe(member.requests)} never fit, "
                 f"{capacity.hosts} matching nodes hold {capacity.pods}"
-                + (f" ({', '.join(rules)})" if rules else "")
             )
         return found
 

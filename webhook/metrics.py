@@ -8,6 +8,7 @@ Elsewhere (tests, the CLI) metrics live in a registry private to the instance: n
 import glob
 import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import (
@@ -22,6 +23,7 @@ from prometheus_client import (
 )
 
 from webhook.counter_file import CounterFile
+from webhook.rule_problems import RuleProblemFile
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _MAX_CACHED_SERIES = 10_000
@@ -97,6 +99,8 @@ class Metrics:
             if self.multiprocess else None
         )
         """Under `placer serve`, where the ~50 rule counts of each admission are written (see counter_file)."""
+        self._problem_file = RuleProblemFile(os.environ[MULTIPROC_ENV]) if self.multiprocess else None
+        """Under `placer serve`, each rule's last error and missing key, for the policy's status."""
         self.policies = Gauge(
             "placer_policies",
             "Policies loaded (state=ready) and policy load errors (state=error).",
@@ -134,8 +138,19 @@ class Metrics:
         self._request_counters: dict[tuple[str, str, str], Any] = {}
 
     def observe_admission(
-        self, kind: str, operation: str, result: str, seconds: float, rules: Iterable[tuple[str, str, str]]
+        self,
+        kind: str,
+        operation: str,
+        result: str,
+        seconds: float,
+        rules: Iterable[tuple[str, str, str]],
+        *,
+        problems: Iterable[tuple[str, str, str, str]] = (),
     ) -> None:
+        """`rules`: (policy, rule, outcome) of each rule evaluation; `problems`: (policy, rule, outcome,
+        detail) of those that failed or reached a missing key (see `rule_problems`)."""
+        if self._problem_file is not None and (problems or self._problem_file.pending):
+            self._problem_file.record(problems)
         key = (kind, operation, result)
         counter = self._request_counters.get(key)
         if counter is None:  # bounded: kinds are the workload table's, operations and results fixed sets
@@ -198,6 +213,23 @@ class ControllerMetrics:
 
     def observe_pod_group(self, outcome: str) -> None:
         self.pod_groups.labels(outcome).inc()
+
+
+def read_rule_counts(directory: Path) -> dict[tuple[str, str, str], float]:
+    """Every worker's rule evaluations so far in this replica's multiprocess directory, by (policy, rule,
+    outcome): the same samples `/metrics` shows as `placer_rule_evaluations_total`, summed over the workers'
+    files (those of workers that exited stay, as prometheus_client keeps counters)."""
+    files = sorted(glob.glob(os.path.join(glob.escape(str(directory)), f"counter_{RULE_EVALUATIONS}_*.db")))
+    counts: dict[tuple[str, str, str], float] = {}
+    for metric in multiprocess.MultiProcessCollector.merge(files):  # type: ignore[no-untyped-call]
+        if metric.name != RULE_EVALUATIONS:
+            continue
+        for sample in metric.samples:
+            labels = sample.labels
+            if sample.name.endswith("_total") and set(RULE_EVALUATION_LABELS) <= set(labels):
+                key = (labels["policy"], labels["rule"], labels["outcome"])
+                counts[key] = counts.get(key, 0.0) + sample.value
+    return counts
 
 
 def mark_worker_dead(pid: int) -> None:

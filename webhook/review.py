@@ -17,7 +17,16 @@ from webhook.typing import JSONObject, JSONPatch
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 MAX_WARNINGS = 10
-MAX_WARNING_LENGTH = 119
+MAX_WARNING_LENGTH = 256
+"""Characters (runes) per warning that the API server always passes on whole.
+
+kube-apiserver's warning recorder (kubernetes/kubernetes
+`staging/src/k8s.io/apiserver/pkg/endpoints/filters/warning.go`, `(*recorder).AddWarning`, with
+`truncateItemRunes = 256` and `truncateAtTotalRunes = 4 * 1024`) keeps every warning whole until the warnings
+of one request pass 4096 runes; from then on it cuts each one to 256 runes and drops those that no longer
+fit. A webhook's warnings reach it through `warning.AddWarning` (the mutating dispatcher,
+`staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/mutating/dispatcher.go`). Ten warnings of at most
+256 runes (2560) leave room for other webhooks' and the API server's own, and none is ever cut further."""
 WARNING_PREFIX = "placer: "
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
@@ -172,10 +181,12 @@ def build_response(
 
 
 def format_warnings(messages: list[str]) -> list[str]:
-    """At most 10 warnings, each prefixed `placer:` and under 120 characters.
+    """At most 10 warnings, each prefixed `placer:` and at most 256 characters (MAX_WARNING_LENGTH).
 
     kubectl prints every warning on its own line; more than ten would drown the user's output, so the
-    tenth says how many were left out (all of them are in the log).
+    tenth says how many were left out. A message names its rule first (`policy/rule: what happened`), so
+    cutting a long one keeps the rule and loses the end of the detail; the whole text of every warning is in
+    the webhook's log line for the admission (`warnings`).
     """
     unique = list(dict.fromkeys(messages))
     if len(unique) > MAX_WARNINGS:

@@ -9,6 +9,7 @@ for the API server's own validation errors.
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.engine.configuration import gang_not_enforced
 from webhook.policy.compiler import KIND, PolicyCompiler
 from webhook.policy.errors import PolicyError
 from webhook.review import AdmissionRequest, build_response
@@ -22,8 +23,9 @@ def validate_policy_review(review: AdmissionRequest, compiler: PolicyCompiler) -
     if review.operation == "DELETE" or obj is None or review.kind != KIND:
         return build_response(review.uid, review.api_version)
     result = compiler.compile(obj, KIND)
-    if not result.errors:
-        return build_response(review.uid, review.api_version)
+    if not result.errors:  # loads; a rule that cannot work as written is a warning kubectl prints
+        found = gang_not_enforced(result.policy) if result.policy is not None else []
+        return build_response(review.uid, review.api_version, warnings=[finding.message for finding in found])
     name = result.name or review.name or "?"
     causes = [{"reason": "FieldValueInvalid", "field": field_path(error, obj), "message": _message(error)}
               for error in result.errors]

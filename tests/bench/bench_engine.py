@@ -25,7 +25,7 @@ from unittest import mock
 
 from tests.conftest import fixture_request
 from tests.helpers import snapshot_of
-from webhook.engine import mutate as engine
+from webhook.engine import passes as engine
 from webhook.pipeline import admit
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.review import decode_json, parse_review

@@ -35,8 +35,11 @@ from webhook.cli import _parser
 from webhook.kube.api import KubeApi
 from webhook.kube.controller import LEASE_NAME, ClusterController
 from webhook.kube.discovery import discover
+from webhook.kube.health_round import HealthRound
 from webhook.kube.leader import LeaseElector
 from webhook.kube.namespace_lookup import NamespaceLookup
+from webhook.kube.recent_counts import RecentCounts, ReplicaWindow
+from webhook.kube.replica_reports import COUNTS_KEY, ReplicaPublisher, encode_window
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.snapshot import PolicySnapshot
 from webhook.selectors import LabelSelector
@@ -91,7 +94,8 @@ def test_the_crd_is_structural_cluster_scoped_with_status_and_printer_columns(
     assert crd["spec"]["scope"] == "Cluster" and "spol" in crd["spec"]["names"]["shortNames"]
     (version,) = crd["spec"]["versions"]
     assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
-    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Priority", "Rules", "Ready", "Age"]
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == [
+        "Priority", "Rules", "Ready", "Healthy", "Reason", "Seen", "Applied", "Errors", "Missing", "Window", "Age"]
     _assert_structural(version["schema"]["openAPIV3Schema"], "openAPIV3Schema")
     rules = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["rules"]
     action_enum = set(rules["items"]["properties"]["action"]["enum"])
@@ -244,8 +248,18 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
     apiserver.put(JOBS, job)
     elector = LeaseElector(api, namespace="placer-system", name=LEASE_NAME, identity="x", lease_seconds=3)
     serve_discovery(apiserver, "gates-on")  # a v1.36 API server: resource.k8s.io/v1 served, DRA watched
+    # the rule counts: this replica's Lease written twice (created, then updated), a gone replica's deleted
+    gone = {"metadata": {"name": "placer-rule-counts-gone", "namespace": "placer-system", "resourceVersion": "1",
+                         "labels": {COUNTS_KEY: "v1"}, "annotations": {COUNTS_KEY: encode_window(
+                             ReplicaWindow(time.time() - 7200, time.time() - 8000))}}, "spec": {}}
+    apiserver.leases["placer-rule-counts-gone"] = gone
+    totals = {("p", "r", "applied"): 1.0}
+    counts = RecentCounts(lambda: dict(totals), dict)
+    publisher = ReplicaPublisher(api, namespace="placer-system", replica="x", counts=counts, interval=0.1)
+    health = HealthRound(api, namespace="placer-system", publisher=publisher, interval=0.1)
     controller = ClusterController(api, tmp_path / "state.json", compiler=PolicyCompiler(), elector=elector,
-                                   election_interval=0.1, served=discover(api))
+                                   election_interval=0.1, health=health,
+                                   served=discover(api))
     stop = threading.Event()
     thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
     thread.start()
@@ -256,6 +270,10 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
              what="every watch")
     wait_for(lambda: [m for m, p, _ in apiserver.requests if p.endswith(LEASE_NAME) and m == "PUT"], what="renewal")
     wait_for(lambda: apiserver.podgroup_writes, what="the PodGroup created")
+    wait_for(lambda: "placer-rule-counts-gone" not in apiserver.leases, what="the gone replica's counts deleted")
+    totals[("p", "r", "applied")] = 2.0
+    wait_for(lambda: [m for m, p, _ in apiserver.requests if p.endswith("placer-rule-counts-x") and m == "PUT"],
+             what="this replica's counts updated")
     apiserver.put(JOBS, {**job, "spec": {**job["spec"], "parallelism": 6}})
     wait_for(lambda: len(apiserver.podgroup_writes) == 2, what="the PodGroup updated")
     apiserver.put_namespace("created-just-now")  # a worker reads a namespace its state does not have yet
@@ -287,10 +305,11 @@ def _verb(method: str, path: str, query: dict[str, str]) -> tuple[str, str, str,
         rest = rest[2:]  # namespaced resource
     resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
     name = rest[1] if len(rest) > 1 else None
-    verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method)
+    verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
     if verb is None:
         verb = "get" if name else ("watch" if query.get("watch") else "list")
-    return group, resource, verb, name if verb in ("get", "update") and group == "coordination.k8s.io" else None
+    named = verb in ("get", "update") and group == "coordination.k8s.io" and name == LEASE_NAME
+    return group, resource, verb, name if named else None  # the replicas' count Leases have names of their own
 
 
 def _granted(objects: list[dict[str, Any]]) -> Iterator[tuple[str, str, str, str | None]]:

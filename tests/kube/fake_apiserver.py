@@ -356,6 +356,9 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def do_PUT(self) -> None:
             self._dispatch("PUT")
 
+        def do_DELETE(self) -> None:
+            self._dispatch("DELETE")
+
         def do_PATCH(self) -> None:
             self._dispatch("PATCH")
 
@@ -575,6 +578,16 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             name = path[len(LEASES):].strip("/")
             with api.condition:
                 lease = api.leases.get(name)
+                if method == "GET" and not name:  # the list, filtered by label (the replicas' rule counts)
+                    selector = parse_qs(urlparse(self.path).query).get("labelSelector", [""])[-1]
+                    items = [copy.deepcopy(o) for o in api.leases.values() if selects(selector, o)]
+                    return self._send(200, {"kind": "LeaseList", "apiVersion": "coordination.k8s.io/v1",
+                                            "metadata": {"resourceVersion": str(api.revision)}, "items": items})
+                if method == "DELETE":
+                    if api.leases.pop(name, None) is None:
+                        return self._send(404, status(404, "NotFound",
+                                                      f'leases.coordination.k8s.io "{name}" not found'))
+                    return self._send(200, status(200, "Success", ""))
                 if method == "GET":
                     if lease is None:
                         return self._send(404, status(404, "NotFound",

@@ -30,7 +30,9 @@ def test_a_job_is_marked_on_its_own_metadata_and_its_pods_carry_the_group() -> N
     assert "placer.dev/pod-group-min-member" not in job["metadata"]["annotations"]
     assert job["spec"]["template"]["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "batch-train"
     assert "placer.dev/pod-group" not in job["spec"]["template"]["metadata"]["labels"], "not on the pods"
-    assert mutation.warnings == []
+    assert mutation.warnings == [  # the pods keep default-scheduler: said, the gang is not enforced
+        "rule training/gang: coscheduling gang on default-scheduler: not enforced, pods start one by one; "
+        "set schedulerName in this rule's parameters (e.g. scheduler-plugins-scheduler)"]
     again = run(snapshot_of(GANG % ""), review_for(job))
     assert again.patch == [], "marking is idempotent"
 

@@ -213,12 +213,10 @@ def test_a_placement_no_node_can_take_is_admitted_with_a_warning_until_a_node_ca
             return list(review.get("warnings") or [])
 
         # gpu-1 is tainted and lacks the label: kube-scheduler's TaintToleration filter runs before NodeAffinity
-        # and rejects it first, so its FailedScheduling event names the taint (webhook/node_fit.py). The
-        # warning is cut at 120 characters, as every warning is.
-        expected = ("placer: no node can host the pods (1 with untolerated taint nvidia.com/gpu:NoSchedule, "
-                    "1 without label pool=ml; 0 of")
-        wait_for(lambda: all(any(w.startswith(expected) for w in warnings()) for _ in range(6)), timeout=10,
-                 what="the warning")
+        # and rejects it first, so its FailedScheduling event names the taint (webhook/node_fit.py).
+        expected = ("placer: rule pool/pool: no node can host the pods (1 with untolerated taint "
+                    "nvidia.com/gpu:NoSchedule, 1 without label pool=ml; 0 of 2 nodes)")
+        wait_for(lambda: all(expected in warnings() for _ in range(6)), timeout=10, what="the warning")
         assert 'placer_unplaceable_templates_total{kind="Pod"}' in server.get("/metrics").text
 
         apiserver.put_node("ml-1", {"pool": "ml"})  # a node of the pool arrives: the pods can land

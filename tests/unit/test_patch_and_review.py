@@ -95,8 +95,8 @@ def test_response_has_patch_only_when_non_empty_and_echoes_uid() -> None:
 
 
 def test_warnings_are_prefixed_short_and_at_most_ten() -> None:
-    warnings = format_warnings([f"rule {i}: " + "x" * 200 for i in range(15)])
+    warnings = format_warnings([f"rule {i}: " + "x" * 300 for i in range(15)])
     assert len(warnings) == 10
-    assert all(w.startswith("placer: ") and len(w) < 120 for w in warnings)
+    assert all(w.startswith("placer: rule ") and len(w) == 256 and w.endswith("...") for w in warnings[:9])
     assert warnings[-1] == "placer: 6 more warnings in the webhook log"
     assert format_warnings(["same", "same"]) == ["placer: same"]

@@ -55,8 +55,8 @@ def test_a_selector_no_node_has_is_admitted_with_a_warning_naming_it_and_the_rul
     assert result.response["response"]["allowed"] is True and result.mutation.patch, "never a denial"
     assert result.unplaceable == 1
     warnings = result.response["response"]["warnings"]
-    assert ("no node can host the pods (2 without label node-pool=ml, 1 cordoned; 0 of 3 nodes), placed by "
-            "rule pools/pool") in warnings[-1]
+    assert warnings[-1] == ("placer: rule pools/pool: no node can host the pods (2 without label node-pool=ml, "
+                            "1 cordoned; 0 of 3 nodes)")
 
 
 def test_no_warning_when_some_node_fits_or_placement_is_unchanged(tmp_path: Path) -> None:

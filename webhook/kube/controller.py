@@ -18,27 +18,33 @@ Run by the gunicorn arbiter of `placer serve --kube` as `python -m webhook.kube.
 
 import argparse
 import logging
+import os
 import signal
+import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from webhook.dra import CLAIM_KIND, CLASS_KIND, class_entry, device_entry, is_generated_claim
+from webhook.engine.configuration import gang_not_enforced, pod_groups_not_served
 from webhook.kube.api import ApiError, KubeApi, TransportError
 from webhook.kube.connection import ConnectionSetupError, connect, identity
 from webhook.kube.discovery import DRA_KINDS, DiscoveryRefresh, ServedApis, discover, write_served_apis
+from webhook.kube.health_round import HealthRound, PodGroupApiCheck
 from webhook.kube.leader import LeaseElector
 from webhook.kube.node_events import UnchangedNodeEvents
 from webhook.kube.pod_groups import PodGroupKeeper
+from webhook.kube.policy_health import combine
+from webhook.kube.recent_counts import RecentCounts
 from webhook.kube.reflector import Reflector, Resource, Store
-from webhook.kube.status import PolicyOutcome, desired_status, status_differs
+from webhook.kube.replica_reports import PUBLISH_INTERVAL, ReplicaPublisher
+from webhook.kube.status import PolicyOutcome
+from webhook.kube.status_writer import CompiledPolicy, StatusWriter
 from webhook.logs import configure_logging
-from webhook.metrics import ControllerMetrics
+from webhook.metrics import MULTIPROC_ENV, ControllerMetrics
 from webhook.policy.cluster_state import (
     CLUSTER_SOURCE,
     ClusterState,
@@ -79,17 +85,9 @@ LEASE_NAME = "placer-status-writer"
 RESTART_TO_FOLLOW_THE_API_SERVER = 3
 """Exit code when discovery changed what the watches depend on: the arbiter starts the controller again,
 which then watches what the API server serves now."""
-_STATUS_REWRITE_AFTER = 30.0
-_STATUS_RETRY_AFTER = 10.0
+HEALTH_INTERVAL_ENV = "PLACER_HEALTH_INTERVAL"
+"""Seconds between two publications of a replica's rule counts and two readings by the leader (default 30)."""
 _OPTIONAL_SYNC_WAIT = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class _Compiled:
-    key: tuple[Any, ...]
-    outcome: PolicyOutcome
-    document: Mapping[str, Any] | None
-    """The object itself when it compiled."""
 
 
 class ProjectedSink:
@@ -195,7 +193,10 @@ class ClusterController:
         metrics: ControllerMetrics | None = None,
         served: ServedApis | None = None,
         discovery: DiscoveryRefresh | None = None,
+        health: HealthRound | None = None,
     ) -> None:
+        """`health`: where this replica publishes its rule counts and the leader reads every replica's (None:
+        the status says nothing of counts, `Healthy` is Unknown unless the configuration says otherwise)."""
         self._api = api
         self.served = served or ServedApis()
         self._discovery = discovery
@@ -217,14 +218,17 @@ class ClusterController:
         self.volumes = ProjectedSink("volumes", ShardWriter(volumes_directory(state_directory)), _volume_entry)
         self.node_events = UnchangedNodeEvents()
         self._priority_classes: Store | None = None
-        self._compiled: dict[str, _Compiled] = {}
-        self._last_good: dict[str, tuple[str, _Compiled]] = {}
+        self._compiled: dict[str, CompiledPolicy] = {}
+        self._last_good: dict[str, tuple[str, CompiledPolicy]] = {}
         self._published: tuple[Any, ...] | None = None
         self._inputs: tuple[Store, Store | None] | None = None
         self._generation = 0
         self._next_election = 0.0
         self._started = monotonic()
-        self._status_written: dict[str, tuple[tuple[Any, ...], float]] = {}
+        self._status = StatusWriter(api, POLICIES.path, monotonic=monotonic)
+        self._health = health
+        self.pod_group_api = PodGroupApiCheck(api, monotonic=monotonic)
+        self._pod_groups_served: bool | None = None
         self.watch_threads: list[threading.Thread] = []
         """One per watched resource, once `run` has started them (they end when `stop` is set)."""
         self.pod_groups = PodGroupKeeper(api, default_workload_table(), wake=self._wake.set,
@@ -307,6 +311,13 @@ class ClusterController:
         if self._inputs is None or any(a is not b for a, b in zip(self._inputs, inputs, strict=True)):
             self._publish(policies, priority_classes)
             self._inputs = inputs
+        wanted = any(good.pod_group_findings for _, good in self._last_good.values())
+        served = self.pod_group_api.check(wanted)
+        if served != self._pod_groups_served:  # the workers warn on admission: tell them
+            self._pod_groups_served = served
+            self._publish(policies, priority_classes)
+        if self._health is not None:
+            self._health.publish()
         if self._elector is None:
             self.pod_groups.reconcile()  # no election (--no-status): every replica keeps them, idempotently
             return
@@ -314,7 +325,9 @@ class ClusterController:
         if now >= self._next_election:
             self._next_election = now + self._election_interval
             if not self._elector.try_acquire_or_renew():
-                self._status_written.clear()
+                self._status.forget()
+                if self._health is not None:
+                    self._health.not_leading()
                 return
         if self._elector.is_leader:
             self._report(policies)
@@ -334,11 +347,12 @@ class ClusterController:
             del self._compiled[gone]
             self._last_good.pop(gone, None)
         default_class = global_default_priority_class(priority_classes or {})
-        content = (serving, errors, default_class)
+        content = (serving, errors, default_class, self._pod_groups_served)
         if content == self._published:
             return  # e.g. only a status or an unrelated annotation changed: workers need not recompile
         self._generation += 1
-        state = ClusterState(self._generation, True, serving, errors, default_priority_class=default_class)
+        state = ClusterState(self._generation, True, serving, errors, default_priority_class=default_class,
+                             pod_groups_served=self._pod_groups_served)
         write_state(self._state_directory, state)
         self._published = content
         log.info(
@@ -349,7 +363,7 @@ class ClusterController:
             self.namespaces.count(),
         )
 
-    def _compile(self, name: str, obj: Mapping[str, Any]) -> _Compiled:
+    def _compile(self, name: str, obj: Mapping[str, Any]) -> CompiledPolicy:
         metadata = obj.get("metadata") or {}
         uid = str(metadata.get("uid") or "")
         generation = metadata.get("generation") if isinstance(metadata.get("generation"), int) else None
@@ -364,11 +378,17 @@ class ClusterController:
             del self._last_good[name]
             good = None
         if result.policy is not None:
-            compiled = _Compiled(key, PolicyOutcome(generation, len(result.policy.rules), (), generation), document)
+            policy = result.policy
+            outcome = PolicyOutcome(generation, len(policy.rules), (), generation,
+                                    tuple(rule.name for rule in policy.rules), tuple(gang_not_enforced(policy)))
+            compiled = CompiledPolicy(key, outcome, document, tuple(pod_groups_not_served(policy)))
             self._last_good[name] = (uid, compiled)
         else:
-            serving = good[1].outcome.generation if good is not None else None
-            compiled = _Compiled(key, PolicyOutcome(generation, 0, result.errors, serving), None)
+            last = good[1] if good is not None else None
+            serving = last.outcome.generation if last is not None else None
+            outcome = PolicyOutcome(generation, 0, result.errors, serving,
+                                    last.outcome.rule_names if last else (), last.outcome.findings if last else ())
+            compiled = CompiledPolicy(key, outcome, None, last.pod_group_findings if last else ())
             log.error(
                 "SchedulingPolicy %s generation %s does not compile (%s): %s",
                 name,
@@ -380,37 +400,33 @@ class ClusterController:
         return compiled
 
     def _report(self, policies: Store) -> None:
-        now = self._monotonic()
-        for name, obj in policies.items():
-            compiled = self._compiled.get(name)
-            if compiled is None:
-                continue
-            current = obj.get("status") if isinstance(obj.get("status"), dict) else None
-            desired = desired_status(compiled.outcome, current, datetime.now(UTC))
-            if not status_differs(current, desired):
-                continue
-            fingerprint = (compiled.key, desired["conditions"][0]["status"], desired["conditions"][0]["message"])
-            written = self._status_written.get(name)
-            if written is not None and written[0] == fingerprint and now - written[1] < _STATUS_REWRITE_AFTER:
-                continue  # written already; the watch has not delivered it yet
-            try:
-                self._api.merge_patch(f"{POLICIES.path}/{name}/status", {"status": desired})
-            except ApiError as error:
-                if error.code != 404:
-                    log.warning("status of SchedulingPolicy %s not written: %s", name, error)
-                    self._status_written[name] = (fingerprint, now - _STATUS_REWRITE_AFTER + _STATUS_RETRY_AFTER)
-                continue
-            except TransportError as error:
-                log.warning("status of SchedulingPolicy %s not written: %s", name, error)
-                return
-            self._status_written[name] = (fingerprint, now)
-            log.info("status of SchedulingPolicy %s: Ready=%s", name, desired["conditions"][0]["status"])
+        """Write each policy's status (the leader): compiled, healthy, and its counts over every replica."""
+        readings = self._health.readings() if self._health is not None else None
+        health = None
+        if readings is not None and self._health is not None:
+            rules_of = {name: compiled.outcome.rule_names for name, compiled in self._compiled.items()}
+            health = combine(readings, rules_of, self._health.window_seconds)
+        self._status.write(policies, self._compiled, health=health, pod_groups_served=self._pod_groups_served,
+                           health_known=health is not None or self._health is None)
 
 
 def global_default_priority_class(classes: Store) -> str | None:
     """The PriorityClass with `globalDefault: true` (the API server allows one; the lowest name if several)."""
     defaults = sorted(name for name, obj in classes.items() if obj.get("globalDefault") is True)
     return defaults[0] if defaults else None
+
+
+def _health_round(api: KubeApi, namespace: str) -> HealthRound:
+    """Counts from the workers' multiprocess directory (the arbiter starts this process with it), published
+    under the Pod's name (downward API `POD_NAME`, else the hostname, which is the Pod's name too)."""
+    directory = os.environ.get(MULTIPROC_ENV)
+    interval = float(os.environ.get(HEALTH_INTERVAL_ENV) or PUBLISH_INTERVAL)
+    publisher = None
+    if directory:
+        replica = os.environ.get("POD_NAME") or socket.gethostname()
+        publisher = ReplicaPublisher(api, namespace=namespace, replica=replica, interval=interval,
+                                     counts=RecentCounts.from_directory(Path(directory)))
+    return HealthRound(api, namespace=namespace, publisher=publisher, interval=interval)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -433,7 +449,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     served = served_at_start(api, args.state)
     discovery = DiscoveryRefresh(api, args.state, served)
     controller = ClusterController(api, args.state, compiler=PolicyCompiler(), elector=elector, served=served,
-                                   discovery=discovery)
+                                   discovery=discovery,
+                                   health=None if args.no_status else _health_round(api, connection.namespace))
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

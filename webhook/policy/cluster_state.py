@@ -83,6 +83,8 @@ class ClusterState:
     errors: Sequence[PolicyError] = ()
     default_priority_class: str | None = None
     """The cluster's globalDefault PriorityClass, if any."""
+    pod_groups_served: bool | None = None
+    """Whether the API server serves PodGroups, when a serving policy asks for them (else None)."""
 
 
 def write_state(directory: Path, state: ClusterState) -> None:
@@ -97,6 +99,7 @@ def write_state(directory: Path, state: ClusterState) -> None:
             for e in state.errors
         ],
         "defaultPriorityClass": state.default_priority_class,
+        "podGroupsServed": state.pod_groups_served,
     }
     directory.mkdir(parents=True, exist_ok=True)
     write_atomically(policies_path(directory), encode_json(payload))
@@ -110,12 +113,14 @@ def read_state(directory: Path) -> ClusterState:
         raise ValueError(f"{path}: not a Placer cluster state file (format {STATE_FORMAT})")
     errors = [PolicyError(**entry) for entry in payload.get("errors") or []]
     default_class = payload.get("defaultPriorityClass")
+    served = payload.get("podGroupsServed")
     return ClusterState(
         int(payload["generation"]),
         bool(payload["synced"]),
         list(payload.get("policies") or []),
         errors,
         default_priority_class=default_class if isinstance(default_class, str) else None,
+        pod_groups_served=served if isinstance(served, bool) else None,
     )
 
 
@@ -173,4 +178,5 @@ class ClusterStateSource:
             tuple(errors),
             ready=state.synced,
             default_priority_class=state.default_priority_class,
+            pod_groups_served=state.pod_groups_served,
         )

@@ -115,6 +115,8 @@ class PolicySnapshot:
     default_priority_class: str | None = None
     """The cluster's `globalDefault` PriorityClass: the Priority admission plugin writes it into every Pod that
     names none, before webhooks run, so on a Pod it means "unset" to `set-priority-class`."""
+    pod_groups_served: bool | None = None
+    """Whether the API server serves PodGroups, as the cluster controller last found (None: not known)."""
     reads_claims: bool = field(init=False, default=False)
     """Some rule pins pods to their volumes' nodes: a Pod's claims are looked up before its admission."""
     observed: Mapping[str, FieldTree] = field(init=False, default_factory=dict, compare=False, repr=False)
@@ -164,9 +166,10 @@ class PolicySnapshot:
         *,
         ready: bool = True,
         default_priority_class: str | None = None,
+        pod_groups_served: bool | None = None,
     ) -> "PolicySnapshot":
         ordered = tuple(sorted(policies, key=lambda policy: policy.order_key))
-        return cls(ordered, namespaces, tuple(errors), environment, ready, default_priority_class)
+        return cls(ordered, namespaces, tuple(errors), environment, ready, default_priority_class, pod_groups_served)
 
     def namespace(self, name: str) -> NamespaceInfo:
         """The known namespace, or one with no labels (a policy selecting on labels will not match)."""

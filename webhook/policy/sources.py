@@ -30,6 +30,8 @@ class SourceContent:
     """False until the source has loaded once (the cluster source: until its first sync)."""
     default_priority_class: str | None = None
     """The globalDefault PriorityClass the source knows of (the cluster's, or a manifest's)."""
+    pod_groups_served: bool | None = None
+    """Whether the cluster serves PodGroups (the cluster source; None elsewhere)."""
 
 
 class PolicySource(Protocol):
@@ -51,7 +53,10 @@ def combine(contents: Iterable[SourceContent], environment: Any) -> PolicySnapsh
     errors: list[PolicyError] = []
     ready = True
     default_class: str | None = None
+    pod_groups_served: bool | None = None
     for content in contents:
+        if pod_groups_served is None:
+            pod_groups_served = content.pod_groups_served
         ready = ready and content.ready
         default_class = default_class or content.default_priority_class
         errors.extend(content.errors)
@@ -70,6 +75,7 @@ def combine(contents: Iterable[SourceContent], environment: Any) -> PolicySnapsh
         environment,
         ready=ready,
         default_priority_class=default_class,
+        pod_groups_served=pod_groups_served,
     )
 
 

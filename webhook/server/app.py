@@ -24,6 +24,7 @@ from webhook.pipeline import Admission, admit
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.snapshot import SnapshotHolder
 from webhook.review import AdmissionRequest
+from webhook.rule_problems import PROBLEM_OUTCOMES
 from webhook.server.decode_budget import DecodeBudget
 from webhook.server.review_endpoint import REVIEW_ENDPOINTS_EXTENSION, AfterResponse, ReviewEndpoints
 from webhook.validation import validate_policy_review
@@ -116,6 +117,7 @@ def _record(metrics: Metrics, admission_log: AdmissionLog, admission: Admission,
     review, mutation = admission.request, admission.mutation
     kind, operation, result = review.kind, review.operation, admission.result
     rules = [(trace.policy, trace.rule, trace.outcome) for trace in mutation.traces]
+    problems = [(t.policy, t.rule, t.outcome, t.detail) for t in mutation.traces if t.outcome in PROBLEM_OUTCOMES]
     unplaceable, over_capacity = admission.unplaceable, admission.over_capacity
     volume_outcomes = list(mutation.volume_outcomes.values())
     fields = {
@@ -133,7 +135,7 @@ def _record(metrics: Metrics, admission_log: AdmissionLog, admission: Admission,
     }
 
     def write() -> None:
-        metrics.observe_admission(kind, operation, result, seconds, rules)
+        metrics.observe_admission(kind, operation, result, seconds, rules, problems=problems)
         if unplaceable:
             metrics.observe_unplaceable(kind, unplaceable)
         if over_capacity:

@@ -1,0 +1,222 @@
+"""Passes over the rules until the object stops changing: the fixed point of one request's evaluation.
+
+The result must be a fixed point: the API server may call Placer again on its own output
+(`reinvocationPolicy: IfNeeded`), a controller creates pods from the mutated template, and both must get an
+empty patch. So when a pass changed something, the rules run again on what it wrote (a label an earlier rule
+added can make a later condition true, or give a spread its selector) until a pass changes nothing."""
+
+import hashlib
+import time
+from collections.abc import Callable, Mapping
+
+from webhook.actions.base import ActionContext, working_copy
+from webhook.actions.metadata import APPLIED_ANNOTATION
+from webhook.engine.activation import pod_variable, workload_variable
+from webhook.engine.outcome import DeadlineReached, Mutation, Outcome, RuleTrace, rule_id, unique_messages
+from webhook.engine.patch_assembly import pointer_tokens, template_patch
+from webhook.engine.policy_scope import PolicyScope
+from webhook.engine.rule_run import RuleContexts, act, run_rule
+from webhook.engine.selection import INJECT_LABEL, labelled_disabled
+from webhook.gang.facts import gang_facts, lazy
+from webhook.gang.pod_groups import owns_pod_groups
+from webhook.patches import apply_sharing
+from webhook.policy import cel
+from webhook.policy.model import Policy, Rule
+from webhook.policy.reads import Changes
+from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
+from webhook.review import AdmissionRequest
+from webhook.typing import JSONObject, JSONPatch
+from webhook.volumes import ClaimPlacement
+from webhook.workloads import TemplateSlot, WorkloadKind
+
+MAX_PASSES = 4
+"""Passes over the rules before Placer gives up on reaching a fixed point (only `override: true` rules that
+undo each other can keep changing the template; a pass can only add to what the previous one wrote)."""
+
+
+class Run:
+    """One request's evaluation: passes over the rules until the object stops changing."""
+
+    def __init__(
+        self,
+        *,
+        request: AdmissionRequest,
+        kind: WorkloadKind,
+        snapshot: PolicySnapshot,
+        policies: list[Policy],
+        namespace: NamespaceInfo,
+        mutation: Mutation,
+        deadline: float | None,
+        claims: Mapping[str, ClaimPlacement] | None = None,
+        applied_before: tuple[str, ...] = (),
+    ) -> None:
+        """`applied_before`: rules an earlier admission applied to this template (a Pod's template), kept
+        first in the applied annotation when this one adds more."""
+        self.request = request
+        self.kind = kind
+        self.snapshot = snapshot
+        self.policies = policies
+        self.mutation = mutation
+        self.deadline = deadline
+        self.request_cel = request.as_cel()
+        self.namespace_cel = namespace.as_cel()
+        obj = request.object or {}
+        self.gang = lazy(lambda: gang_facts(kind, obj, request.name or "", unique_suffix=uid_suffix(request.uid)))
+        self.protected = kind.selector_label_keys(obj)
+        self.default_priority_class = snapshot.default_priority_class if kind.kind == "Pod" else None
+        self.claims = claims
+        self.marks: dict[tuple[str, str], str | None] | None = {} if owns_pod_groups(kind) else None
+        self.volume_outcomes: dict[str, str] = mutation.volume_outcomes
+        """Marks rules put on the workload's own metadata (see ActionContext.workload_marks)."""
+        self.applied: dict[str, dict[str, None]] = {"": dict.fromkeys(applied_before)} if applied_before else {}
+        """Per template, the rules that applied in any pass, in order (a dict used as an ordered set)."""
+        self.traces: dict[tuple[str, str, str], RuleTrace] = {}
+        self.outcomes: dict[tuple[str, str, str], Outcome] = {}
+        """Each rule's outcome per template in the current pass."""
+        self.selector_changed: set[str] = set()
+        """Templates whose own-pods selector the current pass changed (it changed labels it comes from)."""
+        self.selector_rules = False
+        self.sensitive: list[tuple[Policy, Rule]] = []
+        for policy in policies:
+            for rule in policy.rules:
+                if rule.pass_sensitive:
+                    self.sensitive.append((policy, rule))
+                    self.selector_rules = self.selector_rules or rule.own_pods_fallback
+        """The rules whose outcome can depend on what a pass writes: only they can make another pass useful."""
+
+    def settle(self, obj: JSONObject) -> JSONPatch:
+        """The patch to the object once a pass over every template changes nothing (at most MAX_PASSES)."""
+        current = obj
+        passes: list[JSONPatch] = []
+        for _ in range(MAX_PASSES):
+            patch: JSONPatch = []
+            self.outcomes = {}
+            self.selector_changed = set()
+            slots = self.kind.templates(current)
+            for slot in slots:
+                raw = slot.read(current)
+                if raw is None:
+                    continue
+                view = slot.view(current, raw)
+                if labelled_disabled(view):
+                    self.mutation.notes.append(f"template {slot.name}: labelled {INJECT_LABEL}=disabled, left alone")
+                    continue
+                template = self._one_pass(slot, current, view)
+                if template != view:
+                    first_seen = self.mutation.placed.get(slot.name, (view, template))[0]
+                    self.mutation.placed[slot.name] = (first_seen, template)
+                    if self.selector_rules and self.kind.own_pods(current, view) != self.kind.own_pods(
+                        current, template
+                    ):
+                        self.selector_changed.add(slot.name)
+                    annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
+                    if not isinstance(annotations, dict):
+                        annotations = template["metadata"]["annotations"] = {}
+                    annotations[APPLIED_ANNOTATION] = ",".join(self.applied.get(slot.name, {}))
+                    patch.extend(slot.patch(current, raw, template))
+            if not patch:
+                break
+            passes.append(patch)
+            if not self._another_pass_may_change(slots, Changes([pointer_tokens(op["path"]) for op in patch])):
+                break
+            current = apply_sharing(current, patch)
+            patch = []
+        else:
+            self.mutation.warnings.append(f"policies did not settle after {MAX_PASSES} passes (override rules?)")
+        self.mutation.notes = unique_messages(self.mutation.notes)
+        self.mutation.traces.extend(self.trace_list())
+        for names in self.applied.values():
+            self.mutation.applied.extend(names)
+        if len(passes) <= 1:  # the usual case: the first pass was already a fixed point
+            return passes[0] if passes else []
+        return template_patch(self.kind, obj, apply_sharing(current, patch) if patch else current)
+
+    def _another_pass_may_change(self, slots: list[TemplateSlot], changed: Changes) -> bool:
+        """Whether some rule could act differently on what this pass wrote (else the pass was a fixed point).
+
+        A rule that applied does the same again (actions are idempotent) unless its parameters are computed
+        or its action derives the own-pods selector from labels that changed; a rule that did not apply may
+        now, if anything it reads changed.
+        """
+        for slot in slots:
+            for policy, rule in self.sensitive:
+                outcome = self.outcomes.get((policy.name, rule.name, slot.name))
+                if outcome is None or (outcome == "applied" and repeats_itself(rule)):
+                    continue  # did not run on this template, or will do exactly the same again
+                if slot.projection is not None and (rule.reads.template or rule.reads.object):
+                    return True  # the template is a view: its paths are not the object's
+                if derives_selector(rule, outcome) and slot.name in self.selector_changed:
+                    return True
+                if (outcome != "applied" or rule.parameter_expressions) and rule.reads.touched_by(changed, slot.path):
+                    return True
+        return False
+
+    def trace_list(self) -> list[RuleTrace]:
+        """One trace per rule and template: the pass where it changed the template, else its first pass."""
+        return list(self.traces.values())
+
+    def _one_pass(self, slot: TemplateSlot, obj: JSONObject, original: JSONObject) -> JSONObject:
+        template = working_copy(original)
+        pod, resources, notes = pod_variable(original)
+        self.mutation.warnings.extend(f"{slot.name or self.kind.kind}: {note}" for note in notes)
+        data = self.snapshot.observable({
+            "object": obj,
+            "oldObject": self.request.old_object,
+            "request": self.request_cel,
+            "namespaceObject": self.namespace_cel,
+            "workload": workload_variable(self.request, self.kind, obj),
+            "pod": pod,
+            "resources": resources,
+            "variables": {},
+        })
+        environment = self.snapshot.environment
+        activation = cel.activation(environment, data, self.deadline)
+        kind = self.kind
+        own_pods: Callable[[JSONObject], JSONObject | None] = lambda current: kind.own_pods(obj, current)  # noqa: E731
+        applied = self.applied.setdefault(slot.name, {})
+        context = RuleContexts(ActionContext(
+            False, own_pods, self.protected, slot.name, self.gang, workload_marks=self.marks,
+            claims=self.claims if kind.kind == "Pod" else None, volume_outcomes=self.volume_outcomes,
+            default_priority_class=self.default_priority_class,
+        ))
+        outcomes, traces, deadline, mutation = self.outcomes, self.traces, self.deadline, self.mutation
+        for policy in self.policies:
+            scope = PolicyScope(policy, data, activation, environment)
+            for rule, batched in zip(policy.rules, scope.batched, strict=True):
+                if deadline is not None and time.monotonic() > deadline:
+                    raise DeadlineReached
+                key = (policy.name, rule.name, slot.name)
+                if batched is False:  # most rules, on most objects: nothing else to do
+                    outcomes[key] = "not-matched"
+                    if key not in traces:
+                        traces[key] = RuleTrace(policy.name, rule.name, slot.name, "not-matched", "condition is false")
+                    continue
+                if batched and not rule.parameter_expressions:
+                    # matched by its batch, which read any variable written in: nothing else to evaluate
+                    trace = act(policy, rule, rule.parameters, template, slot.name, mutation=mutation, context=context)
+                else:
+                    trace = run_rule(policy, rule, scope, batched, template, slot=slot, mutation=mutation,
+                                      context=context)
+                outcomes[key] = trace.outcome
+                previous = traces.get(key)
+                if previous is None or (trace.changed and not previous.changed):
+                    traces[key] = trace
+                if trace.outcome == "applied":
+                    applied[rule_id(policy, rule)] = None
+        return template
+
+
+def repeats_itself(rule: Rule) -> bool:
+    """An applied rule whose parameters are fixed and whose action needs no derived selector: idempotent."""
+    return not rule.parameter_expressions and not rule.own_pods_fallback
+
+
+def derives_selector(rule: Rule, outcome: Outcome) -> bool:
+    """The rule's action falls back to the own-pods selector and may act differently on a new one: one that
+    was skipped for want of a selector may find one now, and a term keyed by its selector is added again."""
+    return rule.own_pods_fallback and (outcome != "applied" or rule.action.own_pods == "keyed-by-selector")
+
+
+def uid_suffix(uid: str) -> str:
+    """A short, stable stand-in for a name the API server has not generated yet (unique per request)."""
+    return hashlib.sha256(uid.encode()).hexdigest()[:5]

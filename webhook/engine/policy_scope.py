@@ -1,0 +1,78 @@
+"""A policy's batched conditions and lazily evaluated variables for one template's pass."""
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.policy import cel
+from webhook.policy.model import ConditionBatch, Policy, Rule
+
+
+class PolicyScope:
+    """A policy's conditions and variables for one template: the conditions evaluated in their batches when
+    the policy's turn comes, the variables on first use and at most once (lazily)."""
+
+    def __init__(self, policy: Policy, data: Mapping[str, Any], activation: Any, environment: Any) -> None:
+        self._policy = policy
+        self._data = data
+        self._base_activation = activation
+        self._environment = environment
+        self._values: dict[str, Any] = {}
+        self._failures: dict[str, cel.Result] = {}
+        self._activation = activation
+        self.batched = self._batched_conditions()
+        """Per rule (in the policy's order), its condition's value from a batch, or None to evaluate it alone:
+        no condition, not batched, or its batch failed (the one-by-one evaluation then gives each rule its
+        own outcome and message)."""
+
+    @property
+    def base(self) -> Any:
+        """The activation without policy variables."""
+        return self._base_activation
+
+    def _batched_conditions(self) -> list[bool | None]:
+        """The policy's batches evaluated on the template's base activation (a batch reads no policy variable:
+        those are written in): both in one call when the policy has both and neither fails, else each."""
+        policy = self._policy
+        values: list[bool | None] = [None] * len(policy.rules)
+        if policy.combined is not None and self._fill(values, policy.combined, policy.combined_positions):
+            return values
+        for batch, positions in zip(policy.conditions, policy.positions, strict=True):
+            self._fill(values, batch, positions)
+        return values
+
+    def _fill(self, values: list[bool | None], batch: ConditionBatch, positions: tuple[int, ...]) -> bool:
+        """Set the value of each rule the batch decides; False when the batch failed as a whole."""
+        result = cel.evaluate(batch.program, self._base_activation)
+        found = result.value if result.missing is None and result.error is None else None
+        if not isinstance(found, list) or len(found) != len(positions):
+            return False
+        for position, value in zip(positions, found, strict=True):
+            if value is True or value is False:  # a non-bool is reported by the rule's own evaluation
+                values[position] = value
+        return True
+
+    def activation_for(self, rule: Rule) -> tuple[Any, cel.Result | None]:
+        """An activation with every variable the rule needs, or the failure of one of them."""
+        if not rule.reads_variables:
+            return self._base_activation, None
+        pending = [v for v in self._policy.variables if v.name in rule.reads_variables and v.name not in self._values]
+        for variable in pending:
+            if variable.name in self._failures:
+                return None, self._failures[variable.name]
+            result = cel.evaluate(variable.program, self._activation)
+            if result.missing is not None or result.error is not None:
+                where = f"variables.{variable.name}: "
+                failure = cel.Result(
+                    missing=where + result.missing if result.missing else None,
+                    error=where + (result.error or "") if result.error else None,
+                )
+                self._failures[variable.name] = failure
+                return None, failure
+            self._values[variable.name] = result.value
+            self._activation = cel.activation(self._environment, {**self._data, "variables": dict(self._values)},
+                                             self._base_activation.deadline)
+        for name in rule.reads_variables:
+            if name in self._failures:
+                return None, self._failures[name]
+        return self._activation, None
+

@@ -1,0 +1,127 @@
+"""One rule on one template: its condition, variables and parameter expressions, then its action.
+
+Failures become the rule's trace and a warning, or deny the request under `failurePolicy: Fail`."""
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.actions.base import ActionContext, ActionSkipped
+from webhook.actions.parameters import parse_parameters
+from webhook.engine.outcome import DenyRequest, Mutation, Outcome, RuleTrace, rule_id
+from webhook.engine.policy_scope import PolicyScope
+from webhook.policy import cel
+from webhook.policy.model import Policy, Rule
+from webhook.typing import JSONObject
+from webhook.workloads import TemplateSlot
+
+
+def run_rule(
+    policy: Policy,
+    rule: Rule,
+    scope: "PolicyScope",
+    batched: bool | None,
+    template: JSONObject,
+    *,
+    slot: TemplateSlot,
+    mutation: Mutation,
+    context: "RuleContexts",
+) -> RuleTrace:
+    def trace(outcome: Outcome, detail: str = "", changed: bool = False) -> RuleTrace:
+        return RuleTrace(policy.name, rule.name, slot.name, outcome, detail, changed)
+
+    def fail(detail: str) -> RuleTrace:
+        mutation.warnings.append(f"{rule_id(policy, rule)}: {detail}")
+        if policy.failure_policy == "Fail":
+            raise DenyRequest(f"policy {policy.name}, rule {rule.name}: {detail}")
+        return trace("error", detail)
+
+    def decide(condition: cel.Program, activation: Any) -> RuleTrace | None:
+        """None when the condition holds, else the rule's trace. `batched`, the condition's value from its
+        batch, holds for the inlined condition as well: the batch of conditions reading variables has them
+        written in."""
+        result = cel.Result(value=batched) if batched is not None else cel.evaluate(condition, activation)
+        if result.missing is not None:
+            return trace("missing", result.missing)
+        if result.error is not None:
+            return fail(f"condition: {result.error}")
+        if not isinstance(result.value, bool):
+            return fail(f"condition returned {type(result.value).__name__}, not bool")
+        return None if result.value else trace("not-matched", "condition is false")
+
+    condition, expressions = rule.condition, rule.parameter_expressions
+    if condition is not None and not condition.reads_variables:
+        # Variables are evaluated lazily: a condition that reads none decides first, and a
+        # variable only the parameters read is not evaluated, nor its failure reported, for a rule that
+        # does not match.
+        outcome = decide(condition, scope.base)
+        if outcome is not None:
+            return outcome
+        condition = None
+    activation, problem = scope.activation_for(rule)
+    if problem is not None:
+        if rule.inlined is None:
+            return trace("missing", problem.missing) if problem.missing else fail(problem.error or "")
+        # A variable failed or cannot leave CEL: evaluate with the variables written in, as Kubernetes'
+        # lazy variables would (an error in a branch that does not decide is absorbed).
+        activation, expressions = scope.base, rule.inlined.parameter_expressions
+        condition = rule.inlined.condition if condition is not None else None
+    if condition is not None:
+        outcome = decide(condition, activation)
+        if outcome is not None:
+            return outcome
+    parameters = rule.parameters
+    if expressions:
+        computed: dict[str, Any] = dict(rule.raw_parameters)
+        for name, program in expressions.items():
+            result = cel.evaluate(program, activation)
+            if result.missing is not None:
+                return trace("missing", f"parameterExpressions.{name}: {result.missing}")
+            if result.error is not None:
+                return fail(f"parameterExpressions.{name}: {result.error}")
+            computed[name] = result.value
+        parameters, problems = parse_parameters(rule.action, computed)
+        if problems:
+            return fail("; ".join(f"parameters.{name}: {message}" for name, message in problems))
+    return act(policy, rule, parameters, template, slot.name, mutation=mutation, context=context)
+
+
+def act(
+    policy: Policy,
+    rule: Rule,
+    parameters: Mapping[str, Any],
+    template: JSONObject,
+    slot_name: str,
+    *,
+    mutation: Mutation,
+    context: "RuleContexts",
+) -> RuleTrace:
+    """Apply a matched rule's action to the working template."""
+    action_context = context.for_rule(rule)
+    try:
+        changed = rule.action.apply(template, parameters, action_context)
+    except ActionSkipped as skipped:
+        mutation.warnings.append(f"{rule_id(policy, rule)}: skipped: {skipped}")
+        return RuleTrace(policy.name, rule.name, slot_name, "skipped", str(skipped))
+    if not action_context.conflicts:
+        return RuleTrace(policy.name, rule.name, slot_name, "applied", "", changed)
+    mutation.warnings.extend(f"{rule_id(policy, rule)}: {conflict}" for conflict in action_context.conflicts)
+    return RuleTrace(policy.name, rule.name, slot_name, "applied", "; ".join(action_context.conflicts), changed)
+
+
+
+class RuleContexts:
+    """The ActionContext of one template's pass, handed to each rule that acts with that rule's `override`
+    and an empty conflict list: what the rules share on a template is built once, not once per rule."""
+
+    __slots__ = ("_context",)
+
+    def __init__(self, context: ActionContext) -> None:
+        self._context = context
+
+    def for_rule(self, rule: Rule) -> ActionContext:
+        context = self._context
+        context.override = rule.override
+        if context.conflicts:
+            context.conflicts = []
+        return context
+
