@@ -20,6 +20,7 @@ from tests.kube.fake_apiserver import (
     JOBS,
     NODES,
     PODGROUP_API,
+    PODGROUPS,
     PRIORITY_CLASSES,
     VOLUMES,
     FakeApiServer,
@@ -250,6 +251,10 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
     wait_for(lambda: apiserver.podgroup_writes, what="the PodGroup created")
     apiserver.put(JOBS, {**job, "spec": {**job["spec"], "parallelism": 6}})
     wait_for(lambda: len(apiserver.podgroup_writes) == 2, what="the PodGroup updated")
+    apiserver.delete(JOBS, "team-a/train")  # created again under its name: the stale PodGroup is made again
+    apiserver.put(JOBS, job)
+    wait_for(lambda: len(apiserver.podgroup_writes) == 4, what="the PodGroup made again")
+    wait_for(lambda: apiserver.watch_requests(PODGROUPS), what="the PodGroup watch")
     apiserver.put_namespace("created-just-now")  # a worker reads a namespace its state does not have yet
     NamespaceLookup(api).resolve(PolicySnapshot.build([], {}, [], None), "created-just-now", None)
     stop.set()
@@ -272,7 +277,7 @@ def _verb(method: str, path: str, query: dict[str, str]) -> tuple[str, str, str,
         rest = rest[2:]  # namespaced resource
     resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
     name = rest[1] if len(rest) > 1 else None
-    verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method)
+    verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
     if verb is None:
         verb = "get" if name else ("watch" if query.get("watch") else "list")
     return group, resource, verb, name if verb in ("get", "update") and group == "coordination.k8s.io" else None

@@ -353,6 +353,9 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def do_PATCH(self) -> None:
             self._dispatch("PATCH")
 
+        def do_DELETE(self) -> None:
+            self._dispatch("DELETE")
+
         def _dispatch(self, method: str) -> None:
             parsed = urlparse(self.path)
             query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
@@ -536,7 +539,36 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                             "has been modified; please apply your changes to the latest version and try again"))
                     api.podgroup_writes.append(("PUT", key, copy.deepcopy(body)))
                     return self._send(200, api._store(PODGROUPS, body))
+                if method == "DELETE":
+                    return self._delete_podgroup(key, existing, body or {})
             return self._send(405, status(405, "MethodNotAllowed", "method not allowed"))
+
+        def _delete_podgroup(self, key: str, existing: dict[str, Any], options: dict[str, Any]) -> None:
+            """DELETE with DeleteOptions' preconditions checked as storage does (`Preconditions.Check` in
+            staging/src/k8s.io/apiserver/pkg/storage/interfaces.go: a mismatch is a 409 Conflict); an object with
+            finalizers only gets its deletionTimestamp (called with the condition held)."""
+            metadata = existing["metadata"]
+            for field_name, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+                wanted = (options.get("preconditions") or {}).get(field_name)
+                if wanted is not None and wanted != metadata.get(field_name):
+                    return self._send(409, status(
+                        409, "Conflict", f'Operation cannot be fulfilled on podgroups.scheduling.x-k8s.io '
+                        f'"{metadata["name"]}": StorageError: invalid object, Code: 4, Key: /registry/'
+                        f'scheduling.x-k8s.io/podgroups/{key}, ResourceVersion: 0, AdditionalErrorMsg: Precondition '
+                        f"failed: {label} in precondition: {wanted}, {label} in object meta: {metadata.get(field_name)}"))
+            api.podgroup_writes.append(("DELETE", key, copy.deepcopy(options)))
+            if metadata.get("finalizers"):
+                if not metadata.get("deletionTimestamp"):
+                    marked = copy.deepcopy(existing)
+                    marked["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                    api._store(PODGROUPS, marked)
+                return self._send(200, copy.deepcopy(api.objects[PODGROUPS][key]))
+            api.objects[PODGROUPS].pop(key)
+            api.revision += 1
+            gone = copy.deepcopy(existing)
+            gone["metadata"]["resourceVersion"] = str(api.revision)
+            api._event(PODGROUPS, "DELETED", gone)
+            return self._send(200, gone)
 
         def _lease(self, method: str, path: str, body: Any) -> None:
             name = path[len(LEASES):].strip("/")
