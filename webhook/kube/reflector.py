@@ -218,9 +218,24 @@ class Reflector:
             try:
                 page = self._api.get(self._resource.path, query)
             except ApiError as error:
-                if error.code == 410:  # the continue token expired: start the list over
-                    raise Expired(error.message) from None
-                raise
+                if error.code != 410 or "continue" not in query:
+                    raise
+                # The version of the first page was compacted before the last page was read (a list slower than
+                # compaction, ~5 minutes): a paged list started over might never finish. As client-go's pager
+                # (`FullListIfExpired`, staging/src/k8s.io/client-go/tools/pager/pager.go), list everything in
+                # one request instead.
+                log.warning("%s: %s; listing everything in one request", self._resource.kind, error.message[:80])
+                store.clear()
+                if self._unchanged is not None:
+                    self._unchanged.reset()
+                resource_version = ""
+                query = dict(selector)
+                try:
+                    page = self._api.get(self._resource.path, query)
+                except ApiError as again:
+                    if again.code == 410:
+                        raise Expired(again.message) from None
+                    raise
             for item in page.get("items") or []:
                 name = self._resource.key(item)
                 if name:
