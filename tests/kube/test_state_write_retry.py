@@ -15,10 +15,13 @@ from pathlib import Path
 import pytest
 
 from tests.kube.fake_apiserver import CLAIMS, NAMESPACES, NODES, FakeApiServer, wait_for
+from webhook.kube import controller as controller_module
 from webhook.kube.api import KubeApi
-from webhook.kube.controller import ProjectedSink
+from webhook.kube.controller import ClusterController, ProjectedSink
 from webhook.kube.node_events import UnchangedNodeEvents
 from webhook.kube.reflector import Backoff, Reflector, Resource
+from webhook.policy.cluster_state import ClusterState, policies_path, read_state, write_state
+from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.documents import namespace_info
 from webhook.policy.namespace_shards import NamespaceShards, entry_of
 from webhook.policy.node_facts import node_facts
@@ -165,3 +168,33 @@ def test_a_writer_remembers_what_its_files_hold_not_what_it_was_asked(tmp_path: 
     assert writer.replace({"a": {"v": 3}, "b": {"v": 1}}) == 1, "only the shard that failed is written again"
     assert KeyedShards(tmp_path, "test").entry("a") == {"v": 3}
     assert KeyedShards(tmp_path, "test").entry("b") == {"v": 1}
+
+
+def test_a_policies_state_write_that_fails_is_made_again_at_the_next_round(
+        apiserver: FakeApiServer, api: KubeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`policies.json` is written from the controller's loop: a failed write leaves the inputs unpublished,
+    so the next round (at most a second later) writes them again."""
+    failed: list[Path] = []
+
+    def write_once_failing(directory: Path, state: ClusterState) -> None:
+        if not failed:
+            failed.append(directory)
+            raise OSError(errno.ENOSPC, "No space left on device", str(directory))
+        write_state(directory, state)
+
+    monkeypatch.setattr(controller_module, "write_state", write_once_failing)
+    apiserver.put_namespace("team-a")
+    apiserver.put_policy({"metadata": {"name": "p1"}, "spec": {"rules": [
+        {"name": "pool", "action": "add-node-selector", "parameters": {"pool": "general"}}]}})
+    controller = ClusterController(api, tmp_path, compiler=PolicyCompiler(), elector=None)
+    stop = threading.Event()
+    thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        state = wait_for(lambda: policies_path(tmp_path).exists() and read_state(tmp_path), what="the state")
+        assert failed and [p["metadata"]["name"] for p in state.policies] == ["p1"]
+    finally:
+        stop.set()
+        while thread.is_alive() or any(t.is_alive() for t in controller.watch_threads):
+            apiserver.drop_watches()
+            thread.join(0.1)
