@@ -17,11 +17,15 @@ import yaml
 from tests.conftest import REPO
 from tests.kube.fake_apiserver import (
     CLAIMS,
+    CRONJOBS,
+    DEPLOYMENTS,
     JOBS,
     NODES,
     PODGROUP_API,
     PODGROUPS,
     PRIORITY_CLASSES,
+    REPLICASETS,
+    STATEFULSETS,
     VOLUMES,
     FakeApiServer,
     wait_for,
@@ -254,7 +258,8 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
     apiserver.delete(JOBS, "team-a/train")  # created again under its name: the stale PodGroup is made again
     apiserver.put(JOBS, job)
     wait_for(lambda: len(apiserver.podgroup_writes) == 4, what="the PodGroup made again")
-    wait_for(lambda: apiserver.watch_requests(PODGROUPS), what="the PodGroup watch")
+    wait_for(lambda: all(apiserver.watch_requests(c) for c in (PODGROUPS, DEPLOYMENTS, STATEFULSETS, REPLICASETS,
+                                                              JOBS, CRONJOBS)), what="every workload watch")
     apiserver.put_namespace("created-just-now")  # a worker reads a namespace its state does not have yet
     NamespaceLookup(api).resolve(PolicySnapshot.build([], {}, [], None), "created-just-now", None)
     stop.set()
