@@ -62,7 +62,18 @@ def test_a_job_created_again_under_its_name_gets_a_pod_group_owned_by_the_new_jo
     wait_until(lambda: owners() == [first["metadata"]["uid"]], timeout=90, what="the first Job's PodGroup")
 
     cluster.api.delete(f"{jobs}/train", options)
-    second = cluster.api.create(jobs, _job(suspend=False))  # at once: the old PodGroup is still there
+
+    def job_gone() -> bool:
+        """Background: gone at once. Orphan: once the garbage collector has orphaned the PodGroup (the
+        `orphan` finalizer holds the Job until then)."""
+        try:
+            cluster.api.get(f"{jobs}/train")
+        except ApiError as error:
+            return error.code == 404
+        return False
+
+    wait_until(job_gone, timeout=60, what="the old Job to be gone")
+    second = cluster.api.create(jobs, _job(suspend=False))  # at once: the old PodGroup may well be there still
     assert second["metadata"]["uid"] != first["metadata"]["uid"]
     wait_until(lambda: owners() == [second["metadata"]["uid"]], timeout=60,
                what="a PodGroup owned by the Job created again")
