@@ -60,6 +60,8 @@ Outcome = Literal["created", "updated", "unchanged", "foreign", "recreated", "de
                   "not-served"]
 _SETTLED = frozenset({"created", "updated", "unchanged", "foreign", "recreated"})
 POD_GROUPS = Resource(f"{API_PATH}/podgroups", "PodGroup", namespaced=True)
+_UNSEEN = object()
+"""A PodGroup an event says nothing about (another name than the event's)."""
 """Every PodGroup (a few per gang-scheduled workload): their deletions and changes make workloads looked at again."""
 
 
@@ -145,24 +147,26 @@ class PodGroupKeeper:
         self._wake()
 
     def pod_group_seen(self, key: str, obj: Mapping[str, Any] | None, *, deleted: bool = False) -> None:
-        """A PodGroup (`namespace/name`) was listed, changed (obj), missing from a list (None) or deleted
-        (None, `deleted`); from its watch thread. The workloads that want it are looked at again unless it is
-        already what they want (a user's PodGroup: only once it is gone)."""
-        with self._lock:
-            again = [workload for workload, want in self._desired.items()
-                     if f"{want.namespace}/{want.name}" == key and not _as_wanted(want, obj)
-                     and (obj is None or workload not in self._foreign)]
-            for workload in again:
-                self._recheck_keys[workload] = deleted or self._recheck_keys.get(workload, False)
-        if again:
-            self._wake()
+        """A PodGroup (`namespace/name`) changed (obj) or was deleted (None, `deleted`); from its watch thread."""
+        self._look_again(lambda group: obj if group == key else _UNSEEN, deleted=deleted)
 
     def pod_groups_listed(self, store: Mapping[str, Mapping[str, Any]]) -> None:
         """Every PodGroup, after a list of them: each workload is compared with its PodGroup (or its absence)."""
+        self._look_again(store.get, deleted=False)
+
+    def _look_again(self, found: Callable[[str], Any], *, deleted: bool) -> None:
+        """Mark the workloads whose PodGroup (`found(namespace/name)`: the object, None when missing, or
+        `_UNSEEN`) is not what they want to be looked at again; a user's PodGroup only once it is gone."""
         with self._lock:
-            keys = {f"{want.namespace}/{want.name}" for want in self._desired.values()}
-        for key in keys:
-            self.pod_group_seen(key, store.get(key))
+            again = []
+            for workload, want in self._desired.items():
+                obj = found(f"{want.namespace}/{want.name}")
+                if obj is _UNSEEN or _as_wanted(want, obj) or (obj is not None and workload in self._foreign):
+                    continue
+                again.append(workload)
+                self._recheck_keys[workload] = deleted or self._recheck_keys.get(workload, False)
+        if again:
+            self._wake()
 
     def reconcile(self) -> None:
         """Make every wanted PodGroup so, from the controller's loop (only while it holds the Lease)."""
