@@ -221,9 +221,9 @@ class Reflector:
                 if error.code != 410 or "continue" not in query:
                     raise
                 # The version of the first page was compacted before the last page was read (a list slower than
-                # compaction, ~5 minutes): a paged list started over might never finish. As client-go's pager
-                # (`FullListIfExpired`, staging/src/k8s.io/client-go/tools/pager/pager.go), list everything in
-                # one request instead.
+                # the compaction interval, `--etcd-compaction-interval`, 5 minutes by default): a paged list
+                # started over might never finish. As client-go's pager does (`FullListIfExpired`,
+                # staging/src/k8s.io/client-go/tools/pager/pager.go), list everything in one request instead.
                 log.warning("%s: %s; listing everything in one request", self._resource.kind, error.message[:80])
                 store.clear()
                 if self._unchanged is not None:
