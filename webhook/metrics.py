@@ -206,7 +206,8 @@ class ControllerMetrics:
         self.pod_groups = Counter(
             "placer_pod_groups",
             "PodGroups the controller kept for createPodGroup, by outcome (created, updated, unchanged, foreign: "
-            "a user's PodGroup left alone, conflict, error, not-served: the PodGroup CRD is not installed).",
+            "a user's PodGroup left alone, recreated: a stale one of a re-created workload replaced, deleting: waiting "
+            "for one being deleted, conflict, error, not-served: the PodGroup CRD is not installed).",
             ["outcome"],
             registry=registry,
         )

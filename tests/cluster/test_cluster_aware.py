@@ -96,7 +96,7 @@ def test_a_coscheduling_job_gets_its_pod_group_owned_by_it_and_following_its_siz
     time.sleep(5)
     assert cluster.api.get(f"{groups}/own")["spec"]["minMember"] == 2, "the user's own PodGroup is left alone"
 
-    cluster.api.delete(f"{jobs}/train")
+    cluster.api.delete(f"{jobs}/train", {"propagationPolicy": "Background"})  # a Job orphans by default
     wait_until(lambda: pod_group() is None, timeout=120, what="the PodGroup to be garbage-collected with its Job")
     cluster.delete_policy(policy)
 

@@ -18,13 +18,18 @@ from tests.conftest import REPO
 from tests.kube.discovery_captures import serve_discovery
 from tests.kube.fake_apiserver import (
     CLAIMS,
+    CRONJOBS,
+    DEPLOYMENTS,
     DEVICE_CLASSES,
     JOBS,
     NODES,
     PODGROUP_API,
+    PODGROUPS,
     PRIORITY_CLASSES,
+    REPLICASETS,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
+    STATEFULSETS,
     VOLUMES,
     FakeApiServer,
     wait_for,
@@ -276,6 +281,11 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
              what="this replica's counts updated")
     apiserver.put(JOBS, {**job, "spec": {**job["spec"], "parallelism": 6}})
     wait_for(lambda: len(apiserver.podgroup_writes) == 2, what="the PodGroup updated")
+    apiserver.delete(JOBS, "team-a/train")  # created again under its name: the stale PodGroup is made again
+    apiserver.put(JOBS, job)
+    wait_for(lambda: len(apiserver.podgroup_writes) == 4, what="the PodGroup made again")
+    wait_for(lambda: all(apiserver.watch_requests(c) for c in (PODGROUPS, DEPLOYMENTS, STATEFULSETS, REPLICASETS,
+                                                              JOBS, CRONJOBS)), what="every workload watch")
     apiserver.put_namespace("created-just-now")  # a worker reads a namespace its state does not have yet
     NamespaceLookup(api).resolve(PolicySnapshot.build([], {}, [], None), "created-just-now", None)
     stop.set()

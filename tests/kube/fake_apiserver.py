@@ -6,8 +6,20 @@ one JSON event per line (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR); a resourceV
 compaction gets `ERROR` with a 410 `Status` in the stream, as kube-apiserver does. Tests drive it: change
 objects, compact history, send bookmarks, drop every watch connection, make requests fail with a status.
 Status bodies are the API server's `Status` objects, copied from what kube-apiserver v1.34 returns.
+
+As strict as kube-apiserver where the tests rely on it:
+- every page of a paged list shows the collection as of the first page's resourceVersion, and says that
+  version; a continue token whose version was compacted gets 410 Gone, reason Expired (`apiserver_semantics`);
+- a watch from resourceVersion "0" or "" starts with a synthetic ADDED per object that exists, then what
+  happens next: no history, no DELETED ("Semantics for watch",
+  https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-watch);
+- an update that changes nothing keeps the resourceVersion and sends no event (`GuaranteedUpdate` in
+  staging/src/k8s.io/apiserver/pkg/storage/etcd3/store.go skips the write when the bytes are equal);
+- a status merge patch changes only `status`, pruned by the CRD's structural schema (deploy/base/crd.yaml);
+- label and annotation maps are written with sorted keys, as Go's encoding/json writes every map.
 """
 
+import contextlib
 import copy
 import json
 import ssl
@@ -21,6 +33,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+import yaml
+
+from tests.kube.apiserver_semantics import CONTINUE_EXPIRED, decode_continue, encode_continue, merge_patch, prune
 
 TOKEN = "placer-test-token"
 POLICIES = "/apis/placer.dev/v1alpha1/schedulingpolicies"
@@ -122,6 +138,18 @@ def _metadata_order(key: str) -> int:
     return _METADATA_ORDER.get(key, len(_METADATA_ORDER))
 
 
+def _unversioned(obj: dict[str, Any]) -> dict[str, Any]:
+    return {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "resourceVersion"}}
+
+
+def _status_schema() -> dict[str, Any]:
+    """The SchedulingPolicy CRD's schema of `status` (its structural schema prunes status writes)."""
+    crd = next(doc for doc in yaml.safe_load_all((Path(__file__).parents[2] / "deploy/base/crd.yaml").read_text())
+               if doc and doc.get("kind") == "CustomResourceDefinition")
+    version = next(v for v in crd["spec"]["versions"] if v.get("storage"))
+    return dict(version["schema"]["openAPIV3Schema"]["properties"]["status"])
+
+
 @dataclass
 class FakeApiServer:
     """State and controls; `serve(certs)` starts it, `url` is where it listens."""
@@ -145,6 +173,10 @@ class FakeApiServer:
     """Seconds to wait before answering a request whose path starts with the key (a slow API server)."""
     revision: int = 100
     compacted: int = 0
+    list_snapshots: dict[tuple[str, str, int], list[dict[str, Any]]] = field(default_factory=dict)
+    """The collection as of the first page of each paged list (path, selector, resourceVersion)."""
+    before_list: Callable[[str, dict[str, str]], None] | None = None
+    """Called (without the lock) before a list page is answered: a test compacts between pages."""
     drops: int = 0
     url: str = ""
     condition: threading.Condition = field(default_factory=threading.Condition)
@@ -186,10 +218,10 @@ class FakeApiServer:
                        "lastHeartbeatTime": heartbeat, "lastTransitionTime": "2026-11-01T10:00:00Z",
                        "reason": f"Kubelet{kind}", "message": f"kubelet reports {kind}"}
                       for kind in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")]
-        images = [{"names": [f"registry.example/team/image-{i}@sha256:{'ab' * 32}", f"registry.example/team/image-{i}:v1"],
-                   "sizeBytes": 100_000_000 + i} for i in range(30)]
-        status = {"capacity": {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"},
-                  "allocatable": {"cpu": "7800m", "memory": "31Gi", "pods": "110", "ephemeral-storage": "95Gi"},
+        images = [{"names": [f"registry.example/team/image-{i}@sha256:{'ab' * 32}",
+                             f"registry.example/team/image-{i}:v1"], "sizeBytes": 100_000_000 + i} for i in range(30)]
+        status = {"capacity": {"cpu": "8", "ephemeral-storage": "100Gi", "memory": "32Gi", "pods": "110"},
+                  "allocatable": {"cpu": "7800m", "ephemeral-storage": "95Gi", "memory": "31Gi", "pods": "110"},
                   "conditions": conditions, "images": images,
                   "addresses": [{"type": "InternalIP", "address": "172.18.0.2"}, {"type": "Hostname", "address": name}],
                   "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
@@ -318,11 +350,17 @@ class FakeApiServer:
             if "status" not in obj and "status" in existing:
                 obj["status"] = existing["status"]
             event = "MODIFIED"
+        for key in ("labels", "annotations"):  # Go maps: encoded with sorted keys
+            if isinstance(metadata.get(key), dict):
+                metadata[key] = dict(sorted(metadata[key].items()))
         metadata["resourceVersion"] = str(self.revision)
         # Field order as kube-apiserver writes it (Go structs): kind, apiVersion, metadata, spec, status.
         obj["metadata"] = {key: metadata[key] for key in sorted(metadata, key=_metadata_order)}
         obj = {"kind": kind, "apiVersion": api_version,
                **{key: value for key, value in obj.items() if key not in ("kind", "apiVersion")}}
+        if existing is not None and _unversioned(existing) == _unversioned(obj):
+            self.revision -= 1  # a no-op update: nothing written, no event, the version stays
+            return copy.deepcopy(existing)
         self.objects[collection][name] = obj
         self._event(collection, event, obj)
         return copy.deepcopy(obj)
@@ -442,42 +480,65 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            try:
+            with contextlib.suppress(OSError, ssl.SSLError):  # the client gave up waiting (a slow API server test)
                 self.wfile.write(data)
-            except (OSError, ssl.SSLError):
-                pass  # the client gave up waiting (a test of a slow API server)
 
         def _get(self, collection: str, name: str) -> None:
-            api_version, kind, _ = _KINDS[collection]
             with api.condition:
                 obj = copy.deepcopy(api.objects[collection].get(name))
             if obj is None:
                 resource = collection.rsplit("/", 1)[-1]
                 return self._send(404, status(404, "NotFound", f'{resource} "{name}" not found'))
-            self._send(200, obj)
+            return self._send(200, obj)
 
         def _list(self, path: str, query: dict[str, str]) -> None:
+            """A page of the collection as of the first page's resourceVersion (the token carries it), or 410
+            Gone when that version was compacted meanwhile (see `apiserver_semantics.CONTINUE_EXPIRED`)."""
             api_version, kind, typed_items = _KINDS[path]
+            if api.before_list is not None:
+                api.before_list(path, query)
             selector = query.get("labelSelector") or ""
+            limit = int(query.get("limit") or 0)
             with api.condition:
-                names = sorted(key for key, obj in api.objects[path].items() if selects(selector, obj))
-                start = int(query.get("continue") or 0)
-                limit = int(query.get("limit") or 0) or len(names) or 1
-                page = names[start:start + limit]
+                token = query.get("continue")
+                if token:
+                    decoded = decode_continue(token)
+                    if decoded is None:
+                        return self._send(400, status(400, "BadRequest", "continue key is not valid"))
+                    version, start_key = decoded
+                    if version != -1 and version < api.compacted:
+                        expired = status(410, "Expired", CONTINUE_EXPIRED)
+                        expired["metadata"] = {"continue": encode_continue(-1, start_key)}
+                        return self._send(410, expired)
+                    snapshot = api.list_snapshots.get((path, selector, version))
+                    if snapshot is None:  # rv -1: go on at the latest version, inconsistently
+                        version, snapshot = api.revision, self._selected(path, selector)
+                    start = next((i for i, obj in enumerate(snapshot) if object_key(obj) >= start_key), len(snapshot))
+                else:
+                    version, snapshot, start = api.revision, self._selected(path, selector), 0
+                end = start + limit if limit else len(snapshot)
+                if end < len(snapshot):
+                    api.list_snapshots[(path, selector, version)] = snapshot
                 items = []
-                for name in page:
-                    item = copy.deepcopy(api.objects[path][name])
+                for listed in snapshot[start:end]:
+                    item = copy.deepcopy(listed)
                     if not typed_items:
                         item.pop("apiVersion"), item.pop("kind")
                     items.append(item)
-                more = start + limit < len(names)
-                metadata = {"resourceVersion": str(api.revision)}
-                if more:
-                    metadata["continue"] = str(start + limit)
-            self._send(200, {"kind": f"{kind}List", "apiVersion": api_version, "metadata": metadata,
-                             "items": items})
+                metadata = {"resourceVersion": str(version)}
+                if end < len(snapshot):
+                    metadata["continue"] = encode_continue(version, object_key(snapshot[end]))
+            return self._send(200, {"kind": f"{kind}List", "apiVersion": api_version, "metadata": metadata,
+                                    "items": items})
+
+        def _selected(self, path: str, selector: str) -> list[dict[str, Any]]:
+            """The collection now, in key order (called with the condition held)."""
+            objects = api.objects[path]
+            return [copy.deepcopy(objects[key]) for key in sorted(objects) if selects(selector, objects[key])]
 
         def _watch(self, path: str, query: dict[str, str]) -> None:
+            """From a resourceVersion: the events after it (410 in the stream when compacted). From "0" or "":
+            a synthetic ADDED per object that exists now, then the events to come."""
             since = int(query.get("resourceVersion") or 0)
             bookmarks = query.get("allowWatchBookmarks") == "true"
             self.send_response(200)
@@ -492,8 +553,12 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     self._chunk({"type": "ERROR", "object": status(410, "Expired", message)})
                     self._end()
                     return
-                backlog = [e for e in api.events
-                           if e.collection == path and e.resource_version > since and e.type != "ERROR"]
+                if since:
+                    backlog = [e for e in api.events
+                               if e.collection == path and e.resource_version > since and e.type != "ERROR"]
+                else:
+                    backlog = [Event(int(obj["metadata"]["resourceVersion"]), path, "ADDED", obj)
+                               for obj in self._selected(path, query.get("labelSelector") or "")]
             selector = query.get("labelSelector") or ""
             for event in backlog:
                 self._emit(event, bookmarks, selector)
@@ -538,8 +603,10 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     return self._send(404, status(404, "NotFound",
                                                   f'schedulingpolicies.placer.dev "{name}" not found'))
                 api.status_patches.append((name, copy.deepcopy(body), token))
+                # The status subresource keeps only the patch's effect on `status`, pruned by the CRD's schema.
+                patched = merge_patch(copy.deepcopy(existing), body)
                 updated = copy.deepcopy(existing)
-                updated["status"] = {**(existing.get("status") or {}), **body["status"]}
+                updated["status"] = prune(patched.get("status") or {}, _status_schema())
                 result = api._store(POLICIES, updated)
             return self._send(200, result)
 
@@ -572,7 +639,37 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                             "has been modified; please apply your changes to the latest version and try again"))
                     api.podgroup_writes.append(("PUT", key, copy.deepcopy(body)))
                     return self._send(200, api._store(PODGROUPS, body))
+                if method == "DELETE":
+                    return self._delete_podgroup(key, existing, body or {})
             return self._send(405, status(405, "MethodNotAllowed", "method not allowed"))
+
+        def _delete_podgroup(self, key: str, existing: dict[str, Any], options: dict[str, Any]) -> None:
+            """DELETE with DeleteOptions' preconditions checked as storage does (`Preconditions.Check` in
+            staging/src/k8s.io/apiserver/pkg/storage/interfaces.go: a mismatch is a 409 Conflict); an object with
+            finalizers only gets its deletionTimestamp (called with the condition held)."""
+            metadata = existing["metadata"]
+            for field_name, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+                wanted = (options.get("preconditions") or {}).get(field_name)
+                if wanted is not None and wanted != metadata.get(field_name):
+                    return self._send(409, status(
+                        409, "Conflict", f'Operation cannot be fulfilled on podgroups.scheduling.x-k8s.io '
+                        f'"{metadata["name"]}": StorageError: invalid object, Code: 4, Key: /registry/'
+                        f'scheduling.x-k8s.io/podgroups/{key}, ResourceVersion: 0, AdditionalErrorMsg: Precondition '
+                        f"failed: {label} in precondition: {wanted}, {label} in object meta: "
+                        f"{metadata.get(field_name)}"))
+            api.podgroup_writes.append(("DELETE", key, copy.deepcopy(options)))
+            if metadata.get("finalizers"):
+                if not metadata.get("deletionTimestamp"):
+                    marked = copy.deepcopy(existing)
+                    marked["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                    api._store(PODGROUPS, marked)
+                return self._send(200, copy.deepcopy(api.objects[PODGROUPS][key]))
+            api.objects[PODGROUPS].pop(key)
+            api.revision += 1
+            gone = copy.deepcopy(existing)
+            gone["metadata"]["resourceVersion"] = str(api.revision)
+            api._event(PODGROUPS, "DELETED", gone)
+            return self._send(200, gone)
 
         def _lease(self, method: str, path: str, body: Any) -> None:
             name = path[len(LEASES):].strip("/")

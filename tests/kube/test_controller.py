@@ -352,13 +352,13 @@ def test_nodes_are_published_as_the_scheduler_sees_them_and_a_heartbeat_writes_n
     assert published_nodes(running)["gpu-1"] == {
         "labels": {"kubernetes.io/hostname": "gpu-1", "kubernetes.io/os": "linux", "node-pool": "gpu"},
         "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
-        "allocatable": {"cpu": "7800m", "memory": "31Gi", "pods": "110", "ephemeral-storage": "95Gi"},
+        "allocatable": {"cpu": "7800m", "ephemeral-storage": "95Gi", "memory": "31Gi", "pods": "110"},
         "unschedulable": False,
     }
     stamps = {path.name: path.stat().st_ino for path in nodes_directory(running.state).glob("*.json")}
 
     for beat in range(5):  # what kubelets send all day: only heartbeat times change
-        apiserver.put_node("cpu-1", {"node-pool": "general"}, heartbeat=f"2026-11-22T10:00:{beat:02d}Z")
+        apiserver.put_node("cpu-1", {"node-pool": "general"}, heartbeat=f"2026-11-22T10:00:{beat + 1:02d}Z")
     apiserver.put_node("cpu-1", {"node-pool": "general"}, unschedulable=True)  # kubectl cordon
     wait_for(lambda: published_nodes(running)["cpu-1"]["unschedulable"], what="the cordon")
     sink = running.controller.nodes

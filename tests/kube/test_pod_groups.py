@@ -198,3 +198,109 @@ def test_a_failed_discovery_is_asked_again_only_after_the_retry_delay(
     clock.now += 6
     groups.reconcile()
     assert pod_group(apiserver, "train") is not None
+
+
+# -- a workload deleted and created again under its name (issue: the gang waited forever) ---------------------
+
+def owner_uids(group: dict[str, Any] | None) -> list[str]:
+    assert group is not None, "no PodGroup"
+    return [ref["uid"] for ref in group["metadata"].get("ownerReferences") or []]
+
+
+def test_a_job_created_again_under_its_name_gets_its_pod_group_made_again_for_the_new_uid(
+        apiserver: FakeApiServer, keeper: tuple[PodGroupKeeper, Clock]) -> None:
+    """`kubectl delete job train && kubectl create -f job.yaml` before the garbage collector removed the old
+    PodGroup: Placer's PodGroup owned by the old uid is stale (not a user's), deleted with preconditions and
+    made again for the new Job."""
+    groups, _ = keeper
+    first = apiserver.put(JOBS, marked_job("train", parallelism=4))
+    settle(groups, 1)
+    old_group = pod_group(apiserver, "train")
+    assert owner_uids(old_group) == [first["metadata"]["uid"]]
+    apiserver.delete(JOBS, "team-a/train")  # the fake has no garbage collector: the old PodGroup stays
+    second = apiserver.put(JOBS, marked_job("train", parallelism=6))
+    assert second["metadata"]["uid"] != first["metadata"]["uid"]
+    settle(groups, 1)
+    made = pod_group(apiserver, "train")
+    assert owner_uids(made) == [second["metadata"]["uid"]] and made["spec"] == {"minMember": 6}  # type: ignore[index]
+    assert made["metadata"]["uid"] != old_group["metadata"]["uid"], "a new object: no status of the old gang"  # type: ignore[index]
+    assert [w[0] for w in apiserver.podgroup_writes] == ["POST", "DELETE", "POST"]
+    assert apiserver.podgroup_writes[1][2]["preconditions"] == {
+        "uid": old_group["metadata"]["uid"], "resourceVersion": old_group["metadata"]["resourceVersion"]}  # type: ignore[index]
+    assert groups.waiting == 0
+    wait_for(lambda: apiserver.watch_requests(PODGROUPS), what="the PodGroup watch")
+    groups.reconcile()
+    assert len(apiserver.podgroup_writes) == 3, "settled: nothing more is written"
+
+
+def test_a_pod_group_orphaned_by_its_jobs_deletion_is_made_again_for_the_job_created_next(
+        apiserver: FakeApiServer, keeper: tuple[PodGroupKeeper, Clock]) -> None:
+    """A batch/v1 Job deleted through the API orphans its dependents (pkg/registry/batch/job/strategy.go,
+    DefaultGarbageCollectionPolicy): the garbage collector strips the PodGroup's owner reference."""
+    groups, _ = keeper
+    apiserver.put(PODGROUPS, {"metadata": {"name": "train", "namespace": "team-a",
+                                           "labels": {"app.kubernetes.io/managed-by": "placer"}},
+                              "spec": {"minMember": 4}, "status": {"phase": "Finished", "succeeded": 4}})
+    job = apiserver.put(JOBS, marked_job("train", parallelism=4))
+    settle(groups, 1)
+    made = pod_group(apiserver, "train")
+    assert owner_uids(made) == [job["metadata"]["uid"]] and "status" not in made  # type: ignore[operator]
+    assert [w[0] for w in apiserver.podgroup_writes] == ["DELETE", "POST"]
+
+
+def test_a_pod_group_of_another_workload_or_without_placers_label_is_not_stale(
+        apiserver: FakeApiServer, keeper: tuple[PodGroupKeeper, Clock]) -> None:
+    groups, _ = keeper
+    other = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "9d0c1f4e", "controller": True}
+    apiserver.put(PODGROUPS, {"metadata": {"name": "train", "namespace": "team-a", "ownerReferences": [other],
+                                           "labels": {"app.kubernetes.io/managed-by": "placer"}},
+                              "spec": {"minMember": 2}})
+    apiserver.put(PODGROUPS, {"metadata": {"name": "eval", "namespace": "team-a"}, "spec": {"minMember": 2}})
+    apiserver.put(JOBS, marked_job("train", parallelism=4))
+    apiserver.put(JOBS, marked_job("eval", parallelism=4))
+    settle(groups, 2)
+    assert apiserver.podgroup_writes == [], "another workload's PodGroup and a user's own are left alone"
+
+
+def test_a_users_pod_group_deleted_later_is_replaced_by_placers_at_once(
+        apiserver: FakeApiServer, keeper: tuple[PodGroupKeeper, Clock]) -> None:
+    """What was settled as someone else's is looked at again when its PodGroup is deleted: its DELETED event,
+    not a workload event, makes the controller look."""
+    groups, _ = keeper
+    apiserver.put(PODGROUPS, {"metadata": {"name": "train", "namespace": "team-a"}, "spec": {"minMember": 2}})
+    job = apiserver.put(JOBS, marked_job("train", parallelism=4))
+    settle(groups, 1)
+    assert apiserver.podgroup_writes == [] and groups.waiting == 0
+    wait_for(lambda: apiserver.watch_requests(PODGROUPS), what="the PodGroup watch")
+    apiserver.put(PODGROUPS, {"metadata": {"name": "train", "namespace": "team-a"}, "spec": {"minMember": 3},
+                              "status": {"phase": "Running"}})
+    time.sleep(0.3)
+    groups.reconcile()
+    assert apiserver.podgroup_writes == [], "a change to the user's PodGroup is not a reason to write"
+    apiserver.delete(PODGROUPS, "team-a/train")
+    made = wait_for(lambda: groups.reconcile() or pod_group(apiserver, "train"), what="Placer's PodGroup")
+    assert owner_uids(made) == [job["metadata"]["uid"]] and made["spec"] == {"minMember": 4}
+
+
+def test_a_stale_pod_group_being_deleted_is_waited_for_and_made_when_its_deletion_event_comes(
+        apiserver: FakeApiServer, keeper: tuple[PodGroupKeeper, Clock]) -> None:
+    groups, clock = keeper
+    first = apiserver.put(JOBS, marked_job("train", parallelism=4))
+    settle(groups, 1)
+    wait_for(lambda: apiserver.watch_requests(PODGROUPS), what="the PodGroup watch")
+    stale = pod_group(apiserver, "train")
+    assert stale is not None
+    # The garbage collector's foreground deletion (or a finalizer) holds the old PodGroup for a while.
+    stale["metadata"].update(finalizers=["foregroundDeletion"], deletionTimestamp="2026-11-25T10:00:00Z")
+    apiserver.put(PODGROUPS, stale)
+    apiserver.delete(JOBS, "team-a/train")
+    second = apiserver.put(JOBS, marked_job("train", parallelism=4))
+    settle(groups, 1)
+    assert owner_uids(pod_group(apiserver, "train")) == [first["metadata"]["uid"]], "not touched while deleted"
+    assert groups.waiting == 1
+    started = clock.now
+    apiserver.delete(PODGROUPS, "team-a/train")  # the finalizer is done: gone
+    made = wait_for(lambda: groups.reconcile() or pod_group(apiserver, "train"), what="the PodGroup made again")
+    assert clock.now == started, "made on the DELETED event, not after the retry delay"
+    assert made["metadata"]["ownerReferences"][0]["uid"] == second["metadata"]["uid"]
+    assert owner_uids(pod_group(apiserver, "train")) == [second["metadata"]["uid"]]

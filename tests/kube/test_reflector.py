@@ -1,5 +1,7 @@
 """The reflector against the fake API server: list, watch, resume, 410 Gone, drops, errors."""
 
+import itertools
+import random
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -59,7 +61,7 @@ def test_pages_through_the_initial_list_and_watches_from_its_resource_version(
         assert recorder.names == {"a", "b", "c", "d", "e"}
         assert len(recorder.stores) == 1, "one notification for the whole paged list"
         lists = apiserver.list_requests(NAMESPACES)
-        assert [q.get("continue") for q in lists] == [None, "2", "4"]
+        assert len(lists) == 3 and lists[0].get("continue") is None and all(q.get("continue") for q in lists[1:])
         assert all(q["limit"] == "2" for q in lists)
         watch = apiserver.watch_requests(NAMESPACES)[0]
         assert watch["resourceVersion"] == list_version
@@ -158,12 +160,10 @@ def test_server_errors_back_off_and_recover(apiserver: FakeApiServer, api: KubeA
 
 
 def test_backoff_grows_exponentially_with_jitter_up_to_its_ceiling() -> None:
-    import random
-
     backoff = Backoff(initial=0.5, ceiling=30, rng=random.Random(7))
     delays = [backoff.delay() for _ in range(10)]
     assert 0.4 <= delays[0] <= 0.6
-    assert all(later >= earlier * 1.3 for earlier, later in zip(delays[:5], delays[1:6], strict=True))
+    assert all(later >= earlier * 1.3 for earlier, later in itertools.pairwise(delays[:6]))
     assert max(delays) <= 36 and delays[-1] >= 24
     backoff.reset()
     assert backoff.delay() <= 0.6
@@ -210,7 +210,7 @@ def test_dropped_heartbeats_move_the_resume_point_and_a_stop_is_noticed_between_
     try:
         wait_for(lambda: apiserver.watch_requests(NODES), what="the watch")
         for beat in range(3):
-            apiserver.put_node("worker-1", {"node-pool": "general"}, heartbeat=f"2026-11-22T10:00:{beat:02d}Z")
+            apiserver.put_node("worker-1", {"node-pool": "general"}, heartbeat=f"2026-11-22T10:00:{beat + 1:02d}Z")
         wait_for(lambda: unchanged.skipped == 3, what="three dropped heartbeats")
         assert len(recorder.stores) == 1, "nothing but the list reached the store"
         last = str(apiserver.revision)
@@ -228,3 +228,50 @@ def test_dropped_heartbeats_move_the_resume_point_and_a_stop_is_noticed_between_
         stop.set()
         apiserver.drop_watches()
         thread.join(5)
+
+
+def test_a_continue_token_expired_between_pages_falls_back_to_one_full_list(
+        apiserver: FakeApiServer, api: KubeApi) -> None:
+    """410 Gone (Expired) on a list's second page: history was compacted while paging. The reflector lists
+    everything in one request, as client-go's pager does, and the store is the collection of that list."""
+    for name in ("a", "b", "c", "d", "e"):
+        apiserver.put_namespace(name)
+
+    def compact_before_the_second_page(path: str, query: dict[str, str]) -> None:
+        if path == NAMESPACES and query.get("continue") and not apiserver.compacted:
+            apiserver.put_namespace("f")
+            apiserver.delete(NAMESPACES, "a")
+            apiserver.compact()
+
+    apiserver.before_list = compact_before_the_second_page
+    recorder = Recorder()
+    reflector = Reflector(api, Resource(NAMESPACES, "Namespace"), recorder, page_size=2)
+    stop = threading.Event()
+    thread = threading.Thread(target=reflector.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: apiserver.watch_requests(NAMESPACES), what="the watch")
+        lists = apiserver.list_requests(NAMESPACES)
+        assert [("continue" in q, q.get("limit")) for q in lists] == [(False, "2"), (True, "2"), (False, None)]
+        assert recorder.names == {"b", "c", "d", "e", "f"} and len(recorder.stores) == 1
+        assert reflector.lists == 1
+        assert apiserver.watch_requests(NAMESPACES)[0]["resourceVersion"] == str(apiserver.revision)
+    finally:
+        stop.set()
+        apiserver.drop_watches()
+        thread.join(10)
+
+
+def test_410_gone_as_the_watch_requests_answer_relists(
+        apiserver: FakeApiServer, namespaces: tuple[Reflector, Recorder]) -> None:
+    """A watch refused with 410 Gone before its stream starts (not as an ERROR event in it): list again."""
+    reflector, recorder = namespaces
+    apiserver.put_namespace("kept")
+    wait_for(lambda: "kept" in recorder.names, what="the namespace")
+    apiserver.fail("GET", NAMESPACES, 410, "Expired")
+    with apiserver.condition:
+        apiserver.objects[NAMESPACES].pop("kept")  # deleted while the watch is away: only a list shows it
+        apiserver.revision += 1
+    apiserver.drop_watches()
+    wait_for(lambda: reflector.lists == 2, what="the relist after the 410")
+    wait_for(lambda: "kept" not in recorder.names, what="the relisted store")

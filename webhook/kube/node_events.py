@@ -60,6 +60,10 @@ class UnchangedNodeEvents:
         else:
             self._seen[name.encode()] = parts
 
+    def forget(self, name: str) -> None:
+        """Decode this node's next event (its last one was not applied, and is coming again)."""
+        self._seen.pop(name.encode(), None)
+
     def take_version(self) -> str | None:
         """The resourceVersion of the newest event skipped since the last call, if any."""
         version, self._version = self._version, None

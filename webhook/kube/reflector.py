@@ -6,6 +6,14 @@
 - `410 Gone` (as an HTTP status or an ERROR event in the stream) means that version has been compacted away:
   list again, and replace the store wholesale, so objects deleted meanwhile disappear.
 - Any other failure waits a bounded, jittered, exponential backoff, then resumes.
+- The `resourceVersion` moves past an event only once the sink has applied it. A sink that fails (its shard
+  could not be written: ENOSPC on the state directory) ends the watch; after the backoff the reflector
+  watches again from the last event applied, so the API server sends the failed event again, and the
+  events after it, until the sink takes them (or, once that version is compacted, 410 Gone: a list, which the
+  sink applies whole). Nothing is lost and nothing waits for a relist; a list the sink failed to apply is
+  made again. client-go's reflector logs a store error and moves on (`watchHandler` in
+  staging/src/k8s.io/client-go/tools/cache/reflector.go): its store is memory and cannot fail; these sinks
+  write files, which can.
 
 What it learns goes to a sink, event by event (`StoreSink`): the namespace sink of the controller projects
 and publishes just the object that changed, so one relabel among 10,000 namespaces costs one object's work.
@@ -105,6 +113,9 @@ class UnchangedEvents(Protocol):
     def remember(self, name: str, obj: Mapping[str, Any]) -> None:
         """A listed object: what its next events are compared with."""
 
+    def forget(self, name: str) -> None:
+        """The sink failed to apply this object's last event: its next one (the same, sent again) is decoded."""
+
 
 class Backoff:
     """Exponential backoff with ±20 % jitter, bounded by `ceiling`, reset after a success."""
@@ -126,6 +137,10 @@ class Backoff:
 
 class Expired(Exception):
     """The resourceVersion being watched from is too old (410 Gone): list again."""
+
+
+class SinkFailed(Exception):
+    """The sink could not apply an event (or a list): watch (list) again from the last one it applied."""
 
 
 class Reflector:
@@ -160,6 +175,8 @@ class Reflector:
         self.resource_version: str | None = None
         self.lists = 0
         """How many full lists were made (1 + one per 410 Gone), for logs and tests."""
+        self.sink_failures = 0
+        """Events (or lists) the sink failed to apply, each tried again."""
 
     def run(self, stop: threading.Event) -> None:
         """List and watch until `stop` is set; never raises."""
@@ -171,6 +188,12 @@ class Reflector:
             except Expired as expired:
                 log.info("%s: %s; listing again", self._resource.kind, expired)
                 self.resource_version = None
+            except SinkFailed as failed:
+                wait = self._backoff.delay()
+                log.error("%s: %s (%s); trying again in %.1fs from resourceVersion %s", self._resource.kind,
+                          failed, failed.__cause__, wait, self.resource_version or "(a new list)")
+                self.sink_failures += 1
+                stop.wait(wait)
             except ApiError as error:
                 wait = error.retry_after if error.retry_after is not None else self._backoff.delay()
                 log.warning("%s: API server error %s; retrying in %.1fs", self._resource.kind, error, wait)
@@ -195,9 +218,24 @@ class Reflector:
             try:
                 page = self._api.get(self._resource.path, query)
             except ApiError as error:
-                if error.code == 410:  # the continue token expired: start the list over
-                    raise Expired(error.message) from None
-                raise
+                if error.code != 410 or "continue" not in query:
+                    raise
+                # The version of the first page was compacted before the last page was read (a list slower than
+                # the compaction interval, `--etcd-compaction-interval`, 5 minutes by default): a paged list
+                # started over might never finish. As client-go's pager does (`FullListIfExpired`,
+                # staging/src/k8s.io/client-go/tools/pager/pager.go), list everything in one request instead.
+                log.warning("%s: %s; listing everything in one request", self._resource.kind, error.message[:80])
+                store.clear()
+                if self._unchanged is not None:
+                    self._unchanged.reset()
+                resource_version = ""
+                query = dict(selector)
+                try:
+                    page = self._api.get(self._resource.path, query)
+                except ApiError as again:
+                    if again.code == 410:
+                        raise Expired(again.message) from None
+                    raise
             for item in page.get("items") or []:
                 name = self._resource.key(item)
                 if name:
@@ -210,11 +248,14 @@ class Reflector:
             if not token:
                 break
             query = {"limit": str(self._page_size), "continue": str(token), **selector}
+        log.info("%s: listed %d at resourceVersion %s", self._resource.kind, len(store), resource_version)
+        try:
+            self._sink.replace(store)
+        except Exception as error:  # the version stays unset: the list is made again
+            raise SinkFailed(f"the list at resourceVersion {resource_version} was not applied") from error
         self.resource_version = resource_version
         self.lists += 1
         self._backoff.reset()
-        log.info("%s: listed %d at resourceVersion %s", self._resource.kind, len(store), resource_version)
-        self._sink.replace(store)
 
     def _watch(self, stop: threading.Event) -> None:
         if stop.is_set():
@@ -266,17 +307,19 @@ class Reflector:
                 raise Expired(error.message)
             raise error
         version = (obj.get("metadata") or {}).get("resourceVersion")
-        if version:
+        name = self._resource.key(obj) if kind != "BOOKMARK" else None
+        if name:
+            try:
+                if kind in ("ADDED", "MODIFIED"):
+                    self._sink.upsert(name, obj)
+                elif kind == "DELETED":
+                    self._sink.remove(name)
+                else:
+                    log.warning("%s: unknown watch event type %r ignored", self._resource.kind, kind)
+            except Exception as error:
+                if self._unchanged is not None:
+                    self._unchanged.forget(name)  # its bytes were learnt: the same event, sent again, is decoded
+                raise SinkFailed(f"{kind} {name} at resourceVersion {version} was not applied") from error
+        if version:  # applied (or a bookmark): a watch that breaks from now on resumes after it
             self.resource_version = str(version)
         self._backoff.reset()
-        if kind == "BOOKMARK":
-            return
-        name = self._resource.key(obj)
-        if not name:
-            return
-        if kind in ("ADDED", "MODIFIED"):
-            self._sink.upsert(name, obj)
-        elif kind == "DELETED":
-            self._sink.remove(name)
-        else:
-            log.warning("%s: unknown watch event type %r ignored", self._resource.kind, kind)

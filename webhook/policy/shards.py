@@ -8,6 +8,12 @@ a whole page (10,000 files would take 40 MiB for 3 MiB of data). Why not one fil
 rewrite and re-parse everything (a quarter of a core at 3,000 namespaces and 3 changes a second).
 
 Each shard is replaced by rename, so a reader sees the old shard or the new one, never a part.
+
+A write that fails (ENOSPC on the size-limited emptyDir, which also holds the metrics files) leaves the old
+shard file whole, and the writer remembers the shard as it is on disk, not as it was meant to be: memory
+changes only after the rename. The error reaches the caller (the watch's sink), whose event is then not
+counted as applied: the reflector watches again from the last event that was (`webhook.kube.reflector`), the
+same change arrives again and is written then.
 """
 
 import logging
@@ -16,7 +22,7 @@ import tempfile
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -78,58 +84,75 @@ def shard_path(directory: Path, index: int) -> Path:
 
 
 class ShardWriter:
-    """Keeps every entry and rewrites a shard only when one of its entries changed (an update that changes
-    nothing in the entry writes nothing). Used from one thread (a watch's)."""
+    """Keeps every entry as its shard file holds it and rewrites a shard only when one of its entries changed
+    (an update that changes nothing in the entry writes nothing). Used from one thread (a watch's).
 
-    def __init__(self, directory: Path) -> None:
+    Memory follows the disk: a shard is changed in memory only once its file was replaced, so after a failed
+    write (the OSError is raised to the caller) the same change is still a change, and is written when it is
+    made again."""
+
+    def __init__(self, directory: Path, *, write: Callable[[Path, bytes], None] = write_atomically) -> None:
+        """`write(path, data)`: how a shard file is replaced (`write_atomically`; tests inject failures)."""
         self._directory = directory
+        self._write_file = write
         self._shards: list[dict[str, Entry]] = [{} for _ in range(SHARDS)]
-        self._on_disk_known = False
-        """False until the first `replace`: shard files a previous controller left are unknown until then."""
+        self._known = [False] * SHARDS
+        """Whether a shard's file is known to hold `_shards[index]`: not before it was first written (a previous
+        controller may have left one)."""
 
     def __len__(self) -> int:
         return sum(len(shard) for shard in self._shards)
 
     def replace(self, entries: Mapping[str, Entry]) -> int:
-        """Make the shards hold exactly `entries` (a list, or a list again after 410 Gone); returns shards written."""
+        """Make the shards hold exactly `entries` (a list, or a list again after 410 Gone); returns shards written.
+        Every shard is tried; the first write that failed is raised afterwards."""
         self._directory.mkdir(parents=True, exist_ok=True)
         fresh: list[dict[str, Entry]] = [{} for _ in range(SHARDS)]
         for name, entry in entries.items():
             fresh[shard_of(name)][name] = entry
         written = 0
+        failure: OSError | None = None
         for index, shard in enumerate(fresh):
-            if self._on_disk_known and shard == self._shards[index]:
+            if self._known[index] and shard == self._shards[index]:
                 continue
-            self._shards[index] = shard
-            self._write(index)
+            try:
+                self._write(index, shard)
+            except OSError as error:
+                failure = failure or error
+                continue
             written += 1
-        self._on_disk_known = True
+        if failure is not None:
+            raise failure
         return written
 
     def put(self, name: str, entry: Entry) -> bool:
-        """Store one entry; True when its shard was rewritten."""
+        """Store one entry; True when its shard was rewritten, OSError when that failed (nothing changed)."""
         index = shard_of(name)
-        if self._shards[index].get(name) == entry:
+        current = self._shards[index]
+        if self._known[index] and current.get(name) == entry:
             return False
-        self._shards[index][name] = entry
-        self._write(index)
+        self._write(index, {**current, name: entry})
         return True
 
     def delete(self, name: str) -> bool:
+        """Forget one entry; True when its shard was rewritten, OSError when that failed (nothing changed)."""
         index = shard_of(name)
-        if self._shards[index].pop(name, None) is None:
+        current = self._shards[index]
+        if self._known[index] and name not in current:
             return False
-        self._write(index)
+        self._write(index, {key: entry for key, entry in current.items() if key != name})
         return True
 
-    def _write(self, index: int) -> None:
+    def _write(self, index: int, shard: dict[str, Entry]) -> None:
+        """Replace the shard's file, then (only then) remember what it holds."""
         path = shard_path(self._directory, index)
-        shard = self._shards[index]
-        if not shard:
+        if shard:
+            self._directory.mkdir(parents=True, exist_ok=True)
+            self._write_file(path, encode_json(shard))
+        else:
             path.unlink(missing_ok=True)
-            return
-        self._directory.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, encode_json(shard))
+        self._shards[index] = shard
+        self._known[index] = True
 
 
 class ParsedShard:
