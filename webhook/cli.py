@@ -205,8 +205,8 @@ def _lint(args: argparse.Namespace) -> int:
     _quiet_policy_log()
     paths = args.paths or [DEFAULT_POLICIES]
     compiler = compiler_from_flags(args)
-    if compiler is None:
-        return 2
+    if isinstance(compiler, int):
+        return compiler
     snapshot = load_policies(paths, required=True, compiler=compiler)
     for error in snapshot.errors:
         print(error)
@@ -243,8 +243,8 @@ def _export(args: argparse.Namespace) -> int:
     _quiet_policy_log()
     paths = args.policies or [DEFAULT_POLICIES]
     compiler = compiler_from_flags(args)
-    if compiler is None:
-        return 2
+    if isinstance(compiler, int):
+        return compiler
     snapshot = load_policies(paths, required=True, compiler=compiler)
     if snapshot.errors:
         for error in snapshot.errors:
@@ -288,8 +288,8 @@ def _apply(args: argparse.Namespace) -> int:
         return 2
     namespace = args.namespace or DEFAULT_NAMESPACE
     compiler = compiler_from_flags(args)
-    if compiler is None:
-        return 2
+    if isinstance(compiler, int):
+        return compiler
     if args.kube:
         try:
             api = KubeApi(connect(Path(args.kubeconfig) if args.kubeconfig else None, context=args.context))
@@ -331,8 +331,8 @@ def _test(args: argparse.Namespace) -> int:
         print(f"placer test: no *-test.yaml under {', '.join(args.suites)}", file=sys.stderr)
         return 1
     compiler = compiler_from_flags(args)
-    if compiler is None:
-        return 2
+    if isinstance(compiler, int):
+        return compiler
     cases = [case for suite in suites for case in run_suite(suite, compiler)]
     sys.stdout.write(render_junit(cases) if args.output == "junit" else render_text(cases))
     return 0 if all(case.passed for case in cases) else 1

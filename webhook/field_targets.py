@@ -44,17 +44,21 @@ def add_target_flags(command: argparse.ArgumentParser, *, kube: bool = True) -> 
         command.add_argument("--context", metavar="NAME", help="kubeconfig context (with --kube)")
 
 
-def compiler_from_flags(args: argparse.Namespace) -> PolicyCompiler | None:
-    """The compiler the flags of `add_target_flags` ask for; None, said on stderr, when they cannot be
-    honoured (the command then exits 2)."""
+def compiler_from_flags(args: argparse.Namespace) -> PolicyCompiler | int:
+    """The compiler the flags of `add_target_flags` ask for, or the exit status when they cannot be honoured,
+    said on stderr: 2 for a flag that names no usable target, 1 for a cluster that cannot be read."""
     api = None
+    prog = getattr(args, "prog", None) or f"placer {args.command}"
     try:
         if args.kube:
             api = KubeApi(connect(Path(args.kubeconfig) if args.kubeconfig else None, context=args.context))
         return policy_compiler(kubernetes_version=args.kubernetes_version, crd_paths=args.crd or (), api=api)
-    except (FieldTargetError, ConnectionSetupError, TransportError, ApiError) as error:
-        print(f"placer {args.command}: {error}", file=sys.stderr)
-        return None
+    except FieldTargetError as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 2
+    except (ConnectionSetupError, TransportError, ApiError) as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 1
     finally:
         if api is not None:
             api.close()
