@@ -1,13 +1,17 @@
-"""Prometheus metrics (DESIGN §7), correct across gunicorn workers.
+"""Prometheus metrics (DESIGN §7), correct across the server's worker processes.
 
 Under `placer serve` every worker writes its samples to files in PROMETHEUS_MULTIPROC_DIR (set by the CLI
-before any worker starts) and `/metrics` merges them, so a scrape sees the whole server, not one worker.
+before any worker starts) and `/metrics` merges them, so a scrape sees the whole server, not one worker. The
+main process folds the files of exited workers into the totals (`server.metrics_files`), under the
+directory's lock: a scrape holds it shared.
 Elsewhere (tests, the CLI) metrics live in a registry private to the instance: no global state.
 """
 
+import contextlib
+import fcntl
 import glob
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client import (
@@ -175,8 +179,10 @@ class Metrics:
         """The Prometheus text exposition of every worker's samples."""
         if self.multiprocess:
             registry = CollectorRegistry()
-            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-            return generate_latest(registry), CONTENT_TYPE_LATEST
+            directory = os.environ[MULTIPROC_ENV]
+            multiprocess.MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+            with directory_lock(directory, exclusive=False):
+                return generate_latest(registry), CONTENT_TYPE_LATEST
         return generate_latest(self._registry), CONTENT_TYPE_LATEST
 
 
@@ -200,7 +206,13 @@ class ControllerMetrics:
         self.pod_groups.labels(outcome).inc()
 
 
-def mark_worker_dead(pid: int) -> None:
-    """Drop a dead worker's live gauges (gunicorn `child_exit` hook)."""
-    if os.environ.get(MULTIPROC_ENV):
-        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+@contextlib.contextmanager
+def directory_lock(directory: str, *, exclusive: bool) -> Iterator[None]:
+    """The multiprocess directory's lock: shared while a scrape reads the files, exclusive while the main
+    process folds the files of exited workers (`server.metrics_files`)."""
+    descriptor = os.open(os.path.join(directory, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(descriptor)

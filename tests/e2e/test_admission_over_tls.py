@@ -1,4 +1,4 @@
-"""The real server (gunicorn, gthread, TLS) answering the API server's own requests."""
+"""The real server (granian, TLS) answering the API server's own requests."""
 
 import http.client
 import json
