@@ -18,6 +18,7 @@ from webhook.config import (
     CEL_LEAK_BUDGET_MIB,
     DEFAULT_CERTS,
     DEFAULT_POLICIES,
+    IDLE_TIMEOUT_SECONDS,
     READ_TIMEOUT_SECONDS,
     WORKER_MAX_RSS_MIB,
     Settings,
@@ -67,7 +68,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=2)
     serve.add_argument(
         "--read-timeout", type=float, default=READ_TIMEOUT_SECONDS, metavar="SECONDS",
-        help="answer 408 and close a connection whose request head, or body, takes longer to arrive (at most 60)",
+        help="answer 408 and close a connection whose request body takes longer to arrive",
+    )
+    serve.add_argument(
+        "--idle-timeout", type=float, default=IDLE_TIMEOUT_SECONDS, metavar="SECONDS",
+        help="close a connection whose next request head takes longer to arrive, idle or trickling (at most 60)",
     )
     serve.add_argument(
         "--cel-leak-budget-mib", type=float, default=CEL_LEAK_BUDGET_MIB, metavar="MIB",
@@ -173,6 +178,7 @@ def _serve(args: argparse.Namespace) -> int:
         worker_max_rss_mib=args.worker_max_rss_mib or None,
         worker_lifetime=args.worker_lifetime or None,
         read_timeout=args.read_timeout,
+        idle_timeout=args.idle_timeout,
         cel_leak_budget_mib=args.cel_leak_budget_mib,
         log_level=args.log_level,
         opt_in=args.opt_in,

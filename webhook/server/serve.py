@@ -55,7 +55,7 @@ def granian_server(settings: Settings) -> Any:
         workers=settings.workers,
         http=HTTPModes.http1,
         websockets=False,
-        http1_settings=HTTP1Settings(header_read_timeout=int(min(settings.read_timeout, 60.0) * 1000)),
+        http1_settings=HTTP1Settings(header_read_timeout=max(1, int(min(settings.idle_timeout, 60.0) * 1000))),
         log_level=LogLevels(settings.log_level),
         log_dictconfig=GRANIAN_LOGGERS,
         ssl_cert=settings.tls_cert,
