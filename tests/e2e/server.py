@@ -64,8 +64,9 @@ def running_server(workdir: Path, certs: object, *, extra: Sequence[str] = (), p
         *(["--policies", str(policies)] if policies else []),
         *extra,
     ]
-    environment = {**os.environ, **(env or {})}
+    environment = {**os.environ}
     environment.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    environment.update(env or {})
     with log.open("wb") as output:
         process = subprocess.Popen(args, cwd=workdir, stdout=output, stderr=subprocess.STDOUT, env=environment,
                                    start_new_session=True)

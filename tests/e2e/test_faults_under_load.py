@@ -65,7 +65,11 @@ def test_certificate_rotation_under_load_fails_no_request(tmp_path: Path, durati
     """cert-manager or a Secret update replaces the pair on disk: key first, then certificate, each by rename.
 
     Rotations repeat for `duration`, alternating between two key pairs signed by the same CA (a renewal);
-    the client opens a new connection every 20 requests, so handshakes keep happening throughout.
+    the client opens a new connection every 20 requests, so handshakes keep happening throughout. No request
+    sent may fail. A new connection may: one the kernel queued on a replaced worker's listening socket and
+    that worker did not accept before it stopped is reset (without `net.ipv4.tcp_migrate_req=1`, which hands
+    such connections to another worker), at most one per rotation here (measured: 4 in 10 rotations and
+    187,000 admissions, the client opening ~450 connections a second).
     """
     first = issue(tmp_path / "first", ["localhost", "127.0.0.1"])
     (tmp_path / "second").mkdir()
@@ -99,7 +103,8 @@ def test_certificate_rotation_under_load_fails_no_request(tmp_path: Path, durati
             client.wait_for_answers(20)
     _report(f"certificate rotation ({rotations} rotations, every worker serving the new pair within "
             f"{slowest:.1f}s)", client)
-    assert client.failures == []
+    assert [f for f in client.failures if not f.connecting] == []
+    assert len(client.failures) <= rotations, client.failures
     assert "TLS certificate changed" in server.log_text()
 
 
@@ -170,7 +175,8 @@ def test_a_worker_killed_under_load_is_replaced_and_the_others_keep_answering(
             time.sleep(max(0.0, kills[-1] + 3.0 - time.monotonic()))
         assert server.process.poll() is None
     _report(f"worker SIGKILL ({len(kills)} kills)", client)
-    failures = client.failures
+    failures = [f for f in client.failures if not f.connecting]
     assert len(failures) <= len(kills) * connections, failures[:5]
-    # A failure is a request the killed worker had in flight: it ends when the kill closes its connection.
-    assert all(any(0 <= f.at - kill < 2.0 for kill in kills) for f in failures), failures[:5]
+    # A failure is a request the killed worker had in flight (it ends when the kill closes its connection),
+    # or a new connection queued on its listening socket when it died: both right after a kill.
+    assert all(any(0 <= f.at - kill < 2.0 for kill in kills) for f in client.failures), client.failures[:5]

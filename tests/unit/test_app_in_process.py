@@ -6,8 +6,8 @@ import logging
 from typing import Any
 
 from tests.conftest import fixture_request
-from tests.rsgi_client import AppClient
 from tests.helpers import snapshot_of
+from tests.rsgi_client import AppClient
 from webhook.config import Settings
 from webhook.logs import ADMISSION_LOGGER
 from webhook.metrics import Metrics
