@@ -89,6 +89,7 @@ class DecodeBudget:
             return
         cost = estimate(body) * COST_FACTOR
         if cost > self.limits.worker_total:
+            self._trim()  # what reading the body took (granian's buffers, the bytes) goes back at once
             raise DecodeRefused(
                 413,
                 f"request would need about {cost // MIB} MiB of memory (limit {self.limits.worker_total // MIB} MiB):"
