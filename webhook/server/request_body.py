@@ -52,7 +52,8 @@ async def read_body(source: BodySource, content_length: str | None, *, limit: in
     else:
         reading = _chunks_within(source, limit, timeout)
     try:
-        return await asyncio.wait_for(reading, timeout)
+        async with asyncio.timeout(timeout):  # a timer on this task: no task of its own, as wait_for would make
+            return await reading
     except TimeoutError:
         raise BodyRefused(408, f"the request body did not arrive within {timeout:g}s") from None
 
@@ -81,6 +82,7 @@ async def _drain(source: BodySource, timeout: float, read: int = 0) -> None:
                 return
 
     try:
-        await asyncio.wait_for(dropping(), timeout)
+        async with asyncio.timeout(timeout):
+            await dropping()
     except TimeoutError:
         return
