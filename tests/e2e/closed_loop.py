@@ -32,6 +32,8 @@ class Outcome:
     """What `inspect` made of the answer: which policy set it reflects, for instance."""
     connecting: bool = False
     """The failure came while opening a new connection (TCP or TLS), before a byte of the request was sent."""
+    fresh: bool = False
+    """The request was the first on its connection."""
 
 
 @dataclass
@@ -112,12 +114,12 @@ class ClosedLoopClient:
                 raw = reply.read()
                 signature = self.inspect(json.loads(raw)) if reply.status == 200 else None
                 outcome = Outcome(time.monotonic(), reply.status, None if reply.status == 200 else raw[:200].decode(
-                    errors="replace"), signature)
+                    errors="replace"), signature, fresh=sent_on_connection == 1)
                 if reply.will_close:
                     connection.close()
                     connection = None
             except (OSError, http.client.HTTPException, ValueError) as error:
-                outcome = Outcome(time.monotonic(), None, repr(error), None)
+                outcome = Outcome(time.monotonic(), None, repr(error), None, fresh=sent_on_connection == 1)
                 connection.close()
                 connection = None
             with self._lock:
