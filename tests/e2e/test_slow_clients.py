@@ -2,8 +2,8 @@
 
 32 hostile connections, eight of each kind: a TLS handshake trickled one byte every 0.2 s (slow handshake),
 a request head trickled (slowloris), a body announced and trickled (slow body), and a client that pipelines
-reviews and never reads the answers (slow reader). Meanwhile honest reviews on new connections must be
-answered as fast as without them: a connection is a task of granian's runtime, not a thread, and a body is
+100 reviews and never reads the answers (slow reader, its receive window 4 KB). Meanwhile honest reviews on
+new connections must be answered as fast as without them: a connection is a task of granian's runtime, not a thread, and a body is
 read asynchronously. A request head has `--idle-timeout` to arrive, and its body then `--read-timeout`:
 past either the connection is closed (a late body is answered 408 first).
 """
@@ -75,7 +75,11 @@ def _client_hello() -> bytes:
 
 def _slow_client(server: RunningServer, kind: str) -> SlowClient:
     """A connection stopped part-way through its request; the trickle keeps it that way."""
-    raw = socket.create_connection(_address(server), timeout=10)
+    raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if kind == "reader":  # a small window: the answers back up after a few, as they would to a stalled reader
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.settimeout(10)
+    raw.connect(_address(server))
     if kind == "handshake":
         hello = _client_hello()
         raw.sendall(hello[:3])  # the start of the record header
@@ -85,7 +89,7 @@ def _slow_client(server: RunningServer, kind: str) -> SlowClient:
         tls.setblocking(False)
         request, sent = _review_request(), 0
         with contextlib.suppress(BlockingIOError, ssl.SSLWantWriteError):
-            for _ in range(2000):  # until the server stops reading: its answers fill the socket's buffers
+            for _ in range(100):  # reviews it will never read the answers of (or until the server stops reading)
                 tls.send(request)
                 sent += 1
         tls.settimeout(10)
