@@ -4,8 +4,8 @@
 a request head trickled (slowloris), a body announced and trickled (slow body), and a client that pipelines
 100 reviews and never reads the answers (slow reader, its receive window 4 KB). Meanwhile honest reviews on
 new connections must be answered as fast as without them: a connection is a task of granian's runtime,
-not a thread, and a body is read asynchronously. A request head has `--idle-timeout` to arrive, and its body then `--read-timeout`:
-past either the connection is closed (a late body is answered 408 first).
+not a thread, and a body is read asynchronously. A request head has `--idle-timeout` to arrive, and its
+body then `--read-timeout`: past either the connection is closed (a late body is answered 408 first).
 """
 
 import contextlib
