@@ -188,7 +188,7 @@ class Metrics:
 
 class ControllerMetrics:
     """What the controller process does, on the same `/metrics` (it writes to the workers' multiprocess
-    directory: the arbiter starts it with that environment)."""
+    directory: the main process starts it with that environment)."""
 
     def __init__(self) -> None:
         if os.environ.get(MULTIPROC_ENV):

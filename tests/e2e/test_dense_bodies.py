@@ -116,7 +116,7 @@ def test_eight_concurrent_dense_bodies_stay_within_the_deployed_memory_limit(tmp
         answer = server.post("/mutate", json=fixture_request("pod-bare-create-dryrun")).json()
         assert answer["response"]["allowed"] is True
         assert server.worker_pids() == pids[1:], "a worker died"
-    print(f"\nRSS of arbiter + workers: before {before >> 20} MiB, peak {peak >> 20} MiB (8 x 8 MiB lists), "
+    print(f"\nRSS of main process + workers: before {before >> 20} MiB, peak {peak >> 20} MiB (8 x 8 MiB lists), "
           f"peak {peak_maps >> 20} MiB (8 x 512 KiB maps), after {after >> 20} MiB, after twice more "
           f"{again >> 20} MiB; limit {limit >> 20} MiB")
     assert max(peak, peak_maps) < limit * 0.8

@@ -3,7 +3,7 @@
 It list+watches SchedulingPolicies, Namespaces, PriorityClasses, Nodes, PersistentVolumeClaims,
 PersistentVolumes and the workloads marked for a PodGroup (`webhook.kube.pod_groups`), compiles every
 policy when it changes (keeping the last good version of a policy whose update does not compile), writes
-what serves to the state directory that every gunicorn worker of this replica reads
+what serves to the state directory that every worker of this replica reads
 (`webhook.policy.cluster_state`), and, only while it holds the Lease, writes each policy's `status` and the
 PodGroups marked workloads want. A namespace event is projected to what `namespaceObject` shows, a node
 event to what the scheduler's filters read (`node_facts`), a claim or volume event to what
@@ -11,7 +11,7 @@ event to what the scheduler's filters read (`node_facts`), a claim or volume eve
 did not change (a node's status heartbeat) writes nothing. Admissions never wait for any of this: they
 read the last published state, which keeps serving while the API server is away.
 
-Run by the gunicorn arbiter of `placer serve --kube` as `python -m webhook.kube.controller --state DIRECTORY`.
+Run by the main process of `placer serve --kube` as `python -m webhook.kube.controller --state DIRECTORY`.
 """
 
 import argparse
@@ -349,7 +349,7 @@ def global_default_priority_class(classes: Store) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m webhook.kube.controller")
-    parser.add_argument("--state", required=True, type=Path, help="state directory the gunicorn workers read")
+    parser.add_argument("--state", required=True, type=Path, help="state directory the workers read")
     parser.add_argument("--kubeconfig", type=Path)
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--no-status", action="store_true", help="never write policy status (no leader election)")
