@@ -46,7 +46,7 @@ async def read_body(source: BodySource, content_length: str | None, *, limit: in
         if length > limit:
             refusal = BodyRefused(413, f"body of {length} bytes exceeds the {limit} byte limit")
             if not expects_continue and length <= DRAIN_LIMIT:
-                await _drain(source, timeout)
+                await _drain(aiter(source), timeout)
             raise refusal
         reading = source()  # the server stops at the declared length
     else:
@@ -61,22 +61,23 @@ async def read_body(source: BodySource, content_length: str | None, *, limit: in
 async def _chunks_within(source: BodySource, limit: int, timeout: float) -> bytes:
     chunks: list[bytes] = []
     size = 0
-    async for chunk in source:
+    body = aiter(source)  # a request's body can be iterated once: the drain goes on with the same iterator
+    while (chunk := await _next_chunk(body)) is not None:
         size += len(chunk)
         if size > limit:
             chunks.clear()
-            await _drain(source, timeout, size)
+            await _drain(body, timeout, size)
             raise BodyRefused(413, f"body exceeds the {limit} byte limit")
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-async def _drain(source: BodySource, timeout: float, read: int = 0) -> None:
+async def _drain(body: AsyncIterator[bytes], timeout: float, read: int = 0) -> None:
     """Read and drop the rest of a refused body, up to DRAIN_LIMIT in all, for at most `timeout` seconds."""
 
     async def dropping() -> None:
         size = read
-        async for chunk in source:
+        while (chunk := await _next_chunk(body)) is not None:
             size += len(chunk)
             if size > DRAIN_LIMIT:
                 return
@@ -86,3 +87,12 @@ async def _drain(source: BodySource, timeout: float, read: int = 0) -> None:
             await dropping()
     except TimeoutError:
         return
+
+
+async def _next_chunk(body: AsyncIterator[bytes]) -> bytes | None:
+    """The body's next chunk, None at its end. (Not `anext(body, None)`: with it granian 2.8.7's worker
+    process exited here; nor `async for`, which asks the iterator for an iterator again: granian refuses.)"""
+    try:
+        return await body.__anext__()
+    except StopAsyncIteration:
+        return None
