@@ -34,11 +34,14 @@ class Protocol:
     status: int | None = None
     response_headers: list[tuple[str, str]] = field(default_factory=list)
     response_body: bytes = b""
+    iterated: bool = False
 
     async def __call__(self) -> bytes:
         return self.body
 
     def __aiter__(self) -> AsyncIterator[bytes]:
+        assert not self.iterated, "granian's body can be iterated once (RSGIProtocolError)"
+        self.iterated = True
         return self._chunks()
 
     async def _chunks(self) -> AsyncIterator[bytes]:
