@@ -25,7 +25,7 @@ ENV PATH=/opt/placer/bin:$PATH \
     PLACER_TLS_KEY=/etc/placer/tls/tls.key
 WORKDIR /app
 # A numeric user, so `runAsNonRoot` can be verified by the kubelet. The root filesystem may be read-only:
-# Placer writes only under /tmp (mount an emptyDir there) and /dev/shm.
+# Placer writes only under /tmp (mount an emptyDir there).
 USER 65532:65532
 EXPOSE 8443
 # Certificates are read from the mounted Secret at /etc/placer/tls and re-read when the Secret is updated.

@@ -14,7 +14,15 @@ import yaml
 
 from webhook import __version__, dev
 from webhook.certs import ensure_dev_certificates, issue, service_names
-from webhook.config import CEL_LEAK_BUDGET_MIB, DEFAULT_CERTS, DEFAULT_POLICIES, READ_TIMEOUT_SECONDS, Settings
+from webhook.config import (
+    CEL_LEAK_BUDGET_MIB,
+    DEFAULT_CERTS,
+    DEFAULT_POLICIES,
+    IDLE_TIMEOUT_SECONDS,
+    READ_TIMEOUT_SECONDS,
+    WORKER_MAX_RSS_MIB,
+    Settings,
+)
 from webhook.engine.configuration import gang_not_enforced
 from webhook.export.admission_policy import export_policies, report_lines
 from webhook.export.versions import API_VERSIONS, parse_version
@@ -41,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"placer {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="run the webhook over HTTPS under gunicorn")
+    serve = commands.add_parser("serve", help="run the webhook over HTTPS (granian worker processes)")
     serve.add_argument(
         "--policies", action="append", metavar="PATH", help=f"file or directory (default {DEFAULT_POLICIES})"
     )
@@ -62,14 +70,25 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-key", metavar="FILE")
     serve.add_argument("--client-ca", metavar="FILE", help="require client certificates signed by this CA")
     serve.add_argument("--workers", type=int, default=2)
-    serve.add_argument("--threads", type=int, default=4, help="connections served at once per worker")
     serve.add_argument(
         "--read-timeout", type=float, default=READ_TIMEOUT_SECONDS, metavar="SECONDS",
-        help="close a connection whose request (TLS handshake, head, body) takes longer to arrive",
+        help="answer 408 and close a connection whose request body takes longer to arrive",
+    )
+    serve.add_argument(
+        "--idle-timeout", type=float, default=IDLE_TIMEOUT_SECONDS, metavar="SECONDS",
+        help="close a connection whose next request head takes longer to arrive, idle or trickling (at most 60)",
     )
     serve.add_argument(
         "--cel-leak-budget-mib", type=float, default=CEL_LEAK_BUDGET_MIB, metavar="MIB",
-        help="replace a worker, gracefully, once Kubernetes CEL library calls have leaked this much in it",
+        help="replace the workers, gracefully, once Kubernetes CEL library calls have leaked this much in one",
+    )
+    serve.add_argument(
+        "--worker-max-rss-mib", type=int, default=WORKER_MAX_RSS_MIB, metavar="MIB",
+        help="replace a worker, gracefully, whose resident memory is above this (0: never)",
+    )
+    serve.add_argument(
+        "--worker-lifetime", type=int, default=0, metavar="SECONDS",
+        help="replace each worker, gracefully, this long after it started (at least 60; 0: never)",
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument("--opt-in", default="api-server", choices=["api-server", "label-or-annotation"])
@@ -168,8 +187,10 @@ def _serve(args: argparse.Namespace) -> int:
         tls_key=Path(args.tls_key) if args.tls_key else DEFAULT_CERTS / "tls.key",
         client_ca=Path(args.client_ca) if args.client_ca else None,
         workers=args.workers,
-        threads=args.threads,
+        worker_max_rss_mib=args.worker_max_rss_mib or None,
+        worker_lifetime=args.worker_lifetime or None,
         read_timeout=args.read_timeout,
+        idle_timeout=args.idle_timeout,
         cel_leak_budget_mib=args.cel_leak_budget_mib,
         log_level=args.log_level,
         opt_in=args.opt_in,
@@ -181,9 +202,9 @@ def _serve(args: argparse.Namespace) -> int:
     # Metrics from every worker land in one directory. prometheus_client decides at import time whether
     # to write there, so the server (and with it prometheus_client) is imported only after this line.
     os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="placer-metrics-"))
-    from webhook.server.gunicorn_app import PlacerServer  # noqa: PLC0415
+    from webhook.server.serve import serve  # noqa: PLC0415
 
-    PlacerServer(settings).run()
+    serve(settings)
     return 0
 
 

@@ -259,7 +259,7 @@ class DevSession:
     @contextmanager
     def _server(self, args: argparse.Namespace, issued: IssuedCertificates,
                 kubeconfig: Path | None) -> Iterator[subprocess.Popen[bytes]]:
-        """`placer serve --kube` as a child process, stopped with SIGTERM (gunicorn's graceful stop)."""
+        """`placer serve --kube` as a child process, stopped with SIGTERM (graceful: in-flight reviews answered)."""
         with ExitStack() as stack:
             policies = args.policies or [stack.enter_context(tempfile.TemporaryDirectory(prefix="placer-dev-"))]
             command = [sys.executable, "-m", "webhook", "serve", "--kube", "--bind", f"{args.address}:{args.port}",

@@ -134,7 +134,7 @@ def _json_line_handlers(logger: logging.Logger) -> list[JsonLineHandler] | None:
 
 
 def configure_logging(level: str) -> None:
-    """Send every logger, gunicorn's included, to stderr as JSON lines."""
+    """Send every logger, granian's included, to stderr as JSON lines."""
     root = logging.getLogger()
     root.handlers[:] = [JsonLineHandler(sys.stderr)]
     root.setLevel(level.upper())

@@ -1,13 +1,17 @@
-"""Prometheus metrics, correct across gunicorn workers.
+"""Prometheus metrics, correct across the server's worker processes.
 
 Under `placer serve` every worker writes its samples to files in PROMETHEUS_MULTIPROC_DIR (set by the CLI
-before any worker starts) and `/metrics` merges them, so a scrape sees the whole server, not one worker.
+before any worker starts) and `/metrics` merges them, so a scrape sees the whole server, not one worker. The
+main process folds the files of exited workers into the totals (`server.metrics_files`), under the
+directory's lock: a scrape holds it shared.
 Elsewhere (tests, the CLI) metrics live in a registry private to the instance: no global state.
 """
 
+import contextlib
+import fcntl
 import glob
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -190,14 +194,16 @@ class Metrics:
         """The Prometheus text exposition of every worker's samples."""
         if self.multiprocess:
             registry = CollectorRegistry()
-            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-            return generate_latest(registry), CONTENT_TYPE_LATEST
+            directory = os.environ[MULTIPROC_ENV]
+            multiprocess.MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+            with directory_lock(directory, exclusive=False):
+                return generate_latest(registry), CONTENT_TYPE_LATEST
         return generate_latest(self._registry), CONTENT_TYPE_LATEST
 
 
 class ControllerMetrics:
     """What the controller process does, on the same `/metrics` (it writes to the workers' multiprocess
-    directory: the arbiter starts it with that environment)."""
+    directory: the main process starts it with that environment)."""
 
     def __init__(self) -> None:
         if os.environ.get(MULTIPROC_ENV):
@@ -216,13 +222,28 @@ class ControllerMetrics:
         self.pod_groups.labels(outcome).inc()
 
 
+@contextlib.contextmanager
+def directory_lock(directory: str, *, exclusive: bool) -> Iterator[None]:
+    """The multiprocess directory's lock: shared while a scrape reads the files, exclusive while the main
+    process folds the files of exited workers (`server.metrics_files`)."""
+    descriptor = os.open(os.path.join(directory, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(descriptor)
+
+
 def read_rule_counts(directory: Path) -> dict[tuple[str, str, str], float]:
     """Every worker's rule evaluations so far in this replica's multiprocess directory, by (policy, rule,
     outcome): the same samples `/metrics` shows as `placer_rule_evaluations_total`, summed over the workers'
-    files (those of workers that exited stay, as prometheus_client keeps counters)."""
-    files = sorted(glob.glob(os.path.join(glob.escape(str(directory)), f"counter_{RULE_EVALUATIONS}_*.db")))
+    files (those of workers that exited are folded into `counter_folded.db`, read here too)."""
+    pattern = os.path.join(glob.escape(str(directory)), "counter_*.db")
     counts: dict[tuple[str, str, str], float] = {}
-    for metric in multiprocess.MultiProcessCollector.merge(files):  # type: ignore[no-untyped-call]
+    with directory_lock(str(directory), exclusive=False):
+        files = sorted(glob.glob(pattern))  # the live workers' files and the folded totals of exited ones
+        merged = multiprocess.MultiProcessCollector.merge(files)  # type: ignore[no-untyped-call]
+    for metric in merged:
         if metric.name != RULE_EVALUATIONS:
             continue
         for sample in metric.samples:
@@ -233,7 +254,3 @@ def read_rule_counts(directory: Path) -> dict[tuple[str, str, str], float]:
     return counts
 
 
-def mark_worker_dead(pid: int) -> None:
-    """Drop a dead worker's live gauges (gunicorn `child_exit` hook)."""
-    if os.environ.get(MULTIPROC_ENV):
-        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]

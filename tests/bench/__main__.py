@@ -4,7 +4,7 @@
 
 1. engine: µs per admission in-process, by rule count and object size, and the engine's phases;
 2. direct: Placer's /mutate (2 and 50 rules, the captured Pod review and the 8.5 KB Deployment) beside a
-   minimal WSGI app on the same gunicorn and TLS (the stack's floor), at 1, 8 and 32 connections, with
+   minimal RSGI app on the same server (granian) and TLS (the stack's floor), at 1, 8 and 32 connections, with
    req/s, p50/p99, CPU seconds per 1,000 requests and worker RSS (wrk when installed);
 3. server: `placer serve` over TLS under keep-alive load from separate processes, /mutate and /healthz at
    1, 8 and 32 connections, and the RSS of each worker;

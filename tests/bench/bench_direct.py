@@ -1,15 +1,14 @@
-"""The direct table: what Placer's `/mutate` costs beside the stack's floor, on the same gunicorn and TLS.
+"""The direct table: what Placer's `/mutate` costs beside the stack's floor, on the same server (granian) and TLS.
 
-    python -m tests.bench.bench_direct [--duration 5] [--connections 1,8,32] [--workers 2] [--threads 4]
-                                       [--cases floor,floor-gthread,floor-busy,2,50] [--rounds 1]
-                                       [--busy-us 450]
+    python -m tests.bench.bench_direct [--duration 5] [--connections 1,8,32] [--workers 2]
+                                       [--cases floor,floor-busy,2,50] [--rounds 1] [--busy-us 450]
 
 Cases, each served by its own server and loaded at each connection count (keep-alive TLS, one request in
 flight per connection, `wrk` when installed — Debian's package — else tests.bench.loadgen):
 
-- floor: a minimal WSGI app (tests.bench.floor_app) under Placer's gunicorn worker (gthread with its
-  changes, webhook.server.worker), the captured Pod review; `floor-gthread`: the same under gunicorn's own;
-  `floor-busy`: the same spending `--busy-us` of Python per request (holding the GIL), with the Deployment:
+- floor: a minimal RSGI app (tests.bench.floor_app) on granian with Placer's settings (workers, HTTP/1.1,
+  TLS 1.2+), the captured Pod review; `floor-busy`: the same spending `--busy-us` of Python per request
+  (holding the GIL), with the Deployment:
   the floor at about Placer's throughput, to tell the latency a throughput costs on this stack and machine
   from what Placer's path adds;
 - Placer with 2 rules (a node selector from a namespace label, a GPU toleration), the captured Pod review
@@ -53,7 +52,6 @@ from tests.bench.loadgen import load
 from tests.conftest import fixture_request
 from tests.e2e.server import free_port, running_server
 from webhook.certs import issue
-from webhook.server.gunicorn_app import WORKER_CLASS
 
 TWO_RULES = """apiVersion: placer.dev/v1alpha1
 kind: SchedulingPolicy
@@ -99,15 +97,18 @@ def children(pid: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def floor_server(workdir: Path, certs: Any, workers: int, threads: int, worker_class: str = WORKER_CLASS,
-                 app: str = "tests.bench.floor_app:app") -> Iterator[tuple[str, list[int]]]:
+def floor_server(workdir: Path, certs: Any, workers: int, busy_us: int | None = None
+                 ) -> Iterator[tuple[str, list[int]]]:
+    """The floor app on granian, configured as `placer serve` configures it (webhook/server/serve.py)."""
     port = free_port()
-    args = [sys.executable, "-m", "gunicorn", "--worker-class", worker_class, "--workers", str(workers),
-            "--threads", str(threads), "--bind", f"127.0.0.1:{port}", "--certfile", str(certs.cert),
-            "--keyfile", str(certs.key), "--log-level", "warning", app]
+    args = [sys.executable, "-m", "granian", "--interface", "rsgi", "--workers", str(workers), "--http", "1",
+            "--no-ws", "--host", "127.0.0.1", "--port", str(port), "--ssl-certificate", str(certs.cert),
+            "--ssl-keyfile", str(certs.key), "--ssl-protocol-min", "tls1.2", "--log-level", "warning",
+            *(["--factory", "tests.bench.floor_app:busy"] if busy_us is not None else ["tests.bench.floor_app:app"])]
+    environment = {**os.environ, "FLOOR_BUSY_US": str(busy_us or 0)}
     with (workdir / "floor.log").open("wb") as output:
         process = subprocess.Popen(args, cwd=Path(__file__).resolve().parents[2], start_new_session=True,
-                                   stdout=output, stderr=subprocess.STDOUT)
+                                   stdout=output, stderr=subprocess.STDOUT, env=environment)
     url = f"https://127.0.0.1:{port}"
     try:
         for _ in range(200):
@@ -123,15 +124,14 @@ def floor_server(workdir: Path, certs: Any, workers: int, threads: int, worker_c
 
 
 @contextlib.contextmanager
-def placer_server(workdir: Path, certs: Any, rules: int, workers: int, threads: int
-                  ) -> Iterator[tuple[str, list[int]]]:
+def placer_server(workdir: Path, certs: Any, rules: int, workers: int) -> Iterator[tuple[str, list[int]]]:
     policy_dir = workdir / f"policies-{rules}"
     policy_dir.mkdir()
     texts = [TWO_RULES] if rules == 2 else policies(rules)
     for index, text in enumerate(texts):
         (policy_dir / f"policy-{index}.yaml").write_text(text)
     (policy_dir / "namespaces.yaml").write_text(NAMESPACE_WITH_POOL)
-    extra = ["--workers", str(workers), "--threads", str(threads), "--log-level", "info"]
+    extra = ["--workers", str(workers), "--log-level", "info"]
     with running_server(workdir, certs, policies=policy_dir, extra=extra) as server:
         yield server.url, server.worker_pids()
 
@@ -172,11 +172,10 @@ def measure(url: str, pids: list[int], body: Path, connections: int, duration: f
     return result
 
 
-def run(duration: float, connections: list[int], workers: int, threads: int, *, quiet: bool = False,
+def run(duration: float, connections: list[int], workers: int, *, quiet: bool = False,
         big: bool = True, only: frozenset[str] = frozenset({"floor", "2", "50"}), busy_us: int = 450
         ) -> list[dict[str, Any]]:
-    """Every case in `only` (floor, floor-gthread, floor-busy, 2, 50), loaded at each connection count; one
-    row each."""
+    """Every case in `only` (floor, floor-busy, 2, 50), loaded at each connection count; one row each."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="placer-direct-") as tmp:
         workdir = Path(tmp)
@@ -185,19 +184,16 @@ def run(duration: float, connections: list[int], workers: int, threads: int, *, 
         pod.write_text(json.dumps(fixture_request("pod-bare-create-dryrun")))
         deployment_body = workdir / "deployment.json"
         deployment_body.write_text(json.dumps(deployment(8_500)))
-        floor_app = "tests.bench.floor_app:app"
-        cases: list[tuple[str, str, int | tuple[str, str], list[Path]]] = [
-            ("floor (minimal WSGI)", "floor", (WORKER_CLASS, floor_app), [pod]),
-            ("floor, plain gthread", "floor-gthread", ("gthread", floor_app), [pod]),
-            (f"floor, {busy_us} µs busy", "floor-busy", (WORKER_CLASS, f"tests.bench.floor_app:busy({busy_us})"),
-             [deployment_body]),
+        cases: list[tuple[str, str, int | tuple[int | None], list[Path]]] = [
+            ("floor (minimal RSGI)", "floor", (None,), [pod]),
+            (f"floor, {busy_us} µs busy", "floor-busy", (busy_us,), [deployment_body]),
             ("placer, 2 rules", "2", 2, [pod]),
             ("placer, 50 rules", "50", 50, [pod, deployment_body] if big else [pod])]
         for label, name, setup, bodies in cases:
             if name not in only:
                 continue
-            with (floor_server(workdir, certs, workers, threads, *setup) if isinstance(setup, tuple)
-                  else placer_server(workdir, certs, setup, workers, threads)) as (url, pids):
+            with (floor_server(workdir, certs, workers, *setup) if isinstance(setup, tuple)
+                  else placer_server(workdir, certs, setup, workers)) as (url, pids):
                 for body in bodies:
                     measure(url + "/mutate?timeout=10s", pids, body, 4, 1.0, str(certs.ca_cert))  # warm-up
                     for count in connections:
@@ -265,24 +261,23 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--connections", default="1,8,32")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--cases", default="floor,2,50",
-                        help="which of: floor, floor-gthread (gunicorn's own worker), floor-busy (the floor "
-                             "spending --busy-us of Python per request, with the Deployment), 2 (rules), 50 (rules)")
+                        help="which of: floor, floor-busy (the floor spending --busy-us of Python per request, "
+                             "with the Deployment), 2 (rules), 50 (rules)")
     parser.add_argument("--busy-us", type=int, default=450,
                         help="the Python work per request of the floor-busy case, µs (about what Placer's 50 rules "
                              "add to the floor for the Deployment)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="run every case this many times in turn, then print each row's median")
     args = parser.parse_args()
-    print(f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, {args.workers} workers x {args.threads} "
-          f"threads, TLS, keep-alive, load from {'wrk' if shutil.which('wrk') else 'tests.bench.loadgen'}")
+    print(f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, granian, {args.workers} workers, TLS, keep-alive, "
+          f"load from {'wrk' if shutil.which('wrk') else 'tests.bench.loadgen'}")
     rounds = []
     for index in range(max(args.rounds, 1)):
         if args.rounds > 1:
             print(f"round {index + 1} of {args.rounds}, {time.strftime('%H:%M:%S')}")
         print(HEADER, flush=True)
-        rounds.append(run(args.duration, [int(c) for c in args.connections.split(",")], args.workers, args.threads,
+        rounds.append(run(args.duration, [int(c) for c in args.connections.split(",")], args.workers,
                           only=frozenset(args.cases.split(",")), busy_us=args.busy_us))
     if args.rounds > 1:
         print(f"median of {args.rounds} rounds (x floor: CPU per request over the floor's in the same round)")

@@ -1,6 +1,6 @@
-"""Server benchmark: `placer serve` (gunicorn, TLS, 127.0.0.1) under keep-alive load from separate processes.
+"""Server benchmark: `placer serve` (granian, TLS, 127.0.0.1) under keep-alive load from separate processes.
 
-    python -m tests.bench.bench_server [--duration 10] [--connections 1,8,32] [--workers 2] [--threads 4]
+    python -m tests.bench.bench_server [--duration 10] [--connections 1,8,32] [--workers 2]
 
 Loads `/mutate` (50 rules, the ~8 KB Deployment of bench_engine) and, as the stack's floor, `GET /healthz`
 on the same server, at each connection count, with tests.bench.loadgen; then prints throughput,
@@ -86,12 +86,12 @@ def prepare(workdir: Path, rules: int, library_calls: bool = False) -> tuple[Pat
     return policy_dir, body, certs
 
 
-def run(duration: float, connections: list[int], workers: int, threads: int, rules: int,
+def run(duration: float, connections: list[int], workers: int, rules: int,
         processes: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="placer-bench-") as tmp:
         workdir = Path(tmp)
         policy_dir, body, certs = prepare(workdir, rules)
-        extra = ["--workers", str(workers), "--threads", str(threads), "--log-level", "warning"]
+        extra = ["--workers", str(workers), "--log-level", "warning"]
         with running_server(workdir, certs, policies=policy_dir, extra=extra) as server:
             payload = body.read_bytes()
             load(server.url + "/mutate?timeout=5s", payload, connections=4, duration=2, ca=str(certs.ca_cert))
@@ -101,16 +101,16 @@ def run(duration: float, connections: list[int], workers: int, threads: int, rul
                     summary = load(server.url + path, data, connections=count, duration=duration,
                                    ca=str(certs.ca_cert), processes=min(processes, count))
                     rows.append({"endpoint": path.split("?")[0], **summary})
-            return {"rows": rows, "rss_mb": worker_rss(server), "workers": workers, "threads": threads,
+            return {"rows": rows, "rss_mb": worker_rss(server), "workers": workers,
                     "rules": rules, "body_bytes": len(payload)}
 
 
-def soak(requests: int, connections: int, workers: int, threads: int, rules: int, every: float, *,
+def soak(requests: int, connections: int, workers: int, rules: int, every: float, *,
          library_calls: bool = False, leak_budget_mib: float | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="placer-soak-") as tmp:
         workdir = Path(tmp)
         policy_dir, body, certs = prepare(workdir, rules, library_calls)
-        extra = ["--workers", str(workers), "--threads", str(threads), "--log-level", "warning"]
+        extra = ["--workers", str(workers), "--log-level", "warning"]
         if leak_budget_mib is not None:
             extra += ["--cel-leak-budget-mib", str(leak_budget_mib)]
         with running_server(workdir, certs, policies=policy_dir, extra=extra) as server:
@@ -137,7 +137,7 @@ def soak(requests: int, connections: int, workers: int, threads: int, rules: int
 
 
 def print_run(result: dict[str, Any]) -> None:
-    print(f"placer serve: {result['workers']} workers x {result['threads']} threads, {result['rules']} rules, "
+    print(f"placer serve: {result['workers']} workers, {result['rules']} rules, "
           f"{result['body_bytes']} B AdmissionReview, TLS, keep-alive")
     print(f"{'endpoint':10} {'conns':>5} {'requests':>9} {'errors':>6} {'rps':>8} {'p50 ms':>8} {'p99 ms':>8} "
           f"{'p999 ms':>8}")
@@ -157,7 +157,6 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--connections", default="1,8,32")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--rules", type=int, default=50)
     parser.add_argument("--processes", type=int, default=1, help="load generator processes")
     parser.add_argument("--soak", type=int, default=0, help="send this many admissions and sample RSS")
@@ -167,14 +166,14 @@ def main() -> None:
     parser.add_argument("--cel-leak-budget-mib", type=float, default=None)
     args = parser.parse_args()
     if args.soak:
-        result = soak(args.soak, 8, args.workers, args.threads, args.rules, args.sample_every,
+        result = soak(args.soak, 8, args.workers, args.rules, args.sample_every,
                       library_calls=args.library_calls, leak_budget_mib=args.cel_leak_budget_mib)
         print(json.dumps(result["summary"]))
         print(f"workers started over the run: {result['workers_seen']} ({args.workers} at a time)")
         for at, values in result["samples"]:
             print(f"t={at:>7.1f}s  worker RSS MB: {values}")
         return
-    print_run(run(args.duration, [int(c) for c in args.connections.split(",")], args.workers, args.threads,
+    print_run(run(args.duration, [int(c) for c in args.connections.split(",")], args.workers,
                   args.rules, args.processes))
 
 

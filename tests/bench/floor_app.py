@@ -1,40 +1,43 @@
-"""The stack's floor: the smallest WSGI app that answers an AdmissionReview (allowed, no patch), served by
-the same gunicorn worker model and TLS settings as Placer, so the direct benchmark shows what Placer adds.
+"""The stack's floor: the smallest application that answers an AdmissionReview (allowed, no patch), served by
+the same server as Placer (granian, RSGI, TLS, the same worker count), so the direct benchmark shows what
+Placer adds.
 
-    gunicorn --worker-class webhook.server.worker.PlacerThreadWorker --workers 2 --threads 4 \
-        --certfile … --keyfile … tests.bench.floor_app:app
+    granian --interface rsgi --workers 2 --http 1 --no-ws --ssl-protocol-min tls1.2 \
+        --ssl-certificate … --ssl-keyfile … tests.bench.floor_app:app
 
-`busy(N)` is the same app spending about N µs of its thread's CPU in a Python loop per request (holding the
-GIL, as Placer's engine does): the floor at Placer's throughput, to tell what the latency at a given
-throughput owes to the stack and the machine from what it owes to Placer's path
-(`tests.bench.floor_app:busy(450)`).
+`busy` (a factory: `--factory tests.bench.floor_app:busy`) is the same app spending about
+`$FLOOR_BUSY_US` µs of the worker's CPU in a Python loop per request (holding the GIL, as Placer's engine
+does): the floor at Placer's throughput, to tell what the latency at a given throughput owes to the stack
+and the machine from what it owes to Placer's path.
 """
 
 import json
+import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-
-def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-    length = int(environ.get("CONTENT_LENGTH") or 0)
-    review = json.loads(environ["wsgi.input"].read(length) or b"{}")
-    uid = (review.get("request") or {}).get("uid", "")
-    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                       "response": {"uid": uid, "allowed": True}}).encode()
-    start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
-    return [body]
+App = Callable[[Any, Any], Awaitable[None]]
 
 
-def busy(microseconds: int) -> Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]:
-    """The floor app, preceded by about `microseconds` of pure-Python work per request (calibrated once, in
-    the worker, against its thread's CPU clock)."""
-    iterations = round(microseconds * _loops_per_microsecond())
+async def app(scope: Any, protocol: Any) -> None:
+    body = await protocol()
+    review = json.loads(body or b"{}")
+    uid = (review.get("request") or {}).get("uid", "") if isinstance(review, dict) else ""
+    answer = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                         "response": {"uid": uid, "allowed": True}}).encode()
+    protocol.response_bytes(200, [("content-type", "application/json")], answer)
 
-    def busy_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+
+def busy() -> App:
+    """The floor app, preceded by about `$FLOOR_BUSY_US` microseconds of pure-Python work per request
+    (calibrated once, in the worker, against its thread's CPU clock)."""
+    iterations = round(int(os.environ.get("FLOOR_BUSY_US", "450")) * _loops_per_microsecond())
+
+    async def busy_app(scope: Any, protocol: Any) -> None:
         for _ in range(iterations):
             pass
-        return app(environ, start_response)
+        await app(scope, protocol)
 
     return busy_app
 

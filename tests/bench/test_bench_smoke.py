@@ -34,7 +34,7 @@ def test_engine_phase_split_accounts_for_every_phase() -> None:
 
 
 def test_server_benchmark_loads_mutate_and_healthz_from_another_process() -> None:
-    result = run_server(duration=0.5, connections=[1, 2], workers=1, threads=2, rules=10, processes=1)
+    result = run_server(duration=0.5, connections=[1, 2], workers=1, rules=10, processes=1)
     for row in result["rows"]:
         assert row["requests"] > 0 and row["errors"] == 0, row
         assert row["p50_ms"] <= row["p99_ms"] <= row["p999_ms"], row
@@ -43,8 +43,8 @@ def test_server_benchmark_loads_mutate_and_healthz_from_another_process() -> Non
 
 
 def test_direct_benchmark_measures_the_floor_and_placer_side_by_side() -> None:
-    rows = run_direct(duration=1, connections=[1], workers=1, threads=2, quiet=True, big=False)
-    assert [row["case"] for row in rows] == ["floor (minimal WSGI)", "placer, 2 rules", "placer, 50 rules"]
+    rows = run_direct(duration=1, connections=[1], workers=1, quiet=True, big=False)
+    assert [row["case"] for row in rows] == ["floor (minimal RSGI)", "placer, 2 rules", "placer, 50 rules"]
     for row in rows:
         assert row["requests"] > 0 and row["errors"] == 0, row
         assert row["p50_ms"] <= row["p99_ms"], row
@@ -54,10 +54,10 @@ def test_direct_benchmark_measures_the_floor_and_placer_side_by_side() -> None:
 
 
 def test_the_busy_floor_spends_about_the_python_work_it_is_given_per_request() -> None:
-    rows = run_direct(duration=1, connections=[1], workers=1, threads=2, quiet=True,
+    rows = run_direct(duration=1, connections=[1], workers=1, quiet=True,
                       only=frozenset({"floor", "floor-busy"}), busy_us=3000)
     floor, busy = rows
-    assert (floor["case"], busy["case"], busy["body"]) == ("floor (minimal WSGI)", "floor, 3000 µs busy",
+    assert (floor["case"], busy["case"], busy["body"]) == ("floor (minimal RSGI)", "floor, 3000 µs busy",
                                                            "deployment 8.4 KB")
     assert busy["errors"] == 0 and busy["requests"] > 0, busy
     # 3 ms of Python a request on top of the floor's own (0.2-0.5 ms): loose bounds, the machine is shared
@@ -71,15 +71,15 @@ def test_direct_rounds_give_each_row_its_median_and_its_cpu_over_the_same_rounds
                 "errors": 0}
 
     rounds = [  # the machine slows down by half in round 2: the ratio to the floor stays
-        [row("floor (minimal WSGI)", 8, 6000, 0.25), row("placer, 2 rules", 8, 3000, 0.50)],
-        [row("floor (minimal WSGI)", 8, 3000, 0.50), row("placer, 2 rules", 8, 1500, 1.00)],
-        [row("floor (minimal WSGI)", 8, 5000, 0.30), row("placer, 2 rules", 8, 2500, 0.66)],
+        [row("floor (minimal RSGI)", 8, 6000, 0.25), row("placer, 2 rules", 8, 3000, 0.50)],
+        [row("floor (minimal RSGI)", 8, 3000, 0.50), row("placer, 2 rules", 8, 1500, 1.00)],
+        [row("floor (minimal RSGI)", 8, 5000, 0.30), row("placer, 2 rules", 8, 2500, 0.66)],
     ]
     summary = {item["case"]: item for item in summarise(rounds)}
     placer = summary["placer, 2 rules"]
     assert placer["rounds"] == 3 and placer["rps"] == 2500 and placer["rps_range"] == (1500, 3000)
     assert placer["cpu_s_per_1000"] == 0.66 and placer["cpu_over_floor"] == 2.0
-    assert summary["floor (minimal WSGI)"]["cpu_over_floor"] == 1.0
+    assert summary["floor (minimal RSGI)"]["cpu_over_floor"] == 1.0
 
 
 def test_scale_benchmark_publishes_every_relabel_and_counts_every_placer_process(

@@ -4,7 +4,8 @@ as the previous one is answered, recording every outcome while the test breaks t
 It reuses connections the way the API server's Go HTTP client does: an idle connection the server has
 closed (the peer's FIN is waiting on the socket) is noticed before the next request and replaced, without
 counting a failure; a request sent on a connection that then breaks, or answered with anything but 200, is a
-failure. `reconnect_every` closes each connection after that many requests, so new TLS handshakes keep
+failure, and so is a new connection that fails before the request is sent (`Outcome.connecting`).
+`reconnect_every` closes each connection after that many requests, so new TLS handshakes keep
 happening throughout (the certificate rotation test needs them).
 """
 
@@ -29,6 +30,10 @@ class Outcome:
     error: str | None
     signature: Hashable
     """What `inspect` made of the answer: which policy set it reflects, for instance."""
+    connecting: bool = False
+    """The failure came while opening a new connection (TCP or TLS), before a byte of the request was sent."""
+    fresh: bool = False
+    """The request was the first on its connection."""
 
 
 @dataclass
@@ -93,6 +98,15 @@ class ClosedLoopClient:
                                                          timeout=15)
                 sent_on_connection = 0
             sent_on_connection += 1
+            if connection.sock is None:
+                try:
+                    connection.connect()
+                except (OSError, http.client.HTTPException) as error:
+                    with self._lock:
+                        self.outcomes.append(Outcome(time.monotonic(), None, repr(error), None, connecting=True))
+                    connection.close()
+                    connection = None
+                    continue
             try:
                 connection.request("POST", "/mutate?timeout=10s", body=payload,
                                    headers={"Content-Type": "application/json"})
@@ -100,12 +114,12 @@ class ClosedLoopClient:
                 raw = reply.read()
                 signature = self.inspect(json.loads(raw)) if reply.status == 200 else None
                 outcome = Outcome(time.monotonic(), reply.status, None if reply.status == 200 else raw[:200].decode(
-                    errors="replace"), signature)
+                    errors="replace"), signature, fresh=sent_on_connection == 1)
                 if reply.will_close:
                     connection.close()
                     connection = None
             except (OSError, http.client.HTTPException, ValueError) as error:
-                outcome = Outcome(time.monotonic(), None, repr(error), None)
+                outcome = Outcome(time.monotonic(), None, repr(error), None, fresh=sent_on_connection == 1)
                 connection.close()
                 connection = None
             with self._lock:

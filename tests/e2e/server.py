@@ -1,4 +1,4 @@
-"""Start `placer serve` as a real process (gunicorn, TLS) on a free 127.0.0.1 port, and stop it."""
+"""Start `placer serve` as a real process (granian, TLS) on a free 127.0.0.1 port, and stop it."""
 
 import contextlib
 import os
@@ -42,7 +42,7 @@ class RunningServer:
         return self.log.read_text(errors="replace")
 
     def worker_pids(self) -> list[int]:
-        """The gunicorn workers: children of the arbiter (`placer serve`)."""
+        """The workers (and, with `--kube`, the controller): children of `placer serve`'s main process."""
         children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
         return [int(pid) for pid in children.read_text().split()] if children.exists() else []
 
@@ -64,8 +64,9 @@ def running_server(workdir: Path, certs: object, *, extra: Sequence[str] = (), p
         *(["--policies", str(policies)] if policies else []),
         *extra,
     ]
-    environment = {**os.environ, **(env or {})}
+    environment = {**os.environ}
     environment.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    environment.update(env or {})
     with log.open("wb") as output:
         process = subprocess.Popen(args, cwd=workdir, stdout=output, stderr=subprocess.STDOUT, env=environment,
                                    start_new_session=True)

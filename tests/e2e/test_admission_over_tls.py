@@ -1,12 +1,13 @@
-"""The real server (gunicorn, gthread, TLS) answering the API server's own requests."""
+"""The real server (granian, TLS) answering the API server's own requests."""
 
+import contextlib
 import http.client
 import json
 import socket
 import ssl
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -196,3 +197,43 @@ def test_gang_examples_over_https(server: RunningServer, namespace: str, obj: st
     for step in where:
         node = node[step]
     assert node[key] == value
+
+
+def _raw_exchange(server: RunningServer, head: bytes, body_chunks: Iterable[bytes] = ()) -> bytes:
+    """Send a request head (and body chunks, as long as the server takes them); what the server answers."""
+    host, port = server.url.removeprefix("https://").split(":")
+    context = ssl.create_default_context(cafile=str(server.ca))
+    with socket.create_connection((host, int(port)), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname=host) as tls:
+        tls.sendall(head)
+        with contextlib.suppress(OSError):
+            for chunk in body_chunks:
+                tls.sendall(chunk)
+        answer = b""
+        with contextlib.suppress(OSError):
+            while chunk := tls.recv(65536):
+                answer += chunk
+    return answer
+
+
+def test_a_body_announced_over_the_limit_is_refused_before_it_is_sent(server: RunningServer) -> None:
+    """With `Expect: 100-continue` the client waits for the go-ahead: a 1 GiB Content-Length gets the 413 at
+    once (no 100 Continue), and the connection is closed."""
+    started = time.monotonic()
+    answer = _raw_exchange(server, b"POST /mutate HTTP/1.1\r\nHost: placer\r\nContent-Type: application/json\r\n"
+                                   b"Content-Length: 1073741824\r\nExpect: 100-continue\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b"100 Continue" not in answer and b"exceeds the 8388608 byte limit" in answer
+    assert time.monotonic() - started < 5
+
+
+def test_a_chunked_body_is_cut_at_the_limit(server: RunningServer) -> None:
+    """No Content-Length: the server counts the chunks as they come and refuses the body once it passes 8 MiB,
+    without keeping it (then drops what is still on its way, so the client reads the 413)."""
+    chunk = b" " * 65536
+    framed = b"%x\r\n" % len(chunk) + chunk + b"\r\n"
+    answer = _raw_exchange(server, b"POST /mutate HTTP/1.1\r\nHost: placer\r\nContent-Type: application/json\r\n"
+                                   b"Transfer-Encoding: chunked\r\n\r\n",
+                           [b"1\r\n{\r\n", *[framed] * 160, b"1\r\n}\r\n0\r\n\r\n"])
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b"body exceeds the 8388608 byte limit" in answer

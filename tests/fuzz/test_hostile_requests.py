@@ -4,8 +4,8 @@ Two generators: seeded mutation of the real captures (`hostile.py`: wrong types,
 truncated and bit-flipped JSON, 100,000-level nesting, 5 MB strings), and hypothesis, which puts arbitrary
 JSON values at any path of a capture and shrinks a failure to its smallest form.
 
-The in-process variant sends 10,000 mutated requests to the Flask app (the same code the workers run, and
-its catch-all handler would turn any uncaught exception into a 500, which is what is checked). The
+The in-process variant sends 10,000 mutated requests to the application (the same code the workers run,
+whose catch-all turns any uncaught exception into a 500, which is what is checked). The
 end-to-end variant sends a share of them to the real server over TLS and checks that no worker died.
 """
 
@@ -24,6 +24,7 @@ from tests.conftest import fixture_request
 from tests.e2e.server import RunningServer, copy_policies, running_server
 from tests.fuzz.hostile import encode, hostile_bodies, paths, replace, seeds
 from tests.helpers import snapshot_of
+from tests.rsgi_client import AppClient
 from webhook.config import Settings
 from webhook.metrics import Metrics
 from webhook.policy.snapshot import NamespaceInfo, SnapshotHolder
@@ -37,7 +38,7 @@ def _app() -> Any:
     texts = [path.read_text() for path in sorted((REPO / "policies").glob("*.yaml")) if "SchedulingPolicy" in
              path.read_text()]
     snapshot = snapshot_of(*texts, namespaces=[NamespaceInfo("team-a", {"environment": "production"})])
-    return create_app(holder=SnapshotHolder(snapshot), settings=Settings(), metrics=Metrics()).test_client()
+    return AppClient(create_app(holder=SnapshotHolder(snapshot), settings=Settings(), metrics=Metrics()))
 
 
 def test_ten_thousand_hostile_requests_get_no_5xx_and_the_next_valid_one_is_answered() -> None:

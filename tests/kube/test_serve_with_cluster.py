@@ -1,4 +1,4 @@
-"""`placer serve --kube` end to end: real gunicorn over TLS, its controller process, and the fake API server.
+"""`placer serve --kube` end to end: real granian over TLS, its controller process, and the fake API server.
 
 Checks the snapshot the webhook actually serves after each step, through /readyz and /mutate.
 """

@@ -1,12 +1,13 @@
-"""The Flask app without gunicorn: readiness, /validate, fail-open and the opt-in mode."""
+"""The application without a server (tests.rsgi_client): readiness, /validate, fail-open, the opt-in mode,
+the refusals of a body, and the admission recorded once it is answered."""
 
-import io
 import json
 import logging
 from typing import Any
 
 from tests.conftest import fixture_request
 from tests.helpers import snapshot_of
+from tests.rsgi_client import AppClient
 from webhook.config import Settings
 from webhook.logs import ADMISSION_LOGGER
 from webhook.metrics import Metrics
@@ -24,7 +25,7 @@ spec:
 
 def client(snapshot: PolicySnapshot, **settings: Any) -> Any:
     app = create_app(holder=SnapshotHolder(snapshot), settings=Settings(**settings), metrics=Metrics())
-    return app.test_client()
+    return AppClient(app)
 
 
 def test_readyz_reflects_whether_policies_are_loaded() -> None:
@@ -103,9 +104,9 @@ def _admissions_counted(metrics: Metrics) -> float:
     return sum(float(line.split()[-1]) for line in samples)
 
 
-def test_the_admission_is_logged_and_counted_once_its_response_is_written(caplog: Any) -> None:
+def test_the_admission_is_logged_and_counted_once_its_response_is_handed_over(caplog: Any) -> None:
     """The API server waits for the response, not for Placer's bookkeeping: the log line and the metrics
-    are written when the server closes the body it sent (WSGI), and a failure there costs no response."""
+    are written after the response is handed to the server, and a failure there costs no response."""
     metrics = Metrics()
     app = create_app(holder=SnapshotHolder(snapshot_of(POLICY)), settings=Settings(), metrics=metrics)
     lines = _Lines()
@@ -113,33 +114,46 @@ def test_the_admission_is_logged_and_counted_once_its_response_is_written(caplog
     level = admission_logger.level
     admission_logger.addHandler(lines)
     admission_logger.setLevel(logging.INFO)
+    seen_when_answered: list[tuple[int, float]] = []
     try:
-        raw = json.dumps(fixture_request("pod-bare-create-dryrun")).encode()
-        environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/mutate", "QUERY_STRING": "timeout=10s",
-                   "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(raw)), "wsgi.input": io.BytesIO(raw)}
-        body = app.wsgi_app(environ, lambda status, headers: None)
-        answered = json.loads(b"".join(body))
+        client = AppClient(app)
+        original = app.reviews.reply
+
+        def reply(*args: Any) -> Any:
+            answer = original(*args)
+            seen_when_answered.append((len(lines.records), _admissions_counted(metrics)))
+            return answer
+
+        app.reviews.reply = reply  # type: ignore[method-assign]
+        response = client.post("/mutate?timeout=10s", json=fixture_request("pod-bare-create-dryrun"))
+        answered = response.get_json()
         assert "patch" in answered["response"]
-        assert lines.records == [] and _admissions_counted(metrics) == 0  # nothing written yet
-        body.close()  # type: ignore[attr-defined]
+        assert seen_when_answered == [(0, 0)]  # nothing written when the reply was made
         assert [record.getMessage() for record in lines.records] == ["admission"]
         assert lines.records[0].fields["uid"] == answered["response"]["uid"]  # type: ignore[attr-defined]
         assert lines.records[0].fields["applied"] == ["p/r"]  # type: ignore[attr-defined]
         assert _admissions_counted(metrics) == 1
-        body.close()  # type: ignore[attr-defined]  # a second close writes nothing more
-        assert len(lines.records) == 1 and _admissions_counted(metrics) == 1
-
-        # through Flask's test client too, which closes the body when its response is closed
-        reply = app.test_client().post("/mutate", json=fixture_request("pod-bare-create-dryrun"))
-        assert reply.status_code == 200 and len(lines.records) == 1
-        reply.close()
-        assert len(lines.records) == 2 and _admissions_counted(metrics) == 2
 
         metrics.observe_admission = None  # type: ignore[assignment,method-assign]  # recording now fails
-        reply = app.test_client().post("/mutate", json=fixture_request("pod-bare-create-dryrun"))
-        assert reply.status_code == 200 and "patch" in reply.get_json()["response"]
-        reply.close()
+        response = client.post("/mutate", json=fixture_request("pod-bare-create-dryrun"))
+        assert response.status_code == 200 and "patch" in response.get_json()["response"]
         assert "recording an admission that was answered" in caplog.text
     finally:
         admission_logger.removeHandler(lines)
         admission_logger.setLevel(level)
+
+
+def test_bodies_over_the_limit_are_refused_unkept_and_bad_requests_get_precise_errors() -> None:
+    client = AppClient(create_app(holder=SnapshotHolder(snapshot_of(POLICY)), settings=Settings(max_body_bytes=1000),
+                                  metrics=Metrics()))
+    review = json.dumps(fixture_request("pod-bare-create-dryrun"))
+    over = client.post("/mutate", data=review + " " * 1000, content_type="application/json")
+    assert over.status_code == 413 and "exceeds the 1000 byte limit" in over.get_json()["error"]
+    assert over.headers["connection"] == "close"
+    chunked = client.post("/mutate", data=review + " " * 1000, content_type="application/json", chunked=True)
+    assert chunked.status_code == 413 and over.headers["connection"] == "close"
+    assert client.post("/mutate", data="{}", content_type="text/plain").status_code == 415
+    assert client.get("/mutate").status_code == 405 and client.get("/mutate").headers["allow"] == "POST"
+    assert client.post("/healthz").status_code == 405
+    assert client.get("/nowhere").status_code == 404
+    assert client.get("/healthz").text == "ok\n"

@@ -122,7 +122,8 @@ def test_variables_can_hold_what_cannot_leave_cel() -> None:
 def test_converting_nulls_does_not_use_up_references_to_none() -> None:
     """cel-expr-python 0.1.3 hands out None without a reference: a variable holding `object.metadata` of an
     object with a null creationTimestamp would abort the worker (none_dealloc) after some thousands of
-    admissions on Python 3.11. The count of references to None must not fall as admissions go by."""
+    admissions on Python 3.11. Placer never asks it to convert a null (the value's type is checked first). The
+    count of references to None must not fall as admissions go by."""
     snapshot = snapshot_of(policy_with_variable("[object.metadata, null, {'a': [null]}]"))
     review = fixture_request("pod-bare-create-dryrun")
     review["request"]["object"]["metadata"]["creationTimestamp"] = None
@@ -133,5 +134,5 @@ def test_converting_nulls_does_not_use_up_references_to_none() -> None:
     for _ in range(admissions):
         mutation = run(snapshot, review)
     assert "shapes/plain" in mutation.applied
-    # each admission converts three nulls: without the fix the count falls by 4,500
+    # each admission meets three nulls: converting them would make the count fall by 4,500
     assert before - sys.getrefcount(None) < admissions / 3, "admissions lose references to None"

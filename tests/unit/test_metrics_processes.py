@@ -74,3 +74,49 @@ def test_a_process_that_already_wrote_samples_keeps_its_value_class(tmp_path: Pa
     assert isinstance(lines, list)
     assert "early_total 1.0" in lines
     assert 'placer_rule_evaluations_total{outcome="applied",policy="p",rule="r1"} 1.0' in lines
+
+
+FOLDING_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    from pathlib import Path
+    from webhook.metrics import Metrics
+    from webhook.server.metrics_files import fold_dead_processes
+    directory = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+    metrics = Metrics()
+    rules = [("p", "r1", "applied")]
+    metrics.observe_policies(3, 0)
+    children = []
+    for generation in range(3):  # three workers, one after the other, each exits
+        child = os.fork()
+        if child == 0:
+            for _ in range(generation + 1):
+                metrics.observe_admission("Pod", "CREATE", "patched", 0.001, rules)
+            metrics.observe_policies(3, 0)
+            os._exit(0)
+        os.waitpid(child, 0)
+        children.append(child)
+        before = metrics.render()[0].decode()
+        folded = fold_dead_processes(directory)
+        after = metrics.render()[0].decode()
+        assert folded == [child], (folded, child)
+        assert sorted(l for l in before.splitlines() if not l.startswith(("#", "placer_policies"))) == sorted(
+            l for l in after.splitlines() if not l.startswith(("#", "placer_policies"))), (before, after)
+    print(json.dumps({"files": sorted(os.listdir(directory)), "children": children, "parent": os.getpid(),
+                      "lines": [l for l in metrics.render()[0].decode().splitlines() if l.startswith("placer_")]}))
+""")
+
+
+def test_the_files_of_exited_workers_are_folded_into_the_totals_and_deleted(tmp_path: Path) -> None:
+    """Workers come and go (recycled, killed); their counts stay in the totals and their files do not pile up
+    on the pod's 64 Mi memory-backed /tmp: each is folded into one file per type by the main process."""
+    seen = run(FOLDING_SCRIPT, tmp_path)
+    files = seen["files"]
+    assert isinstance(files, list) and isinstance(seen["children"], list)
+    assert not [name for name in files if any(str(child) in name for child in seen["children"])], files
+    assert {"counter_folded.db", "histogram_folded.db"} <= set(files), files
+    lines = seen["lines"]
+    assert isinstance(lines, list)
+    assert 'placer_admission_requests_total{kind="Pod",operation="CREATE",result="patched"} 6.0' in lines
+    assert 'placer_rule_evaluations_total{outcome="applied",policy="p",rule="r1"} 6.0' in lines
+    assert "placer_admission_duration_seconds_count 6.0" in lines
+    assert 'placer_policies{state="ready"} 3.0' in lines  # the living process's gauge; the dead ones' are gone

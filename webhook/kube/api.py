@@ -19,7 +19,7 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from webhook import __version__
 from webhook.kube.connection import ClusterConnection
-from webhook.kube.watch_stream import ChunkedStreamError, PacedBody, Skip, chunked_lines, raw_body
+from webhook.kube.watch_stream import ChunkedStreamError, PacedBody, RawBodyPool, Skip, chunked_lines, raw_body
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -70,6 +70,7 @@ class KubeApi:
             if not connection.verify:
                 pool_options["cert_reqs"] = ssl.CERT_NONE
         self._pool = urllib3.PoolManager(**pool_options)
+        self._pool.pool_classes_by_scheme = {**self._pool.pool_classes_by_scheme, "https": RawBodyPool}
         self._closed = False
 
     def get(self, path: str, query: Mapping[str, str] | None = None, *, timeout: float | None = None) -> dict[str, Any]:

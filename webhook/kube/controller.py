@@ -4,7 +4,7 @@ It list+watches SchedulingPolicies, Namespaces, PriorityClasses, Nodes, Persiste
 PersistentVolumes, the DRA ResourceClaimTemplates, ResourceClaims and DeviceClasses (at the version
 discovery finds served, `webhook.kube.discovery`; not at all where none is) and the workloads marked for a
 PodGroup (`webhook.kube.pod_groups`), compiles every policy when it changes (keeping the last good version
-of a policy whose update does not compile), writes what serves to the state directory that every gunicorn
+of a policy whose update does not compile), writes what serves to the state directory that every
 worker of this replica reads (`webhook.policy.cluster_state`), and, only while it holds the Lease, writes
 each policy's `status` and the PodGroups marked workloads want. A namespace event is projected to what
 `namespaceObject` shows, a node event to what the scheduler's filters read (`node_facts`), a claim or volume
@@ -13,7 +13,7 @@ written to its shard at once, from the watch thread; one whose projection
 did not change (a node's status heartbeat) writes nothing. Admissions never wait for any of this: they
 read the last published state, which keeps serving while the API server is away.
 
-Run by the gunicorn arbiter of `placer serve --kube` as `python -m webhook.kube.controller --state DIRECTORY`.
+Run by the main process of `placer serve --kube` as `python -m webhook.kube.controller --state DIRECTORY`.
 """
 
 import argparse
@@ -83,7 +83,7 @@ arrive a tenth of a second later. Those updates that change none of it are not e
 (`node_events`)."""
 LEASE_NAME = "placer-status-writer"
 RESTART_TO_FOLLOW_THE_API_SERVER = 3
-"""Exit code when discovery changed what the watches depend on: the arbiter starts the controller again,
+"""Exit code when discovery changed what the watches depend on: the supervisor of `placer serve` starts it again,
 which then watches what the API server serves now."""
 HEALTH_INTERVAL_ENV = "PLACER_HEALTH_INTERVAL"
 """Seconds between two publications of a replica's rule counts and two readings by the leader (default 30)."""
@@ -417,7 +417,7 @@ def global_default_priority_class(classes: Store) -> str | None:
 
 
 def _health_round(api: KubeApi, namespace: str) -> HealthRound:
-    """Counts from the workers' multiprocess directory (the arbiter starts this process with it), published
+    """Counts from the workers' multiprocess directory (`placer serve` starts this process with it), published
     under the Pod's name (downward API `POD_NAME`, else the hostname, which is the Pod's name too)."""
     directory = os.environ.get(MULTIPROC_ENV)
     interval = float(os.environ.get(HEALTH_INTERVAL_ENV) or PUBLISH_INTERVAL)
@@ -431,7 +431,7 @@ def _health_round(api: KubeApi, namespace: str) -> HealthRound:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m webhook.kube.controller")
-    parser.add_argument("--state", required=True, type=Path, help="state directory the gunicorn workers read")
+    parser.add_argument("--state", required=True, type=Path, help="state directory the workers read")
     parser.add_argument("--kubeconfig", type=Path)
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--no-status", action="store_true", help="never write policy status (no leader election)")

@@ -7,11 +7,15 @@ straight from the socket (a busy watch in bursts, `PacedBody`), and the chunk fr
 `bytes.find`; complete lines (events) come out in order.
 """
 
+import http.client
 import select
 import ssl
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
+
+from urllib3.connection import HTTPSConnection
+from urllib3.connectionpool import HTTPSConnectionPool
 
 BLOCK = 256 * 1024
 
@@ -28,17 +32,38 @@ class _Readable(Protocol):
     def read1(self, size: int = ..., /) -> bytes: ...
 
 
+class RawBodyConnection(HTTPSConnection):
+    """urllib3's HTTPS connection, keeping the http.client response it reads each head with (`last_response`):
+    its `fp` is the buffered socket file holding the start of the body, `sock` the socket under it.
+
+    http.client builds a response with `self.response_class(sock, method=...)`; this method stands in for the
+    class so that the connection sees the response it made."""
+
+    last_response: http.client.HTTPResponse | None = None
+
+    def response_class(self, sock: Any, *args: Any, **kwargs: Any) -> http.client.HTTPResponse:  # type: ignore[override]
+        response = http.client.HTTPResponse(sock, *args, **kwargs)
+        self.last_response = response
+        return response
+
+
+class RawBodyPool(HTTPSConnectionPool):
+    """An HTTPS pool of `RawBodyConnection`s (urllib3's `ConnectionCls`)."""
+
+    ConnectionCls = RawBodyConnection
+
+
 def raw_body(response: Any) -> tuple[_Readable, Any] | None:
     """The socket file (and its socket) under a urllib3 response whose body is chunked and not yet read, or
-    None (then the caller reads through urllib3)."""
+    None (then the caller reads through urllib3): only on a `RawBodyConnection`."""
     if not getattr(response, "chunked", False) or response.headers.get("Content-Encoding"):
         return None  # not chunked, or compressed: urllib3 decodes it
-    inner = getattr(response, "_fp", None)  # http.client.HTTPResponse
-    socket_file = getattr(inner, "fp", None)  # its buffered socket file (headers already consumed)
-    sock = getattr(getattr(socket_file, "raw", None), "_sock", None)
-    if socket_file is None or not hasattr(socket_file, "read1") or getattr(inner, "chunk_left", None) is not None:
+    connection = response.connection
+    inner = connection.last_response if isinstance(connection, RawBodyConnection) else None
+    socket_file = inner.fp if inner is not None else None  # buffered socket file (headers already consumed)
+    if socket_file is None or not hasattr(socket_file, "read1") or inner is None or inner.chunk_left is not None:
         return None
-    return socket_file, sock
+    return socket_file, connection.sock
 
 
 class PacedBody:

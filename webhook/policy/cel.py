@@ -24,7 +24,6 @@ from webhook.policy.cel_libraries.messages import Messages
 from webhook.policy.checked_ast import AstError, CheckedAst, Expr
 from webhook.policy.field_reads import FieldReads, field_reads
 from webhook.policy.runtime_errors import BUDGET_EXCEEDED, clean_runtime_message
-from webhook.policy.runtime_null import leaf_value
 
 VARIABLE_NAMES = (
     "object",
@@ -279,7 +278,8 @@ def _classify(value: Any, plain: bool) -> Result:
     list or map that holds one, so results that may contain one are walked element by element (walking is
     safe: each element says its type before it is converted).
     """
-    if value.type() == cel.Type.ERROR:
+    kind = value.type()
+    if kind == cel.Type.ERROR:
         try:
             message = str(value.value())
         except (TypeError, RuntimeError, SystemError):
@@ -288,7 +288,7 @@ def _classify(value: Any, plain: bool) -> Result:
             return Result(missing=clean_runtime_message(message))
         return Result(error=clean_runtime_message(message))
     if plain:
-        return Result(value=leaf_value(value))
+        return Result(value=None if kind == cel.Type.NULL else value.plain_value())
     return Result(value=_plain(value))
 
 
@@ -304,7 +304,7 @@ def _plain(value: Any) -> Any:
         raise _Unusable("a type value (type(x)); compare it inside the expression instead")
     if name in ("TIMESTAMP", "DURATION"):
         raise _Unusable(f"a {name.lower()}; convert it with string() or compare it inside the expression")
-    return leaf_value(value)
+    return None if name == "NULL" else value.plain_value()
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,7 +339,7 @@ def _bindable(value: Any) -> Any:
     if name in ("TIMESTAMP", "DURATION"):
         raise _Unusable(f"a {name.lower()} (the runtime does not take one back as a variable); convert it "
                         "with string() or compare it inside the loop")
-    return leaf_value(value)
+    return None if name == "NULL" else value.plain_value()
 
 
 def _compile_error_message(raw: str) -> str:

@@ -1,7 +1,7 @@
 """The cluster's policies and namespaces as files, written by the controller process and read by every worker.
 
 One process per replica list+watches the API server (`webhook/kube/controller.py`) and writes what serves
-into a state directory; every gunicorn worker reads it, so all workers serve the same policies and the API
+into a state directory; every worker of `placer serve` reads it, so all workers serve the same policies and the API
 server carries one watch per replica instead of one per worker. The directory holds:
 
 - `policies.json`: the SchedulingPolicies that serve, their errors, the default PriorityClass, and whether

@@ -1,6 +1,6 @@
 """A keyed collection published as 256 small JSON files, each rewritten only when one of its entries changes.
 
-The controller process publishes what it watches (namespaces, nodes) for the gunicorn workers this way: an
+The controller process publishes what it watches (namespaces, nodes) for the workers of `placer serve` this way: an
 object lives in shard `crc32(name) % 256`, so a change rewrites that one shard (about 40 entries at 10,000)
 instead of the whole collection, and a reader re-parses only the shards that changed. Why shards and not
 one file per object: the state lives on a memory-backed emptyDir with a size limit, where every file costs

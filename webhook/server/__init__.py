@@ -1,1 +1,1 @@
-"""The HTTP adapter: Flask routes, TLS with certificate reload, and the gunicorn application."""
+"""`placer serve`: the application in granian worker processes, and what the main process supervises."""

@@ -1,22 +1,24 @@
-"""The Flask application: the review endpoints (served in front of Flask, `review_endpoint`), health, readiness
-and metrics, and errors mapped to HTTP codes.
+"""The application a granian worker runs (RSGI): the review endpoints, health, readiness and metrics.
 
-Routes hold no logic of their own. A malformed request gets a precise 4xx with `{"error": ...}`; nothing
-that arrives can produce a stack trace in a response or take a worker down.
+granian (Rust: HTTP/1.1, TLS, connections) calls `PlacerApp` once a request's head has arrived, in the
+worker's event loop. A review's body is read asynchronously within its limit and deadline
+(`request_body`), then the engine answers it synchronously: CPU work in the worker's one Python thread,
+while granian keeps reading and writing every other connection. Routes hold no logic of their own. A
+malformed request gets a precise 4xx with `{"error": ...}`; nothing that arrives can produce a stack trace
+in a response or take a worker down.
+
+There is no web framework: five fixed routes are a dictionary, and a framework's request and response
+objects cost about as much as a 2-rule admission (docs/serving.md has the figures).
 """
 
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
-
-from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from webhook.claims import ClaimLookup
 from webhook.config import Settings
 from webhook.feasibility import PlacementCheck
-from webhook.json_bytes import encode_json
 from webhook.kube.namespace_lookup import NamespaceLookup
 from webhook.logs import AdmissionLog
 from webhook.metrics import Metrics
@@ -26,11 +28,107 @@ from webhook.policy.snapshot import SnapshotHolder
 from webhook.review import AdmissionRequest
 from webhook.rule_problems import PROBLEM_OUTCOMES
 from webhook.server.decode_budget import DecodeBudget
-from webhook.server.review_endpoint import REVIEW_ENDPOINTS_EXTENSION, AfterResponse, ReviewEndpoints
+from webhook.server.request_body import BodyRefused, BodySource, read_body
+from webhook.server.review_endpoint import AfterResponse, Reply, ReviewEndpoints, error_reply
 from webhook.validation import validate_policy_review
 from webhook.workloads import WorkloadTable, default_workload_table
 
 log = logging.getLogger(__name__)
+
+JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
+CLOSE = (("connection", "close"),)
+
+
+class Headers(Protocol):
+    def get(self, key: str, default: Any = None) -> Any: ...
+
+
+class RequestScope(Protocol):
+    """What of granian's RSGI scope the application reads."""
+
+    @property
+    def proto(self) -> str: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def query_string(self) -> str: ...
+    @property
+    def headers(self) -> Headers: ...
+
+
+class HttpProtocol(BodySource, Protocol):
+    """What of granian's RSGI HTTP protocol the application uses: the body, and one response."""
+
+    def response_bytes(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None: ...
+
+
+Page = Callable[[], tuple[int, str, bytes]]
+"""A GET route: (status, content type, body)."""
+
+
+class PlacerApp:
+    """An RSGI application: `await app(scope, protocol)` answers one request."""
+
+    def __init__(self, reviews: ReviewEndpoints, pages: dict[str, Page], *, limit: int, read_timeout: float,
+                 after_review: Callable[[], None] | None = None) -> None:
+        self.reviews = reviews
+        self.pages = pages
+        self.limit = limit
+        self.read_timeout = read_timeout
+        self.after_review = after_review
+        """Called once each review is answered and recorded (the worker's check of its CEL leak budget)."""
+
+    def __call__(self, scope: RequestScope, protocol: HttpProtocol) -> Awaitable[None]:
+        return self.serve(scope, protocol)
+
+    async def serve(self, scope: RequestScope, protocol: HttpProtocol) -> None:
+        if scope.proto != "http":
+            return
+        started = time.monotonic()
+        content_type = JSON
+        try:
+            if scope.path in self.reviews:
+                reply = await self._review(scope, protocol, started)
+            else:
+                reply, content_type = self._page(scope)
+        except Exception:
+            log.exception("unexpected error serving %s %s", scope.method, scope.path)
+            reply = error_reply(500, "internal error")
+        protocol.response_bytes(reply.status, [("content-type", content_type), *reply.headers], reply.body)
+        if reply.then is not None:
+            try:
+                reply.then()
+            except Exception:
+                log.exception("recording an admission that was answered")
+            if self.after_review is not None:
+                self.after_review()
+
+    async def _review(self, scope: RequestScope, protocol: HttpProtocol, started: float) -> Reply:
+        if scope.method != "POST":
+            return error_reply(405, "The method is not allowed for the requested URL.", (("allow", "POST"),))
+        headers = scope.headers
+        try:
+            body = await read_body(protocol, headers.get("content-length"), limit=self.limit,
+                                   timeout=self.read_timeout,
+                                   expects_continue=(headers.get("expect") or "").lower() == "100-continue")
+        except BodyRefused as refused:
+            return error_reply(refused.status, str(refused), CLOSE)
+        content_type = headers.get("content-type") or ""
+        if content_type.split(";", 1)[0].strip().lower() != JSON:
+            return error_reply(415, f"Content-Type must be application/json, not {content_type or 'absent'!r}")
+        return self.reviews.reply(scope.path, body, scope.query_string, started)
+
+    def _page(self, scope: RequestScope) -> tuple[Reply, str]:
+        page = self.pages.get(scope.path)
+        if page is None:
+            return error_reply(404, "The requested URL was not found on the server."), JSON
+        if scope.method not in ("GET", "HEAD"):
+            return error_reply(405, "The method is not allowed for the requested URL.", (("allow", "GET, HEAD"),)), JSON
+        status, content_type, body = page()
+        return Reply(status, body), content_type
 
 
 def create_app(
@@ -43,10 +141,9 @@ def create_app(
     namespaces: NamespaceLookup | None = None,
     placement: PlacementCheck | None = None,
     claims: ClaimLookup | None = None,
-) -> Flask:
+    after_review: Callable[[], None] | None = None,
+) -> PlacerApp:
     """Build the application around a snapshot holder that a policy source keeps current."""
-    app = Flask("placer")
-    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     table = workloads or default_workload_table()
     policy_compiler = compiler or PolicyCompiler()
     admission_log = AdmissionLog()
@@ -68,52 +165,32 @@ def create_app(
     def validate(review: AdmissionRequest, _started: float, _deadline: float | None) -> Any:
         return validate_policy_review(review, policy_compiler)
 
-    endpoints = ReviewEndpoints(
-        app.wsgi_app, {"/mutate": mutate, "/validate": validate}, settings.max_body_bytes, DecodeBudget()
-    )
-    app.wsgi_app = endpoints  # type: ignore[method-assign]
-    app.extensions[REVIEW_ENDPOINTS_EXTENSION] = endpoints
+    def healthz() -> tuple[int, str, bytes]:
+        return 200, TEXT, b"ok\n"
 
-    @app.get("/healthz")
-    def healthz() -> Response:
-        return Response("ok\n", mimetype="text/plain")
-
-    @app.get("/readyz")
-    def readyz() -> Response:
+    def readyz() -> tuple[int, str, bytes]:
         snapshot = holder.current
         if not snapshot.ready:
-            return _error(503, "policies not loaded yet")
-        return Response(
-            f"ok: {len(snapshot.policies)} policies, {len(snapshot.errors)} errors\n", mimetype="text/plain"
-        )
+            return 503, JSON, error_reply(503, "policies not loaded yet").body
+        return 200, TEXT, f"ok: {len(snapshot.policies)} policies, {len(snapshot.errors)} errors\n".encode()
 
-    @app.get("/metrics")
-    def prometheus() -> Response:
+    def prometheus() -> tuple[int, str, bytes]:
         snapshot = holder.current
         metrics.observe_policies(len(snapshot.policies), len(snapshot.errors))
         payload, content_type = metrics.render()
-        return Response(payload, content_type=content_type)
+        return 200, content_type, payload
 
-    @app.errorhandler(HTTPException)
-    def http_error(error: HTTPException) -> Response:
-        response = _error(error.code or 500, error.description or error.name)
-        if error.code == 405:
-            response.headers["Allow"] = ", ".join(error.valid_methods or [])  # type: ignore[attr-defined]
-        return response
-
-    @app.errorhandler(Exception)
-    def unexpected(error: Exception) -> Response:
-        log.exception("unexpected error serving %s %s", request.method, request.path)
-        return _error(500, "internal error")
-
-    return app
+    reviews = ReviewEndpoints({"/mutate": mutate, "/validate": validate}, DecodeBudget())
+    pages = {"/healthz": healthz, "/readyz": readyz, "/metrics": prometheus}
+    return PlacerApp(reviews, pages, limit=settings.max_body_bytes, read_timeout=settings.read_timeout,
+                     after_review=after_review)
 
 
 def _record(metrics: Metrics, admission_log: AdmissionLog, admission: Admission, seconds: float
             ) -> Callable[[], None]:
-    """The admission's metrics and log line, to write once the response is sent (the API server does not
-    wait for them: ~10 % of a 50-rule admission). What they need is taken now, so the decoded review can go
-    before the response is written."""
+    """The admission's metrics and log line, to write once the response is handed over (the API server does
+    not wait for them: ~10 % of a 50-rule admission). What they need is taken now, so the decoded review can
+    go before the response is sent."""
     review, mutation = admission.request, admission.mutation
     kind, operation, result = review.kind, review.operation, admission.result
     rules = [(trace.policy, trace.rule, trace.outcome) for trace in mutation.traces]
@@ -158,7 +235,3 @@ def _generate_name(obj: Any) -> str:
     metadata = obj.get("metadata") if isinstance(obj, dict) else None
     value = metadata.get("generateName") if isinstance(metadata, dict) else None
     return value if isinstance(value, str) else ""
-
-
-def _error(code: int, message: str) -> Response:
-    return Response(encode_json({"error": message}), status=code, mimetype="application/json")

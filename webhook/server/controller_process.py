@@ -1,7 +1,7 @@
-"""The cluster controller as a child of the gunicorn arbiter, restarted if it ever exits.
+"""The cluster controller as a child of `placer serve`'s main process, restarted if it ever exits.
 
-Why a separate process: the arbiter forks workers whenever one dies, and forking a process that runs watch
-threads risks inheriting held locks. A child started with fork+exec has none of that, and a crash in it
+Why a separate process: the main process forks workers whenever one is replaced, and forking a process that
+runs watch threads risks inheriting held locks. A child started with fork+exec has none of that, and a crash in it
 (or in the `kubernetes` client) cannot touch the workers, which keep serving the last published state.
 """
 
@@ -41,10 +41,10 @@ class ControllerProcess:
     def supervise(self) -> None:
         """Start the controller, or restart it (with a growing delay if it keeps failing) when it has exited.
 
-        Called from the arbiter's main loop about once a second; never blocks.
+        Called from the main process's supervisor thread about once a second; never blocks.
         """
         if self._process is not None:
-            code = self._process.poll()  # returns 0 if gunicorn's own waitpid(-1) reaped it first
+            code = self._process.poll()
             if code is None:
                 if self._monotonic() - self._started_at > 60:
                     self._delay = 1.0  # it has been up a minute: the next failure starts a fresh backoff

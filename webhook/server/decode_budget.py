@@ -7,8 +7,9 @@ body-size limit alone cannot prevent that; what the decoder will allocate can be
 before decoding, cheaply (`bytes.count` runs at memory speed):
 
 - a body whose estimate exceeds what any request from the API server can need is refused outright (413);
-- large bodies reserve their estimate from a per-worker budget and wait (within the request's deadline) for
-  others to finish when it is spent; small bodies, nearly all of them, never touch the lock;
+- large bodies reserve their estimate from a per-worker budget, and wait (within the request's deadline) for
+  others to finish when it is spent: a worker decodes one request at a time today (its event loop runs the
+  engine), so this only matters if that changes; small bodies, nearly all of them, never touch the lock;
 - after a large decode the C heap is trimmed, so the worker's RSS returns to its size before.
 
 The largest object the API server stores is 1.5 MiB (etcd's limit), and an AdmissionReview carries at most
@@ -88,6 +89,7 @@ class DecodeBudget:
             return
         cost = estimate(body) * COST_FACTOR
         if cost > self.limits.worker_total:
+            self._trim()  # what reading the body took (granian's buffers, the bytes) goes back at once
             raise DecodeRefused(
                 413,
                 f"request would need about {cost // MIB} MiB of memory (limit {self.limits.worker_total // MIB} MiB):"

@@ -1,0 +1,84 @@
+"""`placer serve`: Placer's application in granian's worker processes, over TLS.
+
+granian (Rust: hyper and rustls on tokio) holds the connections, reads requests and writes responses; a
+connection is a task of its runtime, not a Python thread, so a client that is slow to send or to read holds
+nothing that another request needs. Each worker is a process with one Python thread: its event loop reads
+a review's body asynchronously, then answers it synchronously (`app.PlacerApp`). The main process
+supervises the workers (granian) and the rest (`supervisor`).
+"""
+
+import functools
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from granian import Granian
+from granian.constants import HTTPModes, Interfaces, SSLProtocols
+from granian.http import HTTP1Settings
+from granian.log import LogLevels
+
+from webhook.config import Settings
+from webhook.metrics import MULTIPROC_ENV
+from webhook.server.certificate_watch import CertificateWatch
+from webhook.server.controller_process import ControllerProcess
+from webhook.server.supervisor import Supervisor
+from webhook.server.worker_app import build_worker_app
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_GRACE_SECONDS = 10
+"""How long a stopping worker may take to answer the requests it holds before it is killed."""
+RESPAWN_INTERVAL_SECONDS = 3.5
+"""How long a new worker has to load its policies before the one it replaces is stopped."""
+GRANIAN_LOGGERS = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {},
+    "handlers": {},
+    "loggers": {
+        "_granian": {"handlers": [], "propagate": True},
+        "granian.access": {"handlers": [], "propagate": True},
+    },
+}
+"""granian's own log lines go to the root logger: JSON lines on stderr, like Placer's (`logs`)."""
+
+
+def granian_server(settings: Settings) -> Any:
+    """granian's server (`granian.Granian`, its process-per-worker server on this Python) for `settings`."""
+    host, port = settings.host_port
+    return Granian(
+        "webhook.server.worker_app:build_worker_app",  # named in logs; the app is built by `serve`'s loader
+        address=host,
+        port=port,
+        interface=Interfaces.RSGI,
+        workers=settings.workers,
+        http=HTTPModes.http1,
+        websockets=False,
+        http1_settings=HTTP1Settings(header_read_timeout=max(1, int(min(settings.idle_timeout, 60.0) * 1000))),
+        log_level=LogLevels(settings.log_level),
+        log_dictconfig=GRANIAN_LOGGERS,
+        ssl_cert=settings.tls_cert,
+        ssl_key=settings.tls_key,
+        ssl_protocol_min=SSLProtocols.tls12,
+        ssl_ca=settings.client_ca,
+        ssl_client_verify=settings.client_ca is not None,
+        respawn_failed_workers=True,
+        respawn_interval=RESPAWN_INTERVAL_SECONDS,
+        workers_kill_timeout=SHUTDOWN_GRACE_SECONDS,
+        workers_lifetime=settings.worker_lifetime,
+        workers_max_rss=settings.worker_max_rss_mib,
+        rss_sample_interval=settings.rss_sample_interval,
+    )
+
+
+def serve(settings: Settings) -> None:
+    """Run until SIGTERM or SIGINT, then stop gracefully: the workers answer what they hold first."""
+    server = granian_server(settings)
+    controller = ControllerProcess(settings) if settings.cluster_state is not None else None
+    metrics = os.environ.get(MULTIPROC_ENV)
+    supervisor = Supervisor(controller, CertificateWatch(settings.tls_cert, settings.tls_key, settings.client_ca),
+                            Path(metrics) if metrics else None)
+    server.on_startup(supervisor.start)
+    server.on_shutdown(supervisor.stop)
+    server.serve(target_loader=functools.partial(build_worker_app, settings), wrap_loader=False)

@@ -1,0 +1,66 @@
+"""What `placer serve`'s main process looks after besides granian's workers, once a second in a thread:
+
+- the cluster controller process (with `--kube`), restarted if it exits (`controller_process`);
+- the serving certificate: rotated files get fresh workers that serve them (`certificate_watch`);
+- the metrics files of exited workers, folded into the totals (`metrics_files`).
+
+granian runs the workers: it starts them, replaces one that dies, recycles them past their lifetime or memory
+limit, and on SIGHUP starts new ones beside the old before stopping those gracefully.
+"""
+
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+
+from webhook.server.certificate_watch import CertificateWatch
+from webhook.server.controller_process import ControllerProcess
+from webhook.server.metrics_files import drop_stale_problem_files, fold_dead_processes
+
+log = logging.getLogger(__name__)
+
+INTERVAL = 1.0
+
+
+class Supervisor:
+    def __init__(self, controller: ControllerProcess | None, certificate: CertificateWatch,
+                 metrics_directory: Path | None) -> None:
+        self.controller = controller
+        self.certificate = certificate
+        self.metrics_directory = metrics_directory
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="placer-supervisor", daemon=True)
+
+    def start(self) -> None:
+        """granian's startup hook: before the workers are started."""
+        if self.controller is not None:
+            self.controller.supervise()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """granian's shutdown hook: once the workers have stopped."""
+        self._stopping.set()
+        self._thread.join(INTERVAL + 5.0)
+        if self.controller is not None:
+            self.controller.stop()
+        self._fold_metrics()
+
+    def _run(self) -> None:
+        while not self._stopping.wait(INTERVAL):
+            try:
+                self.tick()
+            except Exception:  # this thread must never end while the server runs
+                log.exception("supervising the server")
+
+    def tick(self) -> None:
+        if self.controller is not None:
+            self.controller.supervise()
+        if self.certificate.rotated():
+            os.kill(os.getpid(), signal.SIGHUP)  # granian: new workers beside the old, then the old stop
+        self._fold_metrics()
+
+    def _fold_metrics(self) -> None:
+        if self.metrics_directory is not None:
+            fold_dead_processes(self.metrics_directory)
+            drop_stale_problem_files(self.metrics_directory)
