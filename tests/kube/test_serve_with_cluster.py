@@ -62,7 +62,10 @@ def test_cluster_policies_take_effect_change_and_disappear_within_seconds(
     with running_server(tmp_path, certificates, policies=empty,
                         extra=["--kube", "--kubeconfig", str(kubeconfig)]) as server:
         wait_for(lambda: served_by_all_workers(server, {"pool": "ml-pool"}), timeout=5, what="every worker")
-        assert server.get("/readyz").text.startswith("ok: 1 policies, 0 errors")
+        readiness = server.get("/readyz").text
+        assert readiness.startswith("ok: 1 policies, 0 errors")
+        # what the controller discovered, and the minor the workers check policies' fields against
+        assert "\napi server: " in readiness and "\nfield checks: Kubernetes 1.3" in readiness
 
         apiserver.put_policy(pool_policy("gpu-pool", selector={"team": "ml"}))
         started = time.monotonic()

@@ -62,6 +62,7 @@ from webhook.policy.device_shards import (
 )
 from webhook.policy.documents import namespace_info, served_document
 from webhook.policy.errors import PolicyError
+from webhook.policy.field_check import FieldChecks
 from webhook.policy.namespace_shards import entry_of
 from webhook.policy.node_facts import node_facts
 from webhook.policy.shards import Entry, ShardWriter
@@ -448,7 +449,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         elector = LeaseElector(api, namespace=connection.namespace, name=LEASE_NAME, identity=identity())
     served = served_at_start(api, args.state)
     discovery = DiscoveryRefresh(api, args.state, served)
-    controller = ClusterController(api, args.state, compiler=PolicyCompiler(), elector=elector, served=served,
+    # Policies are checked against the API server's own minor, as the workers check them (`field_target`),
+    # so the status, the validating webhook and the admissions agree.
+    compiler = PolicyCompiler(fields=FieldChecks(served.field_target))
+    controller = ClusterController(api, args.state, compiler=compiler, elector=elector, served=served,
                                    discovery=discovery,
                                    health=None if args.no_status else _health_round(api, connection.namespace))
     stop = threading.Event()

@@ -29,6 +29,7 @@ import orjson
 from webhook.json_bytes import encode_json
 from webhook.kube.api import ApiError
 from webhook.policy.shards import write_atomically
+from webhook.policy.versions import DEFAULT, server_version
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,14 @@ class ServedApis:
     def minor_version(self) -> str:
         """`1.36`, or "" when not known."""
         return f"{self.major}.{self.minor}" if self.known and self.major else ""
+
+    @property
+    def field_target(self) -> str:
+        """The Kubernetes minor policies are checked against on this API server (`policy.versions`): its own,
+        clamped to the supported range, or the newest supported while its version is not known."""
+        if not self.known or not self.major:
+            return DEFAULT
+        return server_version({"major": str(self.major), "minor": str(self.minor)})
 
     def serves(self, group: str, version: str) -> bool:
         served = self.groups.get(group)
@@ -230,7 +239,8 @@ class DiscoveryRefresh:
         self._next = 0.0
 
     def check(self, now: float) -> bool:
-        """True when the served versions the watches follow changed since start (the caller restarts)."""
+        """True when the served versions the watches follow, or the minor policies are checked against, changed
+        since start (the caller restarts, so its watches and its compiler follow the API server)."""
         if now < self._next:
             return False
         self._next = now + (self._interval if self.served.known else self._retry)
@@ -242,7 +252,8 @@ class DiscoveryRefresh:
         if found == self.served:
             return False
         log.info("API server now: %s (was: %s)", found.summary(), self.served.summary())
-        changed = watch_plan(found) != watch_plan(self.served)
+        changed = (watch_plan(found) != watch_plan(self.served)
+                   or (found.known and found.field_target != self.served.field_target))
         self.served = found
         write_served_apis(self._directory, found)
         return changed

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from webhook.claims import ClaimLookup
 from webhook.config import Settings
 from webhook.feasibility import PlacementCheck
+from webhook.kube.discovery import read_served_apis
 from webhook.kube.namespace_lookup import NamespaceLookup
 from webhook.logs import AdmissionLog
 from webhook.metrics import Metrics
@@ -172,7 +173,12 @@ def create_app(
         snapshot = holder.current
         if not snapshot.ready:
             return 503, JSON, error_reply(503, "policies not loaded yet").body
-        return 200, TEXT, f"ok: {len(snapshot.policies)} policies, {len(snapshot.errors)} errors\n".encode()
+        lines = [f"ok: {len(snapshot.policies)} policies, {len(snapshot.errors)} errors"]
+        if settings.cluster_state is not None:
+            # what the controller discovered, and the minor this worker checks policies' fields against
+            lines.append(f"api server: {read_served_apis(settings.cluster_state).summary()}")
+        lines.append(f"field checks: Kubernetes {policy_compiler.fields.version}")
+        return 200, TEXT, ("\n".join(lines) + "\n").encode()
 
     def prometheus() -> tuple[int, str, bytes]:
         snapshot = holder.current

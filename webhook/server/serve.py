@@ -23,6 +23,7 @@ from webhook.metrics import MULTIPROC_ENV
 from webhook.server.certificate_watch import CertificateWatch
 from webhook.server.controller_process import ControllerProcess
 from webhook.server.supervisor import Supervisor
+from webhook.server.version_watch import ClusterVersionWatch
 from webhook.server.worker_app import build_worker_app
 
 log = logging.getLogger(__name__)
@@ -77,8 +78,9 @@ def serve(settings: Settings) -> None:
     server = granian_server(settings)
     controller = ControllerProcess(settings) if settings.cluster_state is not None else None
     metrics = os.environ.get(MULTIPROC_ENV)
+    versions = ClusterVersionWatch(settings.cluster_state) if settings.cluster_state is not None else None
     supervisor = Supervisor(controller, CertificateWatch(settings.tls_cert, settings.tls_key, settings.client_ca),
-                            Path(metrics) if metrics else None)
+                            Path(metrics) if metrics else None, versions)
     server.on_startup(supervisor.start)
     server.on_shutdown(supervisor.stop)
     server.serve(target_loader=functools.partial(build_worker_app, settings), wrap_loader=False)

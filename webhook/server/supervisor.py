@@ -2,7 +2,9 @@
 
 - the cluster controller process (with `--kube`), restarted if it exits (`controller_process`);
 - the serving certificate: rotated files get fresh workers that serve them (`certificate_watch`);
-- the metrics files of exited workers, folded into the totals (`metrics_files`).
+- the metrics files of exited workers, folded into the totals (`metrics_files`);
+- the API server's Kubernetes minor (with `--kube`): workers that check policies against another get
+  replaced (`version_watch`).
 
 granian runs the workers: it starts them, replaces one that dies, recycles them past their lifetime or memory
 limit, and on SIGHUP starts new ones beside the old before stopping those gracefully.
@@ -17,6 +19,7 @@ from pathlib import Path
 from webhook.server.certificate_watch import CertificateWatch
 from webhook.server.controller_process import ControllerProcess
 from webhook.server.metrics_files import drop_stale_problem_files, fold_dead_processes
+from webhook.server.version_watch import ClusterVersionWatch
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +28,9 @@ INTERVAL = 1.0
 
 class Supervisor:
     def __init__(self, controller: ControllerProcess | None, certificate: CertificateWatch,
-                 metrics_directory: Path | None) -> None:
+                 metrics_directory: Path | None, versions: ClusterVersionWatch | None = None) -> None:
         self.controller = controller
+        self.versions = versions
         self.certificate = certificate
         self.metrics_directory = metrics_directory
         self._stopping = threading.Event()
@@ -36,6 +40,9 @@ class Supervisor:
         """granian's startup hook: before the workers are started."""
         if self.controller is not None:
             self.controller.supervise()
+        if self.versions is not None and not self.versions.wait_for_first_discovery():
+            log.warning("API server version not discovered yet: policies are checked against Kubernetes %s "
+                        "until it is", self.versions.built_with)
         self._thread.start()
 
     def stop(self) -> None:
@@ -56,6 +63,9 @@ class Supervisor:
     def tick(self) -> None:
         if self.controller is not None:
             self.controller.supervise()
+        if self.versions is not None and (minor := self.versions.changed()) is not None:
+            log.info("the API server is Kubernetes %s now: new workers check policies against it", minor)
+            os.kill(os.getpid(), signal.SIGHUP)
         if self.certificate.rotated():
             os.kill(os.getpid(), signal.SIGHUP)  # granian: new workers beside the old, then the old stop
         self._fold_metrics()

@@ -9,22 +9,26 @@ import logging
 import os
 import signal
 import threading
+from pathlib import Path
 
 from webhook.claims import ClaimLookup
 from webhook.config import Settings
 from webhook.feasibility import PlacementCheck
 from webhook.kube.api import KubeApi
 from webhook.kube.connection import ConnectionSetupError, connect
+from webhook.kube.discovery import read_served_apis
 from webhook.kube.namespace_lookup import NamespaceLookup
 from webhook.logs import configure_logging
 from webhook.metrics import Metrics
 from webhook.policy.cel_libraries.leaks import LeakAccount
 from webhook.policy.cluster_state import ClusterStateSource, nodes_directory
 from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.field_check import FieldChecks
 from webhook.policy.files import FilePolicySource
 from webhook.policy.node_facts import NodeFactsReader
 from webhook.policy.snapshot import PolicySnapshot, SnapshotHolder
 from webhook.policy.sources import PolicyReloader, PolicySource
+from webhook.policy.versions import DEFAULT
 from webhook.policy.volume_shards import VolumeShards
 from webhook.server.app import PlacerApp, create_app
 
@@ -36,7 +40,8 @@ def build_worker_app(settings: Settings) -> PlacerApp:
     controller writes) come first: a file policy with the same name as a cluster one is reported and ignored.
     """
     configure_logging(settings.log_level)
-    compiler = PolicyCompiler(LeakAccount(int(settings.cel_leak_budget_mib * 2**20)))
+    compiler = PolicyCompiler(LeakAccount(int(settings.cel_leak_budget_mib * 2**20)),
+                              fields=FieldChecks(field_target(settings.cluster_state)))
     required = settings.policies if settings.policies_explicit else ()
     sources: list[PolicySource] = []
     if settings.cluster_state is not None:
@@ -108,3 +113,10 @@ class LeakRecycling:
             os.getpid(), leaks.leaked / 2**20, leaks.calls, (leaks.budget or 0) / 2**20,
         )
         os.kill(self.parent, signal.SIGHUP)
+
+
+def field_target(cluster_state: Path | None) -> str:
+    """The minor this worker checks policies' field paths against: with `--kube`, the API server's, as the
+    controller last discovered it (`apis.json`; the supervisor replaces the workers when it changes,
+    `ClusterVersionWatch`); else, or before the first discovery, the newest supported."""
+    return read_served_apis(cluster_state).field_target if cluster_state is not None else DEFAULT
