@@ -71,8 +71,8 @@ under admission, as the webhook's own-pods terms write it (`webhook.workloads.bu
 def selector_keys(selector: str) -> str:
     """CEL: the label keys the metav1.LabelSelector `selector` (CEL text) reads, `matchLabels` and every
     `matchExpressions` requirement (as `webhook.workloads.builtin.selector_keys`)."""
-    return (f"({selector}.?matchLabels.orValue({{}}).map(k, k) + "
-            f"{selector}.?matchExpressions.orValue([]).map(e, e.?key.orValue('')))")
+    return (f"({selector}.?matchLabels.orValue({{}}).map(label, label) + "
+            f"{selector}.?matchExpressions.orValue([]).map(requirement, requirement.?key.orValue('')))")
 
 
 REVISION_KEYS = (
