@@ -23,14 +23,8 @@ from webhook.export.cel_text import RESERVED, Cel, NotExportable
 from webhook.export.free_identifiers import Rewriter
 from webhook.export.helpers import HELPER_VARIABLES, INJECT_LABEL, MATCH_CONDITIONS, RESOURCE_RULES
 from webhook.export.kubernetes_env import KubernetesCel
-from webhook.export.mutations import (
-    EXPRESSION_PARAMETERS,
-    PLAIN,
-    TYPED,
-    Dialect,
-    matched_rule_expression,
-    rule_expression,
-)
+from webhook.export.mutations import PLAIN, TYPED, Dialect
+from webhook.export.rule_mutations import EXPRESSION_PARAMETERS, matched_rule_expression, rule_expression
 from webhook.export.versions import DEFAULT_TARGET, KubernetesVersion, api_version_for, show
 from webhook.policy.model import Policy, Rule
 

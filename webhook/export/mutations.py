@@ -1,4 +1,6 @@
-"""One rule as one MutatingAdmissionPolicy mutation: a CEL expression returning the JSON Patch Placer would send.
+"""Placer's actions as MutatingAdmissionPolicy mutations: CEL expressions returning the JSON Patch Placer would
+send, and the patch operations they share (spread and pod affinity terms: `pod_terms`; a rule's mutations,
+condition and applied annotation: `rule_mutations`).
 
 Each expression reads the template as it is when the mutation runs (`variables.placerPod`, at
 `variables.placerTemplatePath` in the object) and adds only what is missing, so it is idempotent like the
@@ -18,13 +20,10 @@ from typing import Any
 from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.actions.scheduling import DEFAULT_SCHEDULER
 from webhook.actions.tolerations import toleration_from
-from webhook.export.cel_text import Cel, NotExportable, bind, dyn_map, literal
-from webhook.export.helpers import selector_keys
+from webhook.export.cel_text import Cel, bind, literal
 
 T = "variables.placerPod"
 """The pod template (a Pod: the Pod) as the mutation sees it."""
-OWN_PODS = "variables.placerOwnPods"
-REVISION_KEYS = "variables.placerRevisionKeys"
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,116 +219,6 @@ def node_affinity(dialect: Dialect, params: Mapping[str, Any], override: bool) -
             f"[{dialect.op('replace', path(*required), f'{terms}.map(t, {holds} ? t : {extended})')}]")
 
 
-def _selector(params: Mapping[str, Any]) -> str:
-    """The term's selector: the parameter, else the workload's own pods (null when none can be derived)."""
-    selector = params.get("labelSelector")
-    if isinstance(selector, Cel):
-        return f"dyn({selector.source})"
-    return f"dyn({literal(selector)})" if selector else OWN_PODS
-
-
-@dataclass(frozen=True, slots=True)
-class PodSelection:
-    """What a spread constraint or pod (anti-)affinity term selects, as CEL, chosen as the webhook's
-    `ActionContext.pod_selection` chooses it: the rule's `labelSelector` with its own `matchLabelKeys` or
-    none; else the workload's own pods with the rule's `matchLabelKeys` (even `[]`) or, without them, the
-    revision keys (`variables.placerRevisionKeys`)."""
-
-    selector: str
-    keys: str
-    """CEL: the `matchLabelKeys` (a list of strings, empty for none)."""
-    written: list[str] | None
-    """The `matchLabelKeys` the rule wrote (its own selector's, or its own); None for the revision keys."""
-
-    @property
-    def skipped(self) -> str:
-        """CEL: the webhook skips the action (no selector can be derived, or a key the rule wrote is one the
-        selector reads, which kube-apiserver refuses)."""
-        empty = f"{self.selector}.size() == 0"
-        if not self.written:
-            return empty
-        return f"{empty} || {literal(self.written)}.exists(k, k in {selector_keys(self.selector)})"
-
-    def with_keys(self, entries: dict[str, str]) -> dict[str, str]:
-        """`entries` (of a `dyn_map`) with `matchLabelKeys` when there are any."""
-        if self.written is None:
-            return {**entries, "?'matchLabelKeys'": f"{self.keys}.size() > 0 ? optional.of({self.keys}) : "
-                                                    "optional.none()"}
-        return {**entries, "'matchLabelKeys'": self.keys} if self.written else dict(entries)
-
-
-def pod_selection(params: Mapping[str, Any]) -> PodSelection:
-    if params.get("labelSelector"):
-        written = list(params.get("matchLabelKeys") or [])
-    elif "matchLabelKeys" in params:
-        written = list(params["matchLabelKeys"])
-    else:
-        return PodSelection(_selector(params), REVISION_KEYS, None)
-    return PodSelection(_selector(params), literal(written), written)
-
-
-def pod_affinity(kind: str) -> Any:
-    def build(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
-        selection = pod_selection(params)
-        selector = selection.selector
-        key = literal(params["topologyKey"])
-        term = dyn_map(selection.with_keys({"'labelSelector'": selector, "'topologyKey'": key}))
-
-        def same(term_of: str) -> str:
-            return (f"{term_of}.?topologyKey.orValue('') == {key} && "
-                    f"{term_of}.?labelSelector.orValue({{}}) == {selector}")
-
-        if params["type"] == "required":
-            tokens = ("spec", "affinity", kind, "requiredDuringSchedulingIgnoredDuringExecution")
-            exists = f"{optional_list(*tokens)}.exists(e, {same('e')})"
-            item = term
-        else:
-            tokens = ("spec", "affinity", kind, "preferredDuringSchedulingIgnoredDuringExecution")
-            exists = f"{optional_list(*tokens)}.exists(p, {same('p.?podAffinityTerm')})"
-            item = dyn_map({"'weight'": literal(params["weight"]), "'podAffinityTerm'": term})
-        return f"{selection.skipped} || {exists} ? [] : ({append(dialect, tokens, item)})"
-    return build
-
-
-def pod_affinity_skipped(params: Mapping[str, Any]) -> str:
-    """CEL: the webhook skips the term (`webhook.actions.affinity._add_pod_term` selects first)."""
-    return pod_selection(params).skipped
-
-
-def topology_spread(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
-    selection = pod_selection(params)
-    entries = {
-        literal("maxSkew"): literal(_integer(params["maxSkew"])),
-        literal("topologyKey"): literal(params["topologyKey"]),
-        literal("whenUnsatisfiable"): literal(params["whenUnsatisfiable"]),
-        literal("labelSelector"): selection.selector,
-    }
-    for optional in ("minDomains", "nodeAffinityPolicy", "nodeTaintsPolicy"):
-        if params.get(optional):
-            value = _integer(params[optional]) if optional == "minDomains" else params[optional]
-            entries[literal(optional)] = literal(value)
-    constraint = dyn_map(selection.with_keys(entries))
-    tokens = ("spec", "topologySpreadConstraints")
-    return (f"{_spread_exists(params)} || {selection.skipped} ? [] : "
-            f"({append(dialect, tokens, constraint)})")
-
-
-def topology_spread_skipped(params: Mapping[str, Any]) -> str:
-    """CEL: the webhook skips the constraint (`webhook.actions.topology.add_topology_spread` first looks for
-    one with the same topologyKey and whenUnsatisfiable, then selects)."""
-    return f"!({_spread_exists(params)}) && ({pod_selection(params).skipped})"
-
-
-def _spread_exists(params: Mapping[str, Any]) -> str:
-    return (f"{optional_list('spec', 'topologySpreadConstraints')}.exists(c, "
-            f"c.?topologyKey.orValue('') == {literal(params['topologyKey'])} && "
-            f"c.?whenUnsatisfiable.orValue('') == {literal(params['whenUnsatisfiable'])})")
-
-
-def _integer(value: Any) -> Any:
-    return Cel(f"int({value.source})") if isinstance(value, Cel) else value
-
-
 def scheduler_name(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
     name = literal(params["schedulerName"])
     current = f"{T}.spec.?schedulerName.orValue({literal(DEFAULT_SCHEDULER)})"
@@ -349,58 +238,3 @@ def priority_class(dialect: Dialect, params: Mapping[str, Any], override: bool) 
     )
     return (f"{T}.spec.?priorityClassName.orValue('') == {name} || !({may}) ? [] : "
             f"[{dialect.op('add', path('spec', 'priorityClassName'), name)}] + {drops}")
-
-
-BUILDERS = {
-    "add-node-selector": node_selector,
-    "add-labels": labels,
-    "add-annotations": annotations,
-    "add-toleration": toleration,
-    "add-node-affinity": node_affinity,
-    "add-pod-affinity": pod_affinity("podAffinity"),
-    "add-pod-anti-affinity": pod_affinity("podAntiAffinity"),
-    "add-topology-spread": topology_spread,
-    "set-scheduler-name": scheduler_name,
-    "set-priority-class": priority_class,
-}
-
-SKIPPED = {
-    "add-pod-affinity": pod_affinity_skipped,
-    "add-pod-anti-affinity": pod_affinity_skipped,
-    "add-topology-spread": topology_spread_skipped,
-}
-"""CEL of when the webhook skips the action (a warning, and the rule is not named as applied), by action."""
-
-EXPRESSION_PARAMETERS = {
-    "add-node-affinity": frozenset({"values"}),
-    "add-pod-affinity": frozenset({"labelSelector"}),
-    "add-pod-anti-affinity": frozenset({"labelSelector"}),
-    "add-topology-spread": frozenset({"maxSkew", "minDomains", "labelSelector"}),
-}
-"""Parameters whose value a CEL expression may compute in an exported rule: each lands in one field."""
-
-
-def rule_expression(dialect: Dialect, action: str, params: Mapping[str, Any], *, override: bool,
-                    condition: str | None, rule_id: str, policy_rules: Sequence[str]) -> str:
-    """The mutation of one rule: when its condition holds, the action's ops, preceded (when there are any)
-    by those naming the rule in the applied annotation."""
-    builder = BUILDERS.get(action)
-    if builder is None:
-        raise NotExportable(f"action {action} is not exported (see the export documentation)")
-    ops = builder(dialect, params, override)
-    body = bind("ops", ops, f"ops.size() > 0 ? ({applied_annotation(dialect, rule_id, policy_rules)}) + ops : ops")
-    return f"({condition}) ? {body} : []" if condition else body
-
-
-def matched_rule_expression(dialect: Dialect, condition: str | None, rule_id: str, policy_rules: Sequence[str],
-                            *, action: str = "", params: Mapping[str, Any] | None = None) -> str:
-    """Run after every rule's mutation: a rule that matched but changed nothing is named in the applied
-    annotation too when the template was changed (as Placer lists every rule that applied), unless its
-    action was skipped (`SKIPPED`, for the `action` with `params`)."""
-    named = applied_annotation(dialect, rule_id, policy_rules)
-    guards = [f"({condition})"] if condition else []
-    guards.append(has_applied_annotation())
-    skipped = SKIPPED.get(action)
-    if skipped is not None and params is not None:
-        guards.append(f"!({skipped(params)})")
-    return f"{' && '.join(guards)} ? ({named}) : []"
