@@ -23,14 +23,8 @@ from webhook.export.cel_text import RESERVED, Cel, NotExportable
 from webhook.export.free_identifiers import Rewriter
 from webhook.export.helpers import HELPER_VARIABLES, INJECT_LABEL, MATCH_CONDITIONS, RESOURCE_RULES
 from webhook.export.kubernetes_env import KubernetesCel
-from webhook.export.mutations import (
-    EXPRESSION_PARAMETERS,
-    PLAIN,
-    TYPED,
-    Dialect,
-    matched_rule_expression,
-    rule_expression,
-)
+from webhook.export.mutations import PLAIN, TYPED, Dialect
+from webhook.export.rule_mutations import EXPRESSION_PARAMETERS, matched_rule_expression, rule_expression
 from webhook.export.versions import DEFAULT_TARGET, KubernetesVersion, api_version_for, show
 from webhook.policy.model import Policy, Rule
 
@@ -94,9 +88,7 @@ class Exporter:
         for rule in policy.rules:
             try:
                 self._check(self._rule_mutation(policy, rule, unexportable, PLAIN, ()))
-                condition = self.rewriter.rewrite(rule.condition.source) if rule.condition is not None else None
-                rule_id = f"{policy.name}/{rule.name}"
-                self._check(matched_rule_expression(PLAIN, condition, rule_id, [rule_id]))
+                self._check(self._matched_rule(policy, rule, PLAIN, [f"{policy.name}/{rule.name}"]))
             except NotExportable as why:
                 result.rules.append(RuleExport(rule.name, False, str(why)))
                 continue
@@ -118,9 +110,7 @@ class Exporter:
             return result
         ids = [f"{policy.name}/{rule.name}" for rule in exported]
         mutations = [_patch(self._rule_mutation(policy, rule, unexportable, self.dialect, ids)) for rule in exported]
-        for rule, rule_id in zip(exported, ids, strict=True):
-            condition = self.rewriter.rewrite(rule.condition.source) if rule.condition is not None else None
-            mutations.append(_patch(matched_rule_expression(self.dialect, condition, rule_id, ids)))
+        mutations += [_patch(self._matched_rule(policy, rule, self.dialect, ids)) for rule in exported]
         for rule_export in result.rules:
             rule_export.written = rule_export.exported
         result.objects = self._objects(policy, variables, mutations)
@@ -166,6 +156,22 @@ class Exporter:
 
     def _rule_mutation(self, policy: Policy, rule: Rule, unexportable: Mapping[str, str], dialect: Dialect,
                        policy_rules: Sequence[str]) -> str:
+        params = self._parameters(rule, unexportable)
+        return rule_expression(dialect, rule.action.name, params, override=rule.override,
+                               condition=self._condition(rule), rule_id=f"{policy.name}/{rule.name}",
+                               policy_rules=policy_rules)
+
+    def _matched_rule(self, policy: Policy, rule: Rule, dialect: Dialect, policy_rules: Sequence[str]) -> str:
+        """The mutation naming `rule` when it matched without changing anything (run after every rule's);
+        called for rules `_rule_mutation` exported, so their parameters are exportable."""
+        return matched_rule_expression(dialect, self._condition(rule), f"{policy.name}/{rule.name}", policy_rules,
+                                       action=rule.action.name, params=self._parameters(rule, {}))
+
+    def _condition(self, rule: Rule) -> str | None:
+        return self.rewriter.rewrite(rule.condition.source) if rule.condition is not None else None
+
+    def _parameters(self, rule: Rule, unexportable: Mapping[str, str]) -> dict[str, Any]:
+        """The rule's parameters, those computed in CEL as `Cel` (rewritten); NotExportable when the rule is not."""
         if rule.action.name == "pin-to-volume-node":
             raise NotExportable(VOLUME_REASON)
         if rule.action.name == "add-gang-labels":
@@ -181,9 +187,7 @@ class Exporter:
                 raise NotExportable(f"parameterExpressions.{name}: computed in CEL, it has no single field to go "
                                     f"to in the exported patch")
             params[name] = Cel(self.rewriter.rewrite(program.source))
-        condition = self.rewriter.rewrite(rule.condition.source) if rule.condition is not None else None
-        return rule_expression(dialect, rule.action.name, params, override=rule.override, condition=condition,
-                               rule_id=f"{policy.name}/{rule.name}", policy_rules=policy_rules)
+        return params
 
     def _objects(self, policy: Policy, variables: list[dict[str, str]],
                  mutations: list[dict[str, Any]]) -> list[dict[str, Any]]:

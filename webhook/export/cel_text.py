@@ -7,7 +7,8 @@ import json
 from typing import Any
 
 RESERVED = frozenset({"placerPod", "placerWorkload", "placerTemplatePath", "placerTemplateLabels",
-                      "placerOwnLabels", "placerOwnPods", "placerSelector", "placerProtected", "placerController"})
+                      "placerOwnLabels", "placerOwnPods", "placerSelector", "placerProtected", "placerController",
+                      "placerRevisionKeys"})
 """Names of the variables every exported policy declares; a policy variable may not take one."""
 
 

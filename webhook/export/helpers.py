@@ -8,7 +8,13 @@ rollout of Placer's own making).
 """
 
 from webhook.export.cel_text import dyn_map, literal
-from webhook.workloads.builtin import JOB_NAME_LABEL, PER_POD_LABELS
+from webhook.workloads.builtin import (
+    CONTROLLER_REVISION_HASH,
+    JOB_NAME_LABEL,
+    PER_POD_LABELS,
+    POD_TEMPLATE_HASH,
+    REVISION_LABEL_OF_POD_OWNER,
+)
 
 INJECT_LABEL = "placer.dev/inject"
 
@@ -56,6 +62,28 @@ FROM_LABELS = (
     + dyn_map({"'key'": "k", "'operator'": "'In'", "'values'": "[variables.placerTemplateLabels[k]]"}) + ")})"
 )
 
+REVISION_LABEL_OF_WORKLOAD = {"Deployment": POD_TEMPLATE_HASH, "DaemonSet": CONTROLLER_REVISION_HASH}
+"""The label whose value narrows a workload's own pods to the new pod's revision, by the kind of the object
+under admission, as the webhook's own-pods terms write it (`webhook.workloads.builtin.deployment_pods`,
+`daemonset_pods`; a Pod's is REVISION_LABEL_OF_POD_OWNER, by its controller's kind, `pod_siblings`)."""
+
+
+def selector_keys(selector: str) -> str:
+    """CEL: the label keys the metav1.LabelSelector `selector` (CEL text) reads, `matchLabels` and every
+    `matchExpressions` requirement (as `webhook.workloads.builtin.selector_keys`)."""
+    return (f"({selector}.?matchLabels.orValue({{}}).map(label, label) + "
+            f"{selector}.?matchExpressions.orValue([]).map(requirement, requirement.?key.orValue('')))")
+
+
+REVISION_KEYS = (
+    f"(object.kind == 'Pod' ? "
+    f"(variables.placerWorkload.kind in {literal(REVISION_LABEL_OF_POD_OWNER)} ? "
+    f"[{literal(REVISION_LABEL_OF_POD_OWNER)}[variables.placerWorkload.kind]] : [])"
+    f".filter(k, k in variables.placerTemplateLabels) : "
+    f"object.kind in {literal(REVISION_LABEL_OF_WORKLOAD)} ? [{literal(REVISION_LABEL_OF_WORKLOAD)}[object.kind]] : [])"
+    f".filter(k, !(k in {selector_keys('variables.placerOwnPods')}))"
+)
+
 HELPER_VARIABLES = [
     ("placerTemplatePath",
      "object.kind == 'Pod' ? '' : object.kind == 'CronJob' ? '/spec/jobTemplate/spec/template' : '/spec/template'"),
@@ -91,6 +119,7 @@ HELPER_VARIABLES = [
     ("placerProtected",
      "variables.placerSelector.?matchLabels.orValue({}).map(k, k) + "
      "variables.placerSelector.?matchExpressions.orValue([]).map(e, e.key)"),
+    ("placerRevisionKeys", REVISION_KEYS),
 ]
 """What Placer binds for an expression, as CEL over the request: the template; `workload` as the webhook binds
 it (`webhook.engine.activation.workload_variable`: a Pod a controller made names its controller, from the
@@ -98,7 +127,9 @@ ownerReference marked `controller`, and has no `replicas`; anything else is itse
 the workload's
 own pods (the default selector of spread and pod affinity: the controller's selector, a Job's name label, or
 the template's labels without the per-pod ones, as `matchExpressions` when some had to be left out: CEL
-can filter a map's keys but not build a map from them everywhere) and the label keys its selector reads."""
+can filter a map's keys but not build a map from them everywhere), the label keys its selector reads, and the
+`matchLabelKeys` of a default spread or pod (anti-)affinity term: the label the controller writes per revision
+(a Pod's, when its controller writes one and the Pod carries it), unless the own-pods selector reads it."""
 
 MATCH_CONDITIONS = [
     {"name": "placer.dev/not-controller-owned",

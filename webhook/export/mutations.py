@@ -1,4 +1,6 @@
-"""One rule as one MutatingAdmissionPolicy mutation: a CEL expression returning the JSON Patch Placer would send.
+"""Placer's actions as MutatingAdmissionPolicy mutations: CEL expressions returning the JSON Patch Placer would
+send, and the patch operations they share (spread and pod affinity terms: `pod_terms`; a rule's mutations,
+condition and applied annotation: `rule_mutations`).
 
 Each expression reads the template as it is when the mutation runs (`variables.placerPod`, at
 `variables.placerTemplatePath` in the object) and adds only what is missing, so it is idempotent like the
@@ -18,11 +20,10 @@ from typing import Any
 from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.actions.scheduling import DEFAULT_SCHEDULER
 from webhook.actions.tolerations import toleration_from
-from webhook.export.cel_text import Cel, NotExportable, bind, dyn_map, literal
+from webhook.export.cel_text import Cel, bind, literal
 
 T = "variables.placerPod"
 """The pod template (a Pod: the Pod) as the mutation sees it."""
-OWN_PODS = "variables.placerOwnPods"
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,57 +219,6 @@ def node_affinity(dialect: Dialect, params: Mapping[str, Any], override: bool) -
             f"[{dialect.op('replace', path(*required), f'{terms}.map(t, {holds} ? t : {extended})')}]")
 
 
-def _selector(params: Mapping[str, Any]) -> str:
-    """The term's selector: the parameter, else the workload's own pods (null when none can be derived)."""
-    selector = params.get("labelSelector")
-    if isinstance(selector, Cel):
-        return f"dyn({selector.source})"
-    return f"dyn({literal(selector)})" if selector else OWN_PODS
-
-
-def pod_affinity(kind: str) -> Any:
-    def build(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
-        selector = _selector(params)
-        key = literal(params["topologyKey"])
-        term = dyn_map({"'labelSelector'": selector, "'topologyKey'": key})
-
-        def same(term_of: str) -> str:
-            return (f"{term_of}.?topologyKey.orValue('') == {key} && "
-                    f"{term_of}.?labelSelector.orValue({{}}) == {selector}")
-
-        if params["type"] == "required":
-            tokens = ("spec", "affinity", kind, "requiredDuringSchedulingIgnoredDuringExecution")
-            exists = f"{optional_list(*tokens)}.exists(e, {same('e')})"
-            item = term
-        else:
-            tokens = ("spec", "affinity", kind, "preferredDuringSchedulingIgnoredDuringExecution")
-            exists = f"{optional_list(*tokens)}.exists(p, {same('p.?podAffinityTerm')})"
-            item = dyn_map({"'weight'": literal(params["weight"]), "'podAffinityTerm'": term})
-        return f"{selector}.size() == 0 || {exists} ? [] : ({append(dialect, tokens, item)})"
-    return build
-
-
-def topology_spread(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
-    selector = _selector(params)
-    constraint: dict[str, Any] = {
-        "maxSkew": _integer(params["maxSkew"]),
-        "topologyKey": params["topologyKey"],
-        "whenUnsatisfiable": params["whenUnsatisfiable"],
-        "labelSelector": Cel(selector),
-    }
-    for optional in ("minDomains", "matchLabelKeys", "nodeAffinityPolicy", "nodeTaintsPolicy"):
-        if params.get(optional):
-            constraint[optional] = _integer(params[optional]) if optional == "minDomains" else params[optional]
-    tokens = ("spec", "topologySpreadConstraints")
-    exists = (f"{optional_list(*tokens)}.exists(c, c.?topologyKey.orValue('') == {literal(params['topologyKey'])}"
-              f" && c.?whenUnsatisfiable.orValue('') == {literal(params['whenUnsatisfiable'])})")
-    return f"{exists} || {selector}.size() == 0 ? [] : ({append(dialect, tokens, literal(constraint))})"
-
-
-def _integer(value: Any) -> Any:
-    return Cel(f"int({value.source})") if isinstance(value, Cel) else value
-
-
 def scheduler_name(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
     name = literal(params["schedulerName"])
     current = f"{T}.spec.?schedulerName.orValue({literal(DEFAULT_SCHEDULER)})"
@@ -288,46 +238,3 @@ def priority_class(dialect: Dialect, params: Mapping[str, Any], override: bool) 
     )
     return (f"{T}.spec.?priorityClassName.orValue('') == {name} || !({may}) ? [] : "
             f"[{dialect.op('add', path('spec', 'priorityClassName'), name)}] + {drops}")
-
-
-BUILDERS = {
-    "add-node-selector": node_selector,
-    "add-labels": labels,
-    "add-annotations": annotations,
-    "add-toleration": toleration,
-    "add-node-affinity": node_affinity,
-    "add-pod-affinity": pod_affinity("podAffinity"),
-    "add-pod-anti-affinity": pod_affinity("podAntiAffinity"),
-    "add-topology-spread": topology_spread,
-    "set-scheduler-name": scheduler_name,
-    "set-priority-class": priority_class,
-}
-
-EXPRESSION_PARAMETERS = {
-    "add-node-affinity": frozenset({"values"}),
-    "add-pod-affinity": frozenset({"labelSelector"}),
-    "add-pod-anti-affinity": frozenset({"labelSelector"}),
-    "add-topology-spread": frozenset({"maxSkew", "minDomains", "labelSelector"}),
-}
-"""Parameters whose value a CEL expression may compute in an exported rule: each lands in one field."""
-
-
-def rule_expression(dialect: Dialect, action: str, params: Mapping[str, Any], *, override: bool,
-                    condition: str | None, rule_id: str, policy_rules: Sequence[str]) -> str:
-    """The mutation of one rule: when its condition holds, the action's ops, preceded (when there are any)
-    by those naming the rule in the applied annotation."""
-    builder = BUILDERS.get(action)
-    if builder is None:
-        raise NotExportable(f"action {action} is not exported (see the export documentation)")
-    ops = builder(dialect, params, override)
-    body = bind("ops", ops, f"ops.size() > 0 ? ({applied_annotation(dialect, rule_id, policy_rules)}) + ops : ops")
-    return f"({condition}) ? {body} : []" if condition else body
-
-
-def matched_rule_expression(dialect: Dialect, condition: str | None, rule_id: str,
-                            policy_rules: Sequence[str]) -> str:
-    """Run after every rule's mutation: a rule that matched but changed nothing is named in the applied
-    annotation too when the template was changed (as Placer lists every rule that applied)."""
-    named = applied_annotation(dialect, rule_id, policy_rules)
-    guard = f"({condition}) && {has_applied_annotation()}" if condition else has_applied_annotation()
-    return f"{guard} ? ({named}) : []"
