@@ -13,6 +13,7 @@ import yaml
 from tests.conftest import fixture_request
 from tests.kube.fake_apiserver import FakeApiServer, wait_for
 from tests.kube.test_controller import ready_condition, start
+from tests.rsgi_client import AppClient
 from webhook.cli import main
 from webhook.config import Settings
 from webhook.kube.api import KubeApi
@@ -44,7 +45,7 @@ def validate(obj: dict[str, Any]) -> dict[str, Any]:
     body["request"]["kind"] = {"group": "placer.dev", "version": "v1alpha1", "kind": "SchedulingPolicy"}
     body["request"]["object"] = obj
     snapshot = PolicySnapshot.build([], {}, [], None, ready=True)
-    app = create_app(holder=SnapshotHolder(snapshot), settings=Settings(), metrics=Metrics()).test_client()
+    app = AppClient(create_app(holder=SnapshotHolder(snapshot), settings=Settings(), metrics=Metrics()))
     response: dict[str, Any] = app.post("/validate", json=body).get_json()["response"]
     return response
 
