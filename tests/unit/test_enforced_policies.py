@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import compile_errors, review_for, run, snapshot_of
+from webhook.cli import main
 from webhook.pipeline import admit
 from webhook.policy.snapshot import NamespaceInfo
 from webhook.review import parse_review
@@ -180,3 +181,16 @@ def test_bad_enforcement_and_exemptions_are_errors_at_the_field(spec: str, messa
             f"  {spec}\n  rules:\n  - {{name: r, action: add-labels, parameters: {{a: b}}}}\n")
     errors = compile_errors(text)
     assert any(message in error for error in errors), errors
+
+
+def test_lint_says_which_rules_refuse(capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    (tmp_path / "boundary.yaml").write_text(policy(rules=(
+        "  - {name: pool, action: add-node-selector, parameters: {node-pool: general}}\n"
+        "  - {name: mark, action: add-labels, parameters: {tenant: team-a}}\n")))
+    (tmp_path / "advice.yaml").write_text(policy(enforcement="Advisory", exemptions="  exemptions: {users: [a]}\n")
+                                          .replace("name: boundary", "name: advice"))
+    assert main(["lint", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert ("boundary: Enforced: refuses a Pod naming its node, and a conflict with rule(s) pool; the opt-out label "
+            "does not exempt") in out
+    assert "policy advice: spec.exemptions has no effect under enforcement Advisory" in err

@@ -29,6 +29,26 @@ default.go, `defaultNodeIdentifier.NodeIdentity`, which the NodeRestriction plug
 the mirror pod of each static pod, with `spec.nodeName` set to its own node."""
 
 
+REFUSING_ACTIONS = frozenset({"add-node-selector", "add-node-affinity", "set-scheduler-name", "set-priority-class",
+                              "restrict-tolerations"})
+"""Actions whose conflicts an Enforced policy refuses (a required node affinity only: `type: required`)."""
+
+
+def lint_lines(policy: Policy) -> list[str]:
+    """What `placer lint` says of a policy's enforcement: which rules refuse, or that exemptions do nothing."""
+    if policy.enforcement != "Enforced":
+        return [f"Warning: {policy.source}: policy {policy.name}: spec.exemptions has no effect under "
+                "enforcement Advisory"] if policy.exemptions is not None else []
+    refusing = [rule.name for rule in policy.rules if rule.action.name in REFUSING_ACTIONS and not rule.override
+                and rule.parameters.get("type", "required") == "required"]
+    line = (f"{policy.name}: Enforced: refuses a Pod naming its node"
+            + (f", and a conflict with rule(s) {', '.join(refusing)}" if refusing else "")
+            + "; the opt-out label does not exempt")
+    if policy.exemptions is not None:
+        line += " (spec.exemptions does)"
+    return [line]
+
+
 def enforcing(policies: Iterable[Policy], request: AdmissionRequest, obj: JSONObject) -> dict[str, str | None]:
     """Per Enforced policy among `policies`: None when it holds this request, else why it is exempt."""
     labels = as_map(as_map(obj.get("metadata")).get("labels"))
