@@ -3,7 +3,6 @@ message kubectl prints, and a compliant object of the same namespace placed."""
 
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
