@@ -3,10 +3,14 @@ exemptions, UPDATEs, and Advisory left as it was."""
 
 from typing import Any
 
+import jsonschema
 import pytest
+import yaml
 
+from tests.conftest import REPO
 from tests.helpers import compile_errors, review_for, run, snapshot_of
 from webhook.cli import main
+from webhook.kube.policy_health import PolicyHealth, RuleCounts, recent_status
 from webhook.pipeline import admit
 from webhook.policy.snapshot import NamespaceInfo
 from webhook.review import parse_review
@@ -194,3 +198,15 @@ def test_lint_says_which_rules_refuse(capsys: pytest.CaptureFixture[str], tmp_pa
     assert ("boundary: Enforced: refuses a Pod naming its node, and a conflict with rule(s) pool; the opt-out label "
             "does not exempt") in out
     assert "policy advice: spec.exemptions has no effect under enforcement Advisory" in err
+
+
+def test_refusals_count_in_the_policys_recent_status_and_fit_the_crd_schema() -> None:
+    health = PolicyHealth(900, 1, {"pool": RuleCounts({"applied": 5, "denied": 2}), "mark": RuleCounts({"applied": 7})})
+    recent = recent_status(health)
+    assert recent["denied"] == 2 and recent["rules"][0]["denied"] == 2 and recent["rules"][0]["evaluated"] == 7
+    assert "denied" not in recent["rules"][1], "a rule that refused nothing reads as before"
+    crd = yaml.safe_load((REPO / "deploy/base/crd.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["recent"]
+    jsonschema.validate(recent, {**schema, "additionalProperties": False})
+    for rule in recent["rules"]:
+        assert set(rule) <= set(schema["properties"]["rules"]["items"]["properties"]), "the API server would prune it"
