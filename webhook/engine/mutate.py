@@ -66,6 +66,8 @@ def mutate(
     try:
         policies = selected_policies(snapshot, info, mutation)
     except DenyRequest as denial:
+        if reason is not None:  # opted out, or a Pod Placer passes: a namespace it cannot read changes nothing
+            return Mutation(passed_through=reason)
         return Mutation(warnings=mutation.warnings, denial=str(denial))
     enforced = holding(enforcing(policies, request, obj))
     refused = node_name_refusal(request, obj, enforced)
