@@ -27,6 +27,7 @@ from webhook.actions.base import ActionContext, ActionSpec, Param
 from webhook.typing import JSONObject, as_map
 from webhook.workloads import controller_reference
 
+RESTRICT_TOLERATIONS = "restrict-tolerations"
 NOT_READY = "node.kubernetes.io/not-ready"
 UNREACHABLE = "node.kubernetes.io/unreachable"
 API_SERVER_DEFAULTS: tuple[JSONObject, ...] = tuple(
@@ -98,7 +99,7 @@ def allowed_text(allowed: list[Mapping[str, Any]]) -> str:
 
 SPECS = (
     ActionSpec(
-        name="restrict-tolerations",
+        name=RESTRICT_TOLERATIONS,
         apply=restrict_tolerations,
         params=(Param("allowed", "tolerations", required=True),),
     ),

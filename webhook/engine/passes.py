@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 
 from webhook.actions.base import ActionContext, working_copy
 from webhook.actions.metadata import APPLIED_ANNOTATION
+from webhook.actions.restrictions import RESTRICT_TOLERATIONS
 from webhook.actions.tolerations import toleration_from
 from webhook.engine.activation import pod_variable, workload_variable
 from webhook.engine.enforcement import field_prefix
@@ -75,11 +76,13 @@ class Run:
         self.enforced = enforced
         self.refusals: list[str] = []
         """The refusals of the last pass: the request is denied when there are any."""
+        rules = [rule for policy in policies for rule in policy.rules]
         self.placer_tolerations = [
-            toleration_from(rule.parameters) for policy in policies for rule in policy.rules
+            toleration_from(rule.parameters) for rule in rules
             if rule.action.name == "add-toleration" and not rule.parameter_expressions
-        ]
-        """What the policies' add-toleration rules add: restrict-tolerations lets it pass."""
+        ] if any(rule.action.name == RESTRICT_TOLERATIONS for rule in rules) else []
+        """What the policies' add-toleration rules add, which restrict-tolerations lets pass (computed ones are
+        added as their rules run); shared by every template's pass."""
         old = request.old_object if request.operation == "UPDATE" else None
         self.old_views = {} if old is None else {
             slot.name: slot.view(old, raw) for slot in kind.templates(old) if (raw := slot.read(old)) is not None}
@@ -204,7 +207,7 @@ class Run:
                 False, own_pods, self.protected, slot.name, self.gang, workload_marks=self.marks,
                 claims=self.claims if kind.kind == "Pod" else None, volume_outcomes=self.volume_outcomes,
                 default_priority_class=self.default_priority_class,
-                placer_tolerations=list(self.placer_tolerations),
+                placer_tolerations=self.placer_tolerations,
             ),
             enforced=self.enforced, original=original, old=self.old_views.get(slot.name),
             prefix=field_prefix(slot), refusals=self.refusals,
