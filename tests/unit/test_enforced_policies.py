@@ -210,3 +210,14 @@ def test_refusals_count_in_the_policys_recent_status_and_fit_the_crd_schema() ->
     jsonschema.validate(recent, {**schema, "additionalProperties": False})
     for rule in recent["rules"]:
         assert set(rule) <= set(schema["properties"]["rules"]["items"]["properties"]), "the API server would prune it"
+
+
+def test_under_annotation_opt_in_an_enforced_namespace_counts_as_opted_in() -> None:
+    enforced_ns = NamespaceInfo("team-a", {"tenant": "team-a", "placer.dev/enforce": "true"})
+    snapshot = snapshot_of(policy(), namespaces=[enforced_ns])
+    admission = admit(parse_review(review(pod(SHARED))), snapshot, default_workload_table(),
+                      opt_in="label-or-annotation")
+    assert admission.result == "denied"
+    plain = snapshot_of(policy(), namespaces=[TEAM_A])
+    skipped = admit(parse_review(review(pod(SHARED))), plain, default_workload_table(), opt_in="label-or-annotation")
+    assert skipped.result == "skipped", "a namespace neither opted in nor enforced is passed through, as before"
