@@ -149,6 +149,23 @@ def test_a_pod_naming_its_node_is_refused_unless_a_node_creates_it() -> None:
     assert run(snapshot, review(owned)).denial is not None, "a forged owner does not let a Pod name its node"
 
 
+
+def test_a_pod_from_a_mutated_template_is_checked_not_changed() -> None:
+    snapshot = snapshot_of(policy(), namespaces=[TEAM_A])
+    owner = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "1", "controller": True}]
+    forged = pod(SHARED)
+    forged["metadata"] |= {"ownerReferences": owner, "annotations": {"placer.dev/applied": "boundary/pool"}}
+    refused = run(snapshot, review(forged))
+    assert refused.denial is not None and 'found "shared-premium"' in refused.denial, "copied marks exempt nothing"
+    genuine = pod({"nodeSelector": {"node-pool": "general"}})
+    genuine["metadata"] |= {"ownerReferences": owner, "annotations": {"placer.dev/applied": "boundary/pool"}}
+    passed = run(snapshot, review(genuine))
+    assert passed.denial is None and passed.patch == [] and passed.passed_through is not None
+    unplaced = pod()
+    unplaced["metadata"] |= {"ownerReferences": owner, "annotations": {"placer.dev/applied": "boundary/pool"}}
+    assert run(snapshot, review(unplaced)).patch == [], "a controller's Pod is never changed, only checked"
+
+
 def test_an_update_is_refused_only_when_it_introduces_the_conflict() -> None:
     snapshot = snapshot_of(policy(), namespaces=[TEAM_A])
     before = deployment({"nodeSelector": {"node-pool": "general"}})

@@ -14,6 +14,7 @@ from typing import Any
 
 from webhook.actions.base import Conflict
 from webhook.actions.restrictions import describe
+from webhook.engine.outcome import Mutation
 from webhook.policy.model import Policy, Rule
 from webhook.review import AdmissionRequest
 from webhook.typing import JSONObject, as_map
@@ -101,6 +102,13 @@ def forbidden_prefix(request: AdmissionRequest, obj: JSONObject) -> str:
     name = request.name or metadata.get("name") or metadata.get("generateName") or ""
     resource = str(as_map(request.resource).get("resource") or request.kind.lower() + "s")
     return f'{resource} "{name}" is forbidden: '
+
+
+def refusal_mutation(request: AdmissionRequest, obj: JSONObject, refusals: list[str], mutation: Mutation) -> Mutation:
+    """The engine's answer for a request its Enforced policies refuse: one message with every refusal."""
+    message = forbidden_prefix(request, obj) + "; ".join(dict.fromkeys(refusals)) + " (enforcement: Enforced)"
+    return Mutation(warnings=list(dict.fromkeys(mutation.warnings)), traces=mutation.traces, notes=mutation.notes,
+                    denial=message, refused=True)
 
 
 def field_prefix(slot: TemplateSlot) -> str:
