@@ -24,6 +24,7 @@ from webhook.config import (
     Settings,
 )
 from webhook.engine.configuration import gang_not_enforced
+from webhook.engine.enforcement import lint_lines
 from webhook.export.admission_policy import export_policies, report_lines
 from webhook.export.versions import API_VERSIONS, parse_version
 from webhook.field_targets import add_target_flags, compiler_from_flags
@@ -241,6 +242,8 @@ def _lint(args: argparse.Namespace) -> int:
     for policy in snapshot.policies:  # loads, but cannot work as written: said, not an error
         for finding in gang_not_enforced(policy):
             print(f"Warning: {policy.source}: {finding.message}", file=sys.stderr)
+        for line in lint_lines(policy):
+            print(line, file=sys.stderr if line.startswith("Warning: ") else sys.stdout)
     return 0
 
 

@@ -254,6 +254,7 @@ def _explain(
             "missing": "not matched (missing key)",
             "error": "ERROR",
             "skipped": "matched, action skipped",
+            "denied": "matched, would be refused",
         }[trace.outcome]
         detail = f" ({trace.detail})" if trace.detail else ""
         by_policy.setdefault(trace.policy, []).append(f"    {trace.rule}{where}: {verdict}{detail}")
@@ -263,11 +264,12 @@ def _explain(
                 lines.append(f"  policy {policy.name}: namespaceSelector does not select {result.namespace.name}")
             elif policy.name in by_policy:
                 lines.append(
-                    f"  policy {policy.name} (priority {policy.priority}, failurePolicy {policy.failure_policy})"
+                    f"  policy {policy.name} (priority {policy.priority}, failurePolicy {policy.failure_policy}"
+                    + (", Enforced)" if policy.enforcement == "Enforced" else ")")
                 )
                 lines.extend(by_policy[policy.name])
     if mutation.denial:
-        lines.append(f"  DENIED: {mutation.denial}")
+        lines.append(f"  would be refused: {mutation.denial}" if mutation.refused else f"  DENIED: {mutation.denial}")
     if _unselected_for_want_of_labels(snapshot, result.namespace):
         lines.append(
             f"  hint: namespace {result.namespace.name} has no labels here; give them with "

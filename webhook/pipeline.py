@@ -7,6 +7,7 @@ from typing import Literal
 
 from webhook.claims import AdmissionDevices, ClaimLookup
 from webhook.config import OptIn
+from webhook.engine.enforcement import ENFORCE_LABEL
 from webhook.engine.mutate import INJECT_LABEL, Mutation, mutate
 from webhook.feasibility import Findings, PlacementCheck
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, UnknownNamespace
@@ -160,4 +161,6 @@ def _opted_in(namespace: NamespaceInfo | UnknownNamespace) -> bool:
     """
     if not isinstance(namespace, NamespaceInfo):
         return False
+    if namespace.labels.get(ENFORCE_LABEL) == "true":  # an Enforced policy selects it: opting out is not an option
+        return True
     return namespace.labels.get(INJECT_LABEL) == "enabled" or namespace.annotations.get(INJECT_LABEL) == "enabled"

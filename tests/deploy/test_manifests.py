@@ -22,6 +22,7 @@ from tests.kube.fake_apiserver import (
     DEPLOYMENTS,
     DEVICE_CLASSES,
     JOBS,
+    NAMESPACES,
     NODES,
     PODGROUP_API,
     PODGROUPS,
@@ -120,7 +121,11 @@ def _assert_structural(schema: dict[str, Any], where: str) -> None:
 
 def test_the_mutating_webhook_covers_exactly_the_workload_kinds_with_their_operations(
         rendered: dict[str, list[dict[str, Any]]]) -> None:
-    (webhook,) = one(rendered["base"], "MutatingWebhookConfiguration")["webhooks"]
+    webhook, enforce = one(rendered["base"], "MutatingWebhookConfiguration")["webhooks"]
+    assert enforce["failurePolicy"] == "Fail" and enforce["rules"] == webhook["rules"]
+    assert {key: value for key, value in enforce.items() if key not in ("name", "failurePolicy", "namespaceSelector")
+            } == {key: value for key, value in webhook.items()
+                  if key not in ("name", "failurePolicy", "namespaceSelector", "objectSelector")}
     assert webhook["sideEffects"] == "None" and webhook["failurePolicy"] == "Ignore"
     assert webhook["timeoutSeconds"] == 5 and webhook["reinvocationPolicy"] == "IfNeeded"
     assert webhook["matchPolicy"] == "Equivalent" and webhook["admissionReviewVersions"] == ["v1"]
@@ -147,7 +152,7 @@ def test_rbac_never_grants_writes_on_workloads_or_operator_resources(
 
 def test_only_opted_in_namespaces_reach_the_webhook_and_never_placers_own(
         rendered: dict[str, list[dict[str, Any]]]) -> None:
-    (webhook,) = one(rendered["base"], "MutatingWebhookConfiguration")["webhooks"]
+    webhook, enforce = one(rendered["base"], "MutatingWebhookConfiguration")["webhooks"]
     namespaces = _selector(webhook["namespaceSelector"])
     objects = _selector(webhook["objectSelector"])
     enabled = {"placer.dev/inject": "enabled"}
@@ -156,10 +161,20 @@ def test_only_opted_in_namespaces_reach_the_webhook_and_never_placers_own(
     assert not namespaces.matches({"kubernetes.io/metadata.name": "placer-system", **enabled})
     assert objects.matches({}) and objects.matches({"placer.dev/inject": "enabled"})
     assert not objects.matches({"placer.dev/inject": "disabled"})
+    # namespaces an Enforced policy selects go to the fail-closed entry only, opt-out label or not
+    enforced = {"placer.dev/enforce": "true"}
+    assert not namespaces.matches({"kubernetes.io/metadata.name": "team-a", **enabled, **enforced})
+    failing = _selector(enforce["namespaceSelector"])
+    assert "objectSelector" not in enforce
+    assert failing.matches({"kubernetes.io/metadata.name": "team-a", **enforced})
+    assert not failing.matches({"kubernetes.io/metadata.name": "team-a", **enabled})
+    for system in ("placer-system", "kube-system"):
+        assert not failing.matches({"kubernetes.io/metadata.name": system, **enforced})
 
-    (widened,) = one(rendered["overlays/annotation-opt-in"], "MutatingWebhookConfiguration")["webhooks"]
+    widened = one(rendered["overlays/annotation-opt-in"], "MutatingWebhookConfiguration")["webhooks"][0]
     selector = _selector(widened["namespaceSelector"])
     assert selector.matches({"kubernetes.io/metadata.name": "team-a"}), "annotated namespaces must be reached"
+    assert not selector.matches({"kubernetes.io/metadata.name": "team-a", **enforced})
     for system in ("placer-system", "kube-system", "kube-public", "kube-node-lease"):
         assert not selector.matches({"kubernetes.io/metadata.name": system})
     args = one(rendered["overlays/annotation-opt-in"], "Deployment")["spec"]["template"]["spec"]["containers"][0]
@@ -248,6 +263,9 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
     """Run the controller through a full cycle against the recorded API server, then compare verbs."""
     apiserver.put_policy({"metadata": {"name": "p"}, "spec": {"rules": [
         {"name": "r", "action": "add-node-selector", "parameters": {"pool": "a"}}]}})
+    apiserver.put_policy({"metadata": {"name": "boundary"}, "spec": {  # labels placer.dev/enforce on team-a
+        "enforcement": "Enforced", "rules": [{"name": "r", "action": "add-node-selector",
+                                              "parameters": {"pool": "a"}}]}})
     apiserver.put_namespace("team-a")
     job = marked_job("train", parallelism=4)
     apiserver.put(JOBS, job)
@@ -275,6 +293,8 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
              what="every watch")
     wait_for(lambda: [m for m, p, _ in apiserver.requests if p.endswith(LEASE_NAME) and m == "PUT"], what="renewal")
     wait_for(lambda: apiserver.podgroup_writes, what="the PodGroup created")
+    wait_for(lambda: [m for m, p, _ in apiserver.requests if p == NAMESPACES + "/team-a" and m == "PATCH"],
+             what="the enforce label")
     wait_for(lambda: "placer-rule-counts-gone" not in apiserver.leases, what="the gone replica's counts deleted")
     totals[("p", "r", "applied")] = 2.0
     wait_for(lambda: [m for m, p, _ in apiserver.requests if p.endswith("placer-rule-counts-x") and m == "PUT"],

@@ -435,6 +435,8 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return self._patch_status(path.split("/")[-2], body, self.headers["Authorization"][7:])
             if path.startswith(LEASES):
                 return self._lease(method, path, body)
+            if method == "PATCH" and path.startswith(NAMESPACES + "/"):
+                return self._patch_namespace_labels(path.rsplit("/", 1)[-1], body)
             collection, _, name = path.rpartition("/")
             if method == "GET" and collection in _KINDS:
                 return self._get(collection, name)
@@ -469,6 +471,22 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     return self._send(201 if method == "POST" else 200, api._store(collection, body))
             api.put_readable(collection, body)
             return self._send(201 if method == "POST" else 200, api.other[collection][name])
+
+        def _patch_namespace_labels(self, name: str, body: Any) -> None:
+            """A merge patch of a Namespace's labels (what the controller sends for placer.dev/enforce);
+            a null value removes the label, as in RFC 7386."""
+            with api.condition:
+                found = api.objects[NAMESPACES].get(name)
+                if found is None:
+                    return self._send(404, status(404, "NotFound", f'namespaces "{name}" not found'))
+                obj = copy.deepcopy(found)
+                labels = obj["metadata"].setdefault("labels", {})
+                for key, value in ((body or {}).get("metadata") or {}).get("labels", {}).items():
+                    if value is None:
+                        labels.pop(key, None)
+                    else:
+                        labels[key] = value
+                return self._send(200, api._store(NAMESPACES, obj))
 
         def _body(self) -> Any:
             length = int(self.headers.get("Content-Length") or 0)

@@ -21,7 +21,7 @@ def apply(action: str, template: dict[str, Any], *, override: bool = False, sele
     own = own_pods_term(selector, *revision_keys)
     context = ActionContext(override, (lambda template: own), protected)
     changed = SPECS[action].apply(template, params, context)
-    return changed, context.conflicts
+    return changed, [str(conflict) for conflict in context.conflicts]
 
 
 def test_node_affinity_required_is_anded_into_every_term_once() -> None:

@@ -19,6 +19,7 @@ from webhook.actions.base import (
     ActionSkipped,
     ActionSpec,
     Param,
+    child_map,
     ensure_list,
     ensure_map,
     selector_keys,
@@ -38,8 +39,63 @@ def add_node_affinity(template: JSONObject, params: Mapping[str, Any], context: 
     if params.get("values"):
         requirement["values"] = list(params["values"])
     if params["type"] == "required":
+        _report_contradiction(template, requirement, context)
         return add_required_requirement(template, requirement)
     return add_preferred_requirement(template, requirement, params["weight"])
+
+
+REQUIRED_NODE_AFFINITY = ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+
+
+def _report_contradiction(template: JSONObject, requirement: JSONObject, context: ActionContext) -> None:
+    """A conflict when no required term the template has can hold together with `requirement`.
+
+    Terms are ORed and the requirement is ANDed into each: if each term already asks something of the same
+    label that the requirement rules out (`node-pool In [shared]` against `node-pool In [team-a]`), the pod
+    can land on no node at all."""
+    node_affinity = child_map(template, *REQUIRED_NODE_AFFINITY)
+    terms = node_affinity.get("nodeSelectorTerms") if node_affinity is not None else None
+    if not isinstance(terms, list) or not terms:
+        return
+    found = []
+    for term in terms:
+        same_key = [item for item in (term.get("matchExpressions") or [] if isinstance(term, dict) else [])
+                    if isinstance(item, dict) and item.get("key") == requirement["key"]]
+        if not same_key or satisfiable([*same_key, requirement]):
+            return
+        found.extend(same_key)
+    context.conflict(
+        f"required node affinity {_brief(found)} cannot hold together with {_brief([requirement])}: "
+        "the pod fits no node", field="spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+        wanted=_brief([requirement]), found=_brief(found), path=REQUIRED_NODE_AFFINITY)
+
+
+def satisfiable(requirements: list[JSONObject]) -> bool:
+    """Whether some node label value meets every requirement on one key (In, NotIn, Exists, DoesNotExist;
+    Gt and Lt count as needing the label, with any value)."""
+    allowed: set[str] | None = None
+    excluded: set[str] = set()
+    present = absent = False
+    for item in requirements:
+        operator, values = item.get("operator"), {str(value) for value in item.get("values") or []}
+        if operator == "In":
+            allowed = values if allowed is None else allowed & values
+            present = True
+        elif operator == "NotIn":
+            excluded |= values
+        elif operator == "DoesNotExist":
+            absent = True
+        else:
+            present = True
+    if present and absent:
+        return False
+    return allowed is None or bool(allowed - excluded)
+
+
+def _brief(requirements: list[Any]) -> str:
+    return ", ".join(
+        f"{item.get('key')} {item.get('operator')}" + (f" {list(item['values'])}" if item.get("values") else "")
+        for item in requirements if isinstance(item, dict))
 
 
 def add_pod_affinity(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:

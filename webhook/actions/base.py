@@ -14,7 +14,7 @@ from webhook.selectors import LabelSelector
 from webhook.typing import JSONObject
 from webhook.volumes import ClaimPlacement
 
-ParamKind = Literal["string", "integer", "enum", "values", "keys", "selector"]
+ParamKind = Literal["string", "integer", "enum", "values", "keys", "selector", "tolerations"]
 BOOLEAN = ("true", "false")
 """The choices of a yes/no parameter (YAML's true and false arrive as these strings)."""
 
@@ -43,6 +43,31 @@ class FreeForm:
     reserved_keys: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """Something the template already has that a rule would set otherwise, or that a rule forbids.
+
+    `message` is the warning an Advisory policy gives. `field` (a Kubernetes field path inside the pod
+    template, `spec.nodeSelector[node-pool]`) is set only for what decides where a pod may run: an Enforced
+    policy refuses those (`webhook.engine.enforcement`) from `field`, `wanted` and `found`, never from the
+    message text. `path` and `member` say where `found` sits in a template, so the engine can tell whether an
+    UPDATE introduced it: the value at `path` (or, with `member`, an element of the list there)."""
+
+    message: str
+    field: str = ""
+    wanted: Any = None
+    found: Any = None
+    path: tuple[str, ...] = ()
+    member: bool = False
+
+    @property
+    def refusable(self) -> bool:
+        return bool(self.field)
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class ActionSkipped(Exception):
     """The action cannot apply to this template (e.g. no label selector can be derived); a warning."""
 
@@ -61,7 +86,7 @@ class ActionContext:
     """The name of the pod template being changed (`driver`, `Worker`...; empty for single-template kinds)."""
     gang: Callable[[], GangFacts] | None = None
     """Workload-wide facts for gang scheduling, computed on first use."""
-    conflicts: list[str] = field(default_factory=list)
+    conflicts: list[Conflict] = field(default_factory=list)
     workload_marks: dict[tuple[str, str], str | None] | None = None
     """Labels and annotations for the workload object's own metadata, by (labels|annotations, key), None to
     remove one (the controller's marks, `webhook.gang.pod_groups`); None when the object cannot carry them."""
@@ -73,6 +98,13 @@ class ActionContext:
     default_priority_class: str | None = None
     """On a Pod, the cluster's globalDefault PriorityClass, which the Priority admission plugin wrote into the
     Pod before any webhook ran: `set-priority-class` treats it as unset."""
+    placer_tolerations: list[JSONObject] = field(default_factory=list)
+    """Tolerations the rules of the selected policies add (`add-toleration`): `restrict-tolerations` always
+    lets them pass. Shared by every rule of a request, so a computed one counts once added."""
+
+    def conflict(self, message: str, **placement: Any) -> None:
+        """Report a conflict; `placement` (field, wanted, found, path, member) makes it refusable."""
+        self.conflicts.append(Conflict(message, **placement))
 
     def pod_selection(self, template: JSONObject, params: Mapping[str, Any]) -> tuple[JSONObject, list[str]]:
         """The `labelSelector` and `matchLabelKeys` a spread constraint or pod (anti-)affinity term gets.
@@ -97,14 +129,18 @@ class ActionContext:
         if key not in self.protected_labels:
             return False
         if labels.get(key) != value:
-            self.conflicts.append(f"label {key} is used by the workload's selector, kept")
+            self.conflict(f"label {key} is used by the workload's selector, kept")
         return True
 
-    def set_scalar(self, container: JSONObject, key: str, value: Any, what: str) -> bool:
+    def set_scalar(
+        self, container: JSONObject, key: str, value: Any, what: str, *, field: str = "",
+        path: tuple[str, ...] = (),
+    ) -> bool:
         """Set `container[key]` unless it holds a different value; report the conflict either way.
 
         Returns whether the container changed. `override: true` replaces the value; without it the existing
-        value is kept, so the first writer wins.
+        value is kept, so the first writer wins. `field` and `path` (the value's place in the template) make a
+        kept value a refusable conflict (see Conflict); a replaced one never is: the rule's value holds.
         """
         current = container.get(key)
         if current is None:
@@ -113,10 +149,11 @@ class ActionContext:
         if current == value:
             return False
         if self.override:
-            self.conflicts.append(f"{what} was {_short(current)}, replaced by {_short(value)}")
+            self.conflict(f"{what} was {_short(current)}, replaced by {_short(value)}")
             container[key] = value
             return True
-        self.conflicts.append(f"{what} is {_short(current)}, kept (wanted {_short(value)})")
+        self.conflict(f"{what} is {_short(current)}, kept (wanted {_short(value)})",
+                      field=field, wanted=value, found=current, path=path)
         return False
 
 

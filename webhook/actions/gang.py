@@ -48,7 +48,7 @@ def add_gang_labels(template: JSONObject, params: Mapping[str, Any], context: Ac
         if size is not None:
             writes.append((flavour.size, size.value))
         elif _read(template, flavour.size) is None:
-            context.conflicts.append(
+            context.conflict(
                 f"group size of {group.value} is unknown ({facts.kind} does not say how many pods it runs): "
                 f"{flavour.size.name} left out; set minAvailable"
             )
@@ -69,7 +69,7 @@ def _mark_for_pod_group(params: Mapping[str, Any], context: ActionContext, group
     """Ask the controller for the gang's PodGroup: mark the workload itself (`webhook.gang.pod_groups`)."""
     marks = context.workload_marks
     if marks is None:
-        context.conflicts.append(
+        context.conflict(
             f"createPodGroup: a {kind} cannot own a PodGroup Placer keeps; create PodGroup {group} yourself")
         return
     marks[("labels", POD_GROUP_LABEL)] = group
@@ -86,12 +86,12 @@ def _task_group_writes(
     groups = task_groups(facts, group, total)
     if groups is None:
         if _read(template, YUNIKORN_TASK_GROUPS) is None:
-            context.conflicts.append(
+            context.conflict(
                 f"group size of {group} is unknown: YuniKorn task groups left out; set minAvailable"
             )
         return []
     if params.get("minAvailable") is not None and len(facts.members) > 1:
-        context.conflicts.append(
+        context.conflict(
             "minAvailable is not split across YuniKorn task groups: each uses its template's count"
         )
     name = groups.names.get(context.template)

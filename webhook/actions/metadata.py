@@ -21,7 +21,11 @@ def rules_applied(template: Mapping[str, Any]) -> list[str]:
 def add_node_selector(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:
     """Merge into `spec.nodeSelector`: a node must carry every pair (ANDed with any node affinity)."""
     selector = ensure_map(template, "spec", "nodeSelector")
-    return _merge(selector, params, context, "nodeSelector")
+    changed = False
+    for key, value in params.items():
+        changed = context.set_scalar(selector, key, value, f"nodeSelector {key}", field=f"spec.nodeSelector[{key}]",
+                                     path=("spec", "nodeSelector", key)) or changed
+    return changed
 
 
 def add_labels(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:

@@ -72,6 +72,8 @@ def coerce(param: Param, value: Any) -> Any:
         return items
     if param.kind == "selector":
         return parse_selector(value)
+    if param.kind == "tolerations":
+        return parse_tolerations(value)
     text = _as_text(value)
     if param.kind == "enum" and text not in param.choices:
         raise ValueError(f"must be one of {', '.join(repr(c) for c in param.choices)}, not {text!r}")
@@ -113,6 +115,51 @@ def parse_selector(value: Any) -> dict[str, Any]:
     if not selector:
         raise ValueError("label selector must not be empty (it would select every pod)")
     return selector
+
+
+TOLERATION_FIELDS = ("key", "operator", "value", "effect", "tolerationSeconds")
+TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def parse_tolerations(value: Any) -> list[dict[str, Any]]:
+    """A non-empty list of tolerations (key, operator, value, effect, tolerationSeconds), checked as the API
+    server checks a Pod's (pkg/apis/core/validation/validation.go, ValidateTolerations): an empty key needs
+    operator Exists, Exists takes no value, tolerationSeconds only with NoExecute."""
+    if not isinstance(value, list) or not value:
+        raise ValueError("must be a non-empty list of tolerations (key, operator, value, effect)")
+    tolerations = []
+    for index, item in enumerate(value):
+        where = f"[{index}]"
+        if not isinstance(item, dict):
+            raise ValueError(f"{where} must be a toleration (key, operator, value, effect)")
+        unknown = sorted(str(key) for key in item if key not in TOLERATION_FIELDS)
+        if unknown:
+            raise ValueError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(TOLERATION_FIELDS)})")
+        toleration: dict[str, Any] = {}
+        key = _as_text(item.get("key") or "")
+        operator = _as_text(item.get("operator") or "Equal")
+        text = _as_text(item.get("value") or "")
+        effect = _as_text(item.get("effect") or "")
+        if key and qualified_name_error(key):
+            raise ValueError(f"{where}.key {key!r} {qualified_name_error(key)}")
+        if operator not in ("Equal", "Exists"):
+            raise ValueError(f"{where}.operator must be Equal or Exists, not {operator!r}")
+        if operator == "Exists" and text:
+            raise ValueError(f"{where}.value must be empty when operator is Exists")
+        if not key and operator != "Exists":
+            raise ValueError(f"{where}: an empty key requires operator Exists")
+        if effect and effect not in TOLERATION_EFFECTS:
+            raise ValueError(f"{where}.effect must be one of {', '.join(TOLERATION_EFFECTS)}, not {effect!r}")
+        if text and label_value_error(text):
+            raise ValueError(f"{where}.value {text!r} {label_value_error(text)}")
+        toleration = {"key": key, "operator": operator, "value": text, "effect": effect}
+        seconds = item.get("tolerationSeconds")
+        if seconds is not None:
+            if effect != "NoExecute" or isinstance(seconds, bool) or not isinstance(seconds, int):
+                raise ValueError(f"{where}.tolerationSeconds must be an integer, and only with effect NoExecute")
+            toleration["tolerationSeconds"] = seconds
+        tolerations.append(toleration)
+    return tolerations
 
 
 def _selector_requirement(item: Any) -> dict[str, Any]:

@@ -21,7 +21,8 @@ def apply_scheduler_name(template: JSONObject, name: str, context: ActionContext
     if spec.get("schedulerName") == DEFAULT_SCHEDULER and name != DEFAULT_SCHEDULER:
         spec["schedulerName"] = name
         return True
-    return context.set_scalar(spec, "schedulerName", name, "schedulerName")
+    return context.set_scalar(spec, "schedulerName", name, "schedulerName", field="spec.schedulerName",
+                              path=("spec", "schedulerName"))
 
 
 def set_priority_class(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:
@@ -37,7 +38,8 @@ def set_priority_class(template: JSONObject, params: Mapping[str, Any], context:
     defaulted = context.default_priority_class
     if defaulted is not None and spec.get("priorityClassName") == defaulted and wanted != defaulted:
         spec.pop("priorityClassName")  # written by the Priority plugin from the cluster's globalDefault class
-    if context.set_scalar(spec, "priorityClassName", wanted, "priorityClassName"):
+    if context.set_scalar(spec, "priorityClassName", wanted, "priorityClassName", field="spec.priorityClassName",
+                          path=("spec", "priorityClassName")):
         spec.pop("priority", None)
         spec.pop("preemptionPolicy", None)
         return True

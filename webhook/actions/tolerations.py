@@ -17,6 +17,7 @@ def add_toleration(template: JSONObject, params: Mapping[str, Any], context: Act
     identity = _identity(wanted)
     key = identity[0]
     # the key first: most tolerations differ by it, and it is the cheap part of the identity
+    context.placer_tolerations.append(wanted)
     if any(isinstance(existing, dict) and str(existing.get("key") or "") == key and _identity(existing) == identity
            for existing in tolerations):
         return False

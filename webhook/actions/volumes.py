@@ -32,7 +32,7 @@ def pin_to_volume_node(template: JSONObject, params: Mapping[str, Any], context:
             pins[pin] = None
     if strict and len({pin.value for pin in pins}) > 1:
         nodes = ", ".join(pin.describe() for pin in pins)
-        context.conflicts.append(f"claims are on different nodes ({nodes}): the pod can never be scheduled")
+        context.conflict(f"claims are on different nodes ({nodes}): the pod can never be scheduled")
     changed = False
     for pin in pins:
         requirement = pin.requirement()
@@ -57,7 +57,7 @@ def _pin(placement: ClaimPlacement, strict: bool, context: ActionContext) -> Nod
     """The node to follow for one claim, reporting what cannot be followed."""
     outcomes = context.volume_outcomes
     if placement.state == "volume-missing":
-        context.conflicts.append(
+        context.conflict(
             f"claim {placement.claim} is bound to volume {placement.volume}, which does not exist: not pinned"
         )
         outcomes[placement.claim] = "volume-missing"
@@ -67,10 +67,10 @@ def _pin(placement: ClaimPlacement, strict: bool, context: ActionContext) -> Nod
     if placement.node_present is False:
         where = placement.pin.describe()
         if not strict:
-            context.conflicts.append(f"claim {placement.claim}: its {where} is gone: not pinned")
+            context.conflict(f"claim {placement.claim}: its {where} is gone: not pinned")
             outcomes[placement.claim] = "node-gone"
             return None
-        context.conflicts.append(f"claim {placement.claim}: its {where} is gone: the pod waits for it (strict)")
+        context.conflict(f"claim {placement.claim}: its {where} is gone: the pod waits for it (strict)")
         outcomes[placement.claim] = "pinned-node-gone"
         return placement.pin
     outcomes[placement.claim] = "pinned"

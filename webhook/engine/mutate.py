@@ -10,9 +10,11 @@ Pure: no I/O, no clock other than the deadline, no metrics.
 from collections.abc import Mapping
 
 from webhook.engine.configuration import gang_warnings
+from webhook.engine.enforcement import enforcing, holding, names_its_node, node_name_refusal, refusal_mutation
 from webhook.engine.outcome import DEADLINE_WARNING, DeadlineReached, DenyRequest, Mutation, RuleTrace, unique_messages
 from webhook.engine.passes import Run
 from webhook.engine.patch_assembly import marks_patch, pointer_tokens
+from webhook.engine.pod_check import refusals_of_controller_pod
 from webhook.engine.selection import (
     INJECT_LABEL,
     applied_rules,
@@ -56,14 +58,38 @@ def mutate(
         return Mutation(passed_through="no object")
     pod_only = claims is not None and kind.kind == "Pod" and from_mutated_template(obj)
     reason = pass_through_reason(request, kind, obj, pod_only_rules=pod_only)
-    if reason is not None:
+    opted_out = reason is not None and pass_through_reason(
+        request, kind, obj, pod_only_rules=pod_only, honour_opt_out=False) != reason
+    controller_pod = kind.kind == "Pod" and from_mutated_template(obj)
+    checked = controller_pod and any(policy.enforcement == "Enforced" for policy in snapshot.policies)
+    if reason is not None and not opted_out and not names_its_node(request, obj) and not checked:
         return Mutation(passed_through=reason)
     mutation = Mutation()
     info = namespace if namespace is not None else snapshot.namespace(request.namespace)
     try:
         policies = selected_policies(snapshot, info, mutation)
     except DenyRequest as denial:
+        if reason is not None:  # opted out, or a Pod Placer passes: a namespace it cannot read changes nothing
+            return Mutation(passed_through=reason)
         return Mutation(warnings=mutation.warnings, denial=str(denial))
+    enforced = holding(enforcing(policies, request, obj))
+    refused = node_name_refusal(request, obj, enforced)
+    if refused is not None:
+        return Mutation(warnings=mutation.warnings, denial=refused, refused=True)
+    if checked and enforced:
+        known = info if isinstance(info, NamespaceInfo) else NamespaceInfo(info.name)
+        found = refusals_of_controller_pod(request, kind, obj, snapshot, policies=policies, enforced=enforced,
+                                           namespace=known, deadline=deadline)
+        if found is not None:
+            return found
+    if opted_out:
+        policies = [policy for policy in policies if policy.name in enforced]
+        if not policies:
+            return Mutation(passed_through=reason)
+        mutation.notes.append(f"{reason}: ignored by the Enforced policies {', '.join(sorted(enforced))}")
+        reason = pass_through_reason(request, kind, obj, pod_only_rules=pod_only, honour_opt_out=False)
+    if reason is not None:
+        return Mutation(passed_through=reason)
     if pod_only:
         policies = pod_only_rules(policies)
         if not policies:
@@ -83,6 +109,7 @@ def mutate(
         deadline=deadline,
         claims=claims,
         applied_before=applied_rules(obj) if pod_only else (),
+        enforced=enforced,
     )
     try:
         patch = run.settle(obj)
@@ -90,6 +117,8 @@ def mutate(
         return Mutation(warnings=unique_messages(mutation.warnings), traces=run.trace_list(), denial=str(denial))
     except DeadlineReached:
         return Mutation(warnings=[DEADLINE_WARNING], traces=run.trace_list(), passed_through="deadline reached")
+    if run.refusals:
+        return refusal_mutation(request, obj, run.refusals, mutation)
     mutation.patch = patch + marks_patch(obj, run.marks)
     mutation.warnings.extend(gang_warnings(
         policies, run.applied, {slot: final for slot, (_, final) in mutation.placed.items()}, run.marks,

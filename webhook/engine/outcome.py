@@ -12,7 +12,8 @@ from webhook.typing import JSONObject, JSONPatch
 
 DEADLINE_WARNING = "deadline reached before every rule was evaluated; admitted unchanged"
 
-Outcome = Literal["applied", "not-matched", "missing", "error", "skipped"]
+Outcome = Literal["applied", "not-matched", "missing", "error", "skipped", "denied"]
+"""`denied`: the rule matched and an Enforced policy refuses what the object has (`webhook.engine.enforcement`)."""
 
 
 @dataclass(slots=True)
@@ -39,6 +40,8 @@ class Mutation:
     applied: list[str] = field(default_factory=list)
     traces: list[RuleTrace] = field(default_factory=list)
     denial: str | None = None
+    refused: bool = False
+    """The denial is an Enforced policy's refusal (explain says "would be refused"), not a rule failure."""
     passed_through: str | None = None
     """Why no policy was evaluated (kind not handled, opted out, owned by a controller...), else None."""
     notes: list[str] = field(default_factory=list)

@@ -11,7 +11,10 @@ from collections.abc import Callable, Mapping
 
 from webhook.actions.base import ActionContext, working_copy
 from webhook.actions.metadata import APPLIED_ANNOTATION
+from webhook.actions.restrictions import RESTRICT_TOLERATIONS
+from webhook.actions.tolerations import toleration_from
 from webhook.engine.activation import pod_variable, workload_variable
+from webhook.engine.enforcement import field_prefix
 from webhook.engine.outcome import DeadlineReached, Mutation, Outcome, RuleTrace, rule_id, unique_messages
 from webhook.engine.patch_assembly import pointer_tokens, template_patch
 from webhook.engine.policy_scope import PolicyScope
@@ -49,9 +52,11 @@ class Run:
         deadline: float | None,
         claims: Mapping[str, ClaimPlacement] | None = None,
         applied_before: tuple[str, ...] = (),
+        enforced: frozenset[str] = frozenset(),
     ) -> None:
         """`applied_before`: rules an earlier admission applied to this template (a Pod's template), kept
-        first in the applied annotation when this one adds more."""
+        first in the applied annotation when this one adds more. `enforced`: the Enforced policies that hold
+        this request (`webhook.engine.enforcement`)."""
         self.request = request
         self.kind = kind
         self.snapshot = snapshot
@@ -68,6 +73,20 @@ class Run:
         self.marks: dict[tuple[str, str], str | None] | None = {} if owns_pod_groups(kind) else None
         self.volume_outcomes: dict[str, str] = mutation.volume_outcomes
         """Marks rules put on the workload's own metadata (see ActionContext.workload_marks)."""
+        self.enforced = enforced
+        self.refusals: list[str] = []
+        """The refusals of the last pass: the request is denied when there are any."""
+        rules = [rule for policy in policies for rule in policy.rules]
+        self.placer_tolerations = [
+            toleration_from(rule.parameters) for rule in rules
+            if rule.action.name == "add-toleration" and not rule.parameter_expressions
+        ] if any(rule.action.name == RESTRICT_TOLERATIONS for rule in rules) else []
+        """What the policies' add-toleration rules add, which restrict-tolerations lets pass (computed ones are
+        added as their rules run); shared by every template's pass."""
+        old = request.old_object if request.operation == "UPDATE" else None
+        self.old_views = {} if old is None else {
+            slot.name: slot.view(old, raw) for slot in kind.templates(old) if (raw := slot.read(old)) is not None}
+        """On UPDATE, each template as it was: only a conflict the update introduces is refused."""
         self.applied: dict[str, dict[str, None]] = {"": dict.fromkeys(applied_before)} if applied_before else {}
         """Per template, the rules that applied in any pass, in order (a dict used as an ordered set)."""
         self.traces: dict[tuple[str, str, str], RuleTrace] = {}
@@ -92,16 +111,24 @@ class Run:
             patch: JSONPatch = []
             self.outcomes = {}
             self.selector_changed = set()
+            self.refusals = []
             slots = self.kind.templates(current)
             for slot in slots:
                 raw = slot.read(current)
                 if raw is None:
                     continue
                 view = slot.view(current, raw)
+                policies = self.policies
                 if labelled_disabled(view):
-                    self.mutation.notes.append(f"template {slot.name}: labelled {INJECT_LABEL}=disabled, left alone")
-                    continue
-                template = self._one_pass(slot, current, view)
+                    policies = [policy for policy in policies if policy.name in self.enforced]
+                    if not policies:
+                        self.mutation.notes.append(
+                            f"template {slot.name}: labelled {INJECT_LABEL}=disabled, left alone")
+                        continue
+                    if slot.path:  # a bare Pod's own label is noted once, by the engine
+                        self.mutation.notes.append(
+                            f"template {slot.name}: labelled {INJECT_LABEL}=disabled, which Enforced policies ignore")
+                template = self._one_pass(slot, current, view, policies)
                 if template != view:
                     first_seen = self.mutation.placed.get(slot.name, (view, template))[0]
                     self.mutation.placed[slot.name] = (first_seen, template)
@@ -155,7 +182,8 @@ class Run:
         """One trace per rule and template: the pass where it changed the template, else its first pass."""
         return list(self.traces.values())
 
-    def _one_pass(self, slot: TemplateSlot, obj: JSONObject, original: JSONObject) -> JSONObject:
+    def _one_pass(self, slot: TemplateSlot, obj: JSONObject, original: JSONObject,
+                  policies: list[Policy]) -> JSONObject:
         template = working_copy(original)
         pod, resources, notes = pod_variable(original)
         self.mutation.warnings.extend(f"{slot.name or self.kind.kind}: {note}" for note in notes)
@@ -174,13 +202,18 @@ class Run:
         kind = self.kind
         own_pods: Callable[[JSONObject], JSONObject | None] = lambda current: kind.own_pods(obj, current)  # noqa: E731
         applied = self.applied.setdefault(slot.name, {})
-        context = RuleContexts(ActionContext(
-            False, own_pods, self.protected, slot.name, self.gang, workload_marks=self.marks,
-            claims=self.claims if kind.kind == "Pod" else None, volume_outcomes=self.volume_outcomes,
-            default_priority_class=self.default_priority_class,
-        ))
+        context = RuleContexts(
+            ActionContext(
+                False, own_pods, self.protected, slot.name, self.gang, workload_marks=self.marks,
+                claims=self.claims if kind.kind == "Pod" else None, volume_outcomes=self.volume_outcomes,
+                default_priority_class=self.default_priority_class,
+                placer_tolerations=self.placer_tolerations,
+            ),
+            enforced=self.enforced, original=original, old=self.old_views.get(slot.name),
+            prefix=field_prefix(slot), refusals=self.refusals,
+        )
         outcomes, traces, deadline, mutation = self.outcomes, self.traces, self.deadline, self.mutation
-        for policy in self.policies:
+        for policy in policies:
             scope = PolicyScope(policy, data, activation, environment)
             for rule, batched in zip(policy.rules, scope.batched, strict=True):
                 if deadline is not None and time.monotonic() > deadline:
@@ -201,7 +234,7 @@ class Run:
                 previous = traces.get(key)
                 if previous is None or (trace.changed and not previous.changed):
                     traces[key] = trace
-                if trace.outcome == "applied":
+                if trace.outcome in ("applied", "denied"):
                     applied[rule_id(policy, rule)] = None
         return template
 

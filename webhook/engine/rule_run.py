@@ -5,8 +5,9 @@ Failures become the rule's trace and a warning, or deny the request under `failu
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.actions.base import ActionContext, ActionSkipped
+from webhook.actions.base import ActionContext, ActionSkipped, Conflict
 from webhook.actions.parameters import parse_parameters
+from webhook.engine.enforcement import describe_value, introduced, refusal
 from webhook.engine.outcome import DenyRequest, Mutation, Outcome, RuleTrace, rule_id
 from webhook.engine.policy_scope import PolicyScope
 from webhook.policy import cel
@@ -102,21 +103,50 @@ def act(
     except ActionSkipped as skipped:
         mutation.warnings.append(f"{rule_id(policy, rule)}: skipped: {skipped}")
         return RuleTrace(policy.name, rule.name, slot_name, "skipped", str(skipped))
-    if not action_context.conflicts:
+    conflicts = action_context.conflicts
+    if not conflicts:
         return RuleTrace(policy.name, rule.name, slot_name, "applied", "", changed)
-    mutation.warnings.extend(f"{rule_id(policy, rule)}: {conflict}" for conflict in action_context.conflicts)
-    return RuleTrace(policy.name, rule.name, slot_name, "applied", "; ".join(action_context.conflicts), changed)
+    refused = context.refused(policy, rule, conflicts)
+    mutation.warnings.extend(f"{rule_id(policy, rule)}: {conflict}" for conflict in conflicts
+                             if not any(conflict is item for item in refused))
+    if refused:
+        detail = "; ".join(f"{context.prefix}{item.field}: wanted {describe_value(item.wanted)}, found "
+                           f"{describe_value(item.found)}" for item in refused)
+        return RuleTrace(policy.name, rule.name, slot_name, "denied", detail, changed)
+    return RuleTrace(policy.name, rule.name, slot_name, "applied", "; ".join(map(str, conflicts)), changed)
 
 
 
 class RuleContexts:
     """The ActionContext of one template's pass, handed to each rule that acts with that rule's `override`
-    and an empty conflict list: what the rules share on a template is built once, not once per rule."""
+    and an empty conflict list: what the rules share on a template is built once, not once per rule.
 
-    __slots__ = ("_context",)
+    Also what decides a refusal on this template: `enforced`, the Enforced policies holding the request;
+    `original` and `old`, the template as the request brings it and as it was before (UPDATE), since only
+    a conflict the request introduces is refused; `prefix`, the template's place in the object."""
 
-    def __init__(self, context: ActionContext) -> None:
+    __slots__ = ("_context", "enforced", "old", "original", "prefix", "refusals")
+
+    def __init__(
+        self, context: ActionContext, *, enforced: frozenset[str] = frozenset(), original: JSONObject | None = None,
+        old: JSONObject | None = None, prefix: str = "", refusals: list[str] | None = None,
+    ) -> None:
         self._context = context
+        self.enforced = enforced
+        self.original = original if original is not None else {}
+        self.old = old
+        self.prefix = prefix
+        self.refusals = refusals if refusals is not None else []
+        """Every refusal of this pass, for the request's denial."""
+
+    def refused(self, policy: Policy, rule: Rule, conflicts: list[Conflict]) -> list[Conflict]:
+        """The conflicts this rule's policy refuses (recorded in `refusals`); the rest are warnings."""
+        if policy.name not in self.enforced:
+            return []
+        found = [conflict for conflict in conflicts
+                 if conflict.refusable and introduced(conflict, self.original, self.old)]
+        self.refusals.extend(refusal(policy, rule, self.prefix, conflict) for conflict in found)
+        return found
 
     def for_rule(self, rule: Rule) -> ActionContext:
         context = self._context

@@ -14,17 +14,20 @@ INJECT_LABEL = "placer.dev/inject"
 
 
 def pass_through_reason(
-    request: AdmissionRequest, kind: WorkloadKind, obj: JSONObject, *, pod_only_rules: bool = False
+    request: AdmissionRequest, kind: WorkloadKind, obj: JSONObject, *, pod_only_rules: bool = False,
+    honour_opt_out: bool = True,
 ) -> str | None:
     """Why Placer must leave this object as it is, or None when its policies apply.
 
     `pod_only_rules`: the object is a Pod created from a template Placer already mutated, and only the rules
-    that read what the Pod alone has (`ActionSpec.pod_only`) will run on it: that is no reason to pass."""
+    that read what the Pod alone has (`ActionSpec.pod_only`) will run on it: that is no reason to pass.
+    `honour_opt_out`: False under an Enforced policy, which the `placer.dev/inject: disabled` label does not
+    exempt (the object's author writes that label; exemptions are the policy's own, `spec.exemptions`)."""
     if request.sub_resource:
         return f"subresource {request.sub_resource}"
     if request.operation not in kind.operations:
         return f"{request.operation} of {kind.kind} is not mutated"
-    if labelled_disabled(obj):
+    if honour_opt_out and labelled_disabled(obj):
         return f"labelled {INJECT_LABEL}=disabled"
     owned = None if pod_only_rules else controller_owned(kind, obj)
     if owned is not None:
@@ -32,7 +35,7 @@ def pass_through_reason(
     if request.operation == "UPDATE" and not kind.template_changed(obj, request.old_object):
         return "the update does not change the pod template"
     views = [slot.view(obj, raw) for slot in kind.templates(obj) if (raw := slot.read(obj)) is not None]
-    if views and all(labelled_disabled(view) for view in views):
+    if honour_opt_out and views and all(labelled_disabled(view) for view in views):
         return f"pod template labelled {INJECT_LABEL}=disabled"
     return None
 

@@ -33,6 +33,9 @@ GROUP = "admissionregistration.k8s.io"
 GANG_REASON = ("add-gang-labels: the group identity and size Placer derives (operator pod sets, names shortened "
                "with a hash, YuniKorn's task groups with the pods' requests) cannot be computed by CEL in the API "
                "server; gangs stay with the webhook")
+ENFORCED_REASON = ("enforcement: Enforced: a MutatingAdmissionPolicy cannot refuse an object, and the export does "
+                   "not write the ValidatingAdmissionPolicy that would (nor can one refuse a Pod naming its node "
+                   "only when no node creates it); an Enforced policy stays with the webhook")
 VOLUME_REASON = ("pin-to-volume-node: the node a pod's claims are on comes from PersistentVolumeClaims and "
                  "PersistentVolumes, which a MutatingAdmissionPolicy cannot read (it sees only the request)")
 CREATES_REASON = ("; createPodGroup: a MutatingAdmissionPolicy only changes the object under admission, it "
@@ -156,6 +159,8 @@ class Exporter:
 
     def _rule_mutation(self, policy: Policy, rule: Rule, unexportable: Mapping[str, str], dialect: Dialect,
                        policy_rules: Sequence[str]) -> str:
+        if policy.enforcement == "Enforced":
+            raise NotExportable(ENFORCED_REASON)
         params = self._parameters(rule, unexportable)
         return rule_expression(dialect, rule.action.name, params, override=rule.override,
                                condition=self._condition(rule), rule_id=f"{policy.name}/{rule.name}",

@@ -33,6 +33,7 @@ from webhook.engine.configuration import gang_not_enforced, pod_groups_not_serve
 from webhook.kube.api import ApiError, KubeApi, TransportError
 from webhook.kube.connection import ConnectionSetupError, connect, identity
 from webhook.kube.discovery import DRA_KINDS, DiscoveryRefresh, ServedApis, discover, write_served_apis
+from webhook.kube.enforce_labels import EnforceLabels
 from webhook.kube.health_round import HealthRound, PodGroupApiCheck
 from webhook.kube.leader import LeaseElector
 from webhook.kube.node_events import UnchangedNodeEvents
@@ -235,9 +236,10 @@ class ClusterController:
         self.pod_groups = PodGroupKeeper(api, default_workload_table(), wake=self._wake.set,
                                          observe=(metrics or ControllerMetrics()).observe_pod_group,
                                          monotonic=monotonic)
+        self.enforce_labels = EnforceLabels(api, wake=self._wake.set)
         self.reflectors = (
             Reflector(api, POLICIES, self._set_policies),
-            Reflector(api, NAMESPACES, self.namespaces),
+            Reflector(api, NAMESPACES, self.enforce_labels.sink(self.namespaces)),
             Reflector(api, PRIORITY_CLASSES, self._set_priority_classes),
             Reflector(api, NODES, self.nodes, pace=NODE_WATCH_PACE, unchanged=self.node_events),
             Reflector(api, CLAIMS, self.claims),
@@ -333,6 +335,7 @@ class ClusterController:
         if self._elector.is_leader:
             self._report(policies)
             self.pod_groups.reconcile()
+            self.enforce_labels.reconcile(good.document for _, good in self._last_good.values() if good.document)
 
     def _publish(self, policies: Store, priority_classes: Store | None) -> None:
         """Write `policies.json` when what it holds changed (the namespaces are published by their sink)."""

@@ -29,6 +29,9 @@ REASON_ORDER = (RULE_ERRORS, POD_GROUPS_NOT_SERVED, GANG_NOT_ENFORCED, MISSING_K
 OUTCOME_FIELDS = {"applied": "applied", "not-matched": "notMatched", "missing": "missingKeys", "error": "errors",
                   "skipped": "skipped"}
 """Rule outcome (`placer_rule_evaluations_total{outcome}`) to the status field that counts it."""
+DENIED = "denied"
+"""Refusals of an Enforced policy's rule (`webhook.engine.enforcement`): written as `denied` only when there
+were some, so the status of a policy that refuses nothing reads as before."""
 
 
 @dataclass(slots=True)
@@ -81,20 +84,26 @@ def recent_status(health: PolicyHealth) -> dict[str, Any]:
         entry: dict[str, Any] = {"name": name, "evaluated": counts.evaluated}
         for outcome, key in OUTCOME_FIELDS.items():
             entry[key] = counts.counts.get(outcome, 0)
+        if counts.counts.get(DENIED):
+            entry[DENIED] = counts.counts[DENIED]
         if counts.last_error is not None:
             entry["lastError"] = counts.last_error.detail
         if counts.last_missing is not None:
             entry["lastMissingKey"] = counts.last_missing.detail
         rules.append(entry)
-    return {
+    recent: dict[str, Any] = {
         "windowSeconds": health.window_seconds,
         "replicas": health.replicas,
         "evaluated": max((rule["evaluated"] for rule in rules), default=0),
         "applied": sum(rule["applied"] for rule in rules),
         "errors": sum(rule["errors"] for rule in rules),
         "missingKeys": sum(rule["missingKeys"] for rule in rules),
-        "rules": rules,
     }
+    denied = sum(rule.get(DENIED, 0) for rule in rules)
+    if denied:
+        recent[DENIED] = denied
+    recent["rules"] = rules
+    return recent
 
 
 def healthy_condition(policy: str, health: PolicyHealth | None, findings: Iterable[Finding]

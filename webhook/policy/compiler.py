@@ -22,6 +22,7 @@ from webhook.names import (
 from webhook.policy import cel
 from webhook.policy.cel_libraries.leaks import LeakAccount
 from webhook.policy.errors import PolicyError
+from webhook.policy.exemptions import ENFORCEMENTS, parse_exemptions
 from webhook.policy.field_check import FieldChecks
 from webhook.policy.model import ConditionBatch, Inlined, Policy, Rule, Variable
 from webhook.policy.reads import Reads, reads_of
@@ -32,7 +33,7 @@ KIND = "SchedulingPolicy"
 DEFAULT_PRIORITY = 100
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SPEC_FIELDS = {"priority", "namespaceSelector", "failurePolicy", "variables", "rules"}
+_SPEC_FIELDS = {"priority", "namespaceSelector", "failurePolicy", "enforcement", "exemptions", "variables", "rules"}
 _RULE_FIELDS = {"name", "condition", "action", "parameters", "parameterExpressions", "override"}
 
 
@@ -81,6 +82,11 @@ class PolicyCompiler:
         failure_policy = spec.get("failurePolicy", "Ignore")
         if failure_policy not in ("Ignore", "Fail"):
             errors.add(f"must be Ignore or Fail, not {failure_policy!r}", field="spec.failurePolicy")
+        enforcement = spec.get("enforcement", "Advisory")
+        if enforcement not in ENFORCEMENTS:
+            errors.add(f"must be Advisory or Enforced, not {enforcement!r}", field="spec.enforcement")
+        exemptions = parse_exemptions(spec.get("exemptions"), errors.add,
+                                      lambda raw, where: _namespace_selector(raw, errors, where))
         variables = self._variables(spec.get("variables"), errors)
         rules = self._rules(spec.get("rules"), variables, errors)
         if errors.items:
@@ -93,6 +99,8 @@ class PolicyCompiler:
             priority=priority,
             namespace_selector=selector,
             failure_policy=failure_policy,
+            enforcement=enforcement,
+            exemptions=exemptions,
             variables=tuple(variables.values()),
             rules=tuple(rules),
             source=source,
@@ -323,10 +331,9 @@ def _priority(value: Any, errors: _ErrorSink) -> int:
     return value
 
 
-def _namespace_selector(raw: Any, errors: _ErrorSink) -> LabelSelector | None:
+def _namespace_selector(raw: Any, errors: _ErrorSink, where: str = "spec.namespaceSelector") -> LabelSelector | None:
     if raw is None:
         return None
-    where = "spec.namespaceSelector"
     if not isinstance(raw, dict) or not set(raw) <= {"matchLabels", "matchExpressions"}:
         errors.add("must be a label selector with matchLabels and/or matchExpressions", field=where)
         return None

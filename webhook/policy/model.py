@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from webhook.actions.base import ActionSpec
 from webhook.policy.cel import Program
+from webhook.policy.exemptions import Enforcement, Exemptions
 from webhook.policy.reads import Reads
 from webhook.selectors import LabelSelector
 
@@ -81,6 +82,11 @@ class Policy:
     source: str
     """Where the policy came from (a file path, or `cluster`), for messages."""
     generation: int | None = None
+    enforcement: Enforcement = "Advisory"
+    """Enforced: a conflict with a rule is refused, the opt-out label does not exempt, a Pod may not name its
+    node, `restrict-tolerations` refuses (`webhook.engine.enforcement`)."""
+    exemptions: Exemptions | None = None
+    """Who an Enforced policy treats as Advisory (`webhook.policy.exemptions`)."""
     conditions: tuple[ConditionBatch, ...] = ()
     """At most two batches: the conditions that read no policy variable, then those that do, with their
     variables written in (`Rule.inlined`): rules without a batch, or whose batch fails, are evaluated alone.

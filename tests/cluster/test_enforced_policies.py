@@ -1,0 +1,141 @@
+"""Enforced policies on a living cluster (issue: placement tenants cannot escape).
+
+In a namespace an Enforced policy puts on pool `general` (a node labelled here `placer-e2e-pool=general`)
+with only the `dedicated=gpu` toleration allowed:
+- the controller labels the namespace `placer.dev/enforce=true`, so the fail-closed webhook entry serves it;
+- a compliant pod is admitted and placed on the pool;
+- a pod or a Deployment with its own conflicting nodeSelector, a pod with another toleration and a pod naming
+  its node are refused (HTTP 403) with the policy, rule, field, wanted and found;
+- the opt-out label `placer.dev/inject: disabled` exempts nothing;
+- the same pod under an Advisory policy is admitted with its value kept and a warning (kubectl prints it).
+
+Needs no feature gate (admission webhooks and warnings are GA). Needs one untainted schedulable node (it gets
+the label `placer-e2e-pool=general` for the test and loses it after) and `kubectl` on PATH for the warning.
+"""
+
+import contextlib
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cluster.harness import KUBECONFIG_ENV, Cluster, wait_until
+from webhook.kube.api import ApiError
+
+pytestmark = pytest.mark.cluster
+
+POOL_KEY = "placer-e2e-pool"
+ENFORCE_LABEL = "placer.dev/enforce"
+GPU = {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
+
+
+def boundary(tenant: str, enforcement: str) -> dict[str, Any]:
+    return {"enforcement": enforcement, "namespaceSelector": {"matchLabels": {"placer-e2e-tenant": tenant}},
+            "rules": [{"name": "general-pool", "action": "add-node-selector", "parameters": {POOL_KEY: "general"}},
+                      {"name": "only-gpu-toleration", "action": "restrict-tolerations",
+                       "parameters": {"allowed": [GPU]}}]}
+
+
+def pod(name: str, spec: dict[str, Any] | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, **({"labels": labels} if labels else {})},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                                     "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
+                     **(spec or {})}}
+
+
+def deployment(name: str, template_spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {
+                "metadata": {"labels": {"app": name}}, "spec": {**pod(name)["spec"], **template_spec}}}}
+
+
+@pytest.fixture
+def general_node(cluster: Cluster) -> Iterator[str]:
+    nodes = [node for node in cluster.api.get("/api/v1/nodes")["items"]
+             if not node["spec"].get("unschedulable") and not node["spec"].get("taints")]
+    if not nodes:
+        pytest.skip("no untainted schedulable node in this cluster")
+    name = nodes[-1]["metadata"]["name"]
+    cluster.api.merge_patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {POOL_KEY: "general"}}})
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(ApiError):
+            cluster.api.merge_patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {POOL_KEY: None}}})
+
+
+def refused(cluster: Cluster, path: str, obj: dict[str, Any]) -> str:
+    """The API server's refusal message for creating `obj` (the test fails if it is admitted)."""
+    with pytest.raises(ApiError) as denial:
+        cluster.api.create(path, obj)
+    assert denial.value.code == 403, denial.value
+    return denial.value.message
+
+
+def test_an_enforced_policy_holds_the_tenant_boundary(cluster: Cluster, general_node: str) -> None:
+    tenant = os.urandom(3).hex()
+    namespace = cluster.namespace({"placer-e2e-tenant": tenant})
+    cluster.policy(f"enforced-{tenant}", boundary(tenant, "Enforced"))
+    try:
+        wait_until(lambda: (cluster.api.get(f"/api/v1/namespaces/{namespace}")["metadata"].get("labels") or {})
+                   .get(ENFORCE_LABEL) == "true", timeout=30, what="the controller's placer.dev/enforce label")
+        pods = f"/api/v1/namespaces/{namespace}/pods"
+
+        placed = cluster.api.create(pods, pod("compliant", {"tolerations": [GPU]}))
+        assert placed["spec"]["nodeSelector"] == {POOL_KEY: "general"}
+        wait_until(lambda: cluster.api.get(f"{pods}/compliant")["spec"].get("nodeName") == general_node,
+                   timeout=60, what="the compliant pod scheduled on the general pool")
+
+        own_pool = {"nodeSelector": {POOL_KEY: "shared-premium"}}
+        message = refused(cluster, pods, pod("own-pool", own_pool))
+        assert ('pods "own-pool" is forbidden: policy placer-e2e-enforced-' + tenant + ", rule general-pool: "
+                f'spec.nodeSelector[{POOL_KEY}]: wanted "general", found "shared-premium"') in message, message
+
+        message = refused(cluster, f"/apis/apps/v1/namespaces/{namespace}/deployments",
+                          deployment("own-pool", own_pool))
+        assert f'spec.template.spec.nodeSelector[{POOL_KEY}]: wanted "general"' in message, message
+
+        other = {"key": "dedicated", "operator": "Equal", "value": "batch", "effect": "NoSchedule"}
+        message = refused(cluster, pods, pod("other-toleration", {"tolerations": [other]}))
+        assert 'spec.tolerations: wanted one of "dedicated=gpu:NoSchedule", found "dedicated=batch:NoSchedule"' \
+            in message, message
+
+        message = refused(cluster, pods, pod("own-node", {"nodeName": general_node}))
+        assert f'spec.nodeName: wanted unset (the scheduler places pods), found "{general_node}"' in message
+
+        message = refused(cluster, pods, pod("opted-out", own_pool, labels={"placer.dev/inject": "disabled"}))
+        assert 'found "shared-premium"' in message, "the opt-out label exempts nothing"
+    finally:
+        cluster.delete_policy(f"enforced-{tenant}")
+
+
+def test_the_same_pod_under_an_advisory_policy_keeps_its_value_with_a_warning(
+        cluster: Cluster, tmp_path: Path) -> None:
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "this test reads the warning as users do, from kubectl: put it on PATH"
+    tenant = os.urandom(3).hex()
+    namespace = cluster.namespace({"placer-e2e-tenant": tenant})
+    cluster.policy(f"advisory-{tenant}", boundary(tenant, "Advisory"))
+    try:
+        wait_until(lambda: cluster.api.get(f"/apis/placer.dev/v1alpha1/schedulingpolicies/"
+                                           f"placer-e2e-advisory-{tenant}").get("status", {}).get("conditions"),
+                   timeout=30, what="the policy compiled")
+        manifest = tmp_path / "pod.yaml"
+        manifest.write_text(yaml.safe_dump(pod("own-pool", {"nodeSelector": {POOL_KEY: "shared-premium"}})))
+        created = subprocess.run([kubectl, "--kubeconfig", os.environ[KUBECONFIG_ENV], "create", "-n", namespace,
+                                  "-f", str(manifest), "--dry-run=server", "-o", "yaml"],
+                                 check=False, capture_output=True, text=True, timeout=60)
+        assert created.returncode == 0, created.stderr
+        assert yaml.safe_load(created.stdout)["spec"]["nodeSelector"] == {POOL_KEY: "shared-premium"}
+        assert (f"Warning: placer: placer-e2e-advisory-{tenant}/general-pool: nodeSelector {POOL_KEY} is "
+                "'shared-premium', kept (wanted 'general')") in created.stderr, created.stderr
+        labels = cluster.api.get(f"/api/v1/namespaces/{namespace}")["metadata"].get("labels") or {}
+        assert ENFORCE_LABEL not in labels, "an Advisory policy does not fail closed"
+    finally:
+        cluster.delete_policy(f"advisory-{tenant}")

@@ -1,0 +1,240 @@
+"""Enforced policies in the engine: refusals at the Pod and the workload, the opt-out label, nodeName,
+exemptions, UPDATEs, and Advisory left as it was."""
+
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.helpers import compile_errors, review_for, run, snapshot_of
+from webhook.cli import main
+from webhook.kube.policy_health import PolicyHealth, RuleCounts, recent_status
+from webhook.pipeline import admit
+from webhook.policy.snapshot import NamespaceInfo
+from webhook.review import parse_review
+from webhook.workloads import default_workload_table
+
+TEAM_A = NamespaceInfo("team-a", {"tenant": "team-a"})
+
+
+def policy(*, enforcement: str = "Enforced", rules: str = "", exemptions: str = "") -> str:
+    rules = rules or "  - {name: pool, action: add-node-selector, parameters: {node-pool: general}}\n"
+    return ("apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: boundary}\nspec:\n"
+            f"  enforcement: {enforcement}\n  namespaceSelector: {{matchLabels: {{tenant: team-a}}}}\n"
+            f"{exemptions}  rules:\n{rules}")
+
+
+def pod(spec: dict[str, Any] | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "web", "namespace": "team-a"}
+    if labels:
+        metadata["labels"] = labels
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+            "spec": {"containers": [{"name": "c", "image": "registry.example/app:1"}], **(spec or {})}}
+
+
+def deployment(template_spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "team-a"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "registry.example/app:1"}], **template_spec}}}}
+
+
+def review(obj: dict[str, Any], *, user: dict[str, Any] | None = None, **options: Any) -> dict[str, Any]:
+    body = review_for(obj, **options)
+    if user is not None:
+        body["request"]["userInfo"] = user
+    return body
+
+
+SHARED = {"nodeSelector": {"node-pool": "shared-premium"}}
+
+
+def test_a_pod_with_its_own_conflicting_node_selector_is_refused_like_pod_node_selector() -> None:
+    mutation = run(snapshot_of(policy(), namespaces=[TEAM_A]), review(pod(SHARED)))
+    assert mutation.denial == ('pods "web" is forbidden: policy boundary, rule pool: spec.nodeSelector[node-pool]: '
+                               'wanted "general", found "shared-premium" (enforcement: Enforced)')
+    assert mutation.refused and mutation.patch == []
+    assert [trace.outcome for trace in mutation.traces] == ["denied"]
+
+
+def test_the_workload_is_refused_so_no_controller_loops_on_refused_pods() -> None:
+    mutation = run(snapshot_of(policy(), namespaces=[TEAM_A]), review(deployment(SHARED)))
+    assert mutation.denial is not None
+    assert "deployments \"web\" is forbidden: policy boundary, rule pool: spec.template.spec.nodeSelector[node-pool]" \
+        in mutation.denial
+
+
+def test_advisory_keeps_the_value_with_a_warning_as_before() -> None:
+    mutation = run(snapshot_of(policy(enforcement="Advisory"), namespaces=[TEAM_A]), review(pod(SHARED)))
+    assert mutation.denial is None and mutation.patch == []
+    assert mutation.warnings == ["boundary/pool: nodeSelector node-pool is 'shared-premium', kept (wanted 'general')"]
+
+
+def test_a_compliant_pod_is_placed_and_a_replaced_value_is_no_refusal() -> None:
+    snapshot = snapshot_of(policy(), namespaces=[TEAM_A])
+    placed = run(snapshot, review(pod()))
+    assert placed.denial is None
+    assert {"op": "add", "path": "/spec/nodeSelector", "value": {"node-pool": "general"}} in placed.patch
+    override = policy(rules="  - {name: pool, action: add-node-selector, parameters: {node-pool: general}, "
+                            "override: true}\n")
+    replaced = run(snapshot_of(override, namespaces=[TEAM_A]), review(pod(SHARED)))
+    assert replaced.denial is None and replaced.patch, "override: the rule's value holds, nothing to refuse"
+
+
+@pytest.mark.parametrize(("rules", "spec", "field"), [
+    ("  - {name: s, action: set-scheduler-name, parameters: {schedulerName: team-scheduler}}\n",
+     {"schedulerName": "volcano"}, 'spec.schedulerName: wanted "team-scheduler", found "volcano"'),
+    ("  - {name: s, action: set-priority-class, parameters: {priorityClassName: tenant-low}}\n",
+     {"priorityClassName": "system-cluster-critical"},
+     'spec.priorityClassName: wanted "tenant-low", found "system-cluster-critical"'),
+    ("  - {name: s, action: add-node-affinity, parameters: {key: node-pool, operator: In, values: [general]}}\n",
+     {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+         {"matchExpressions": [{"key": "node-pool", "operator": "In", "values": ["shared-premium"]}]}]}}}},
+     "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution: wanted \"node-pool In ['general']\""
+     ", found \"node-pool In ['shared-premium']\""),
+])
+def test_scheduler_priority_class_and_contradicting_required_affinity_are_refused(
+        rules: str, spec: dict[str, Any], field: str) -> None:
+    mutation = run(snapshot_of(policy(rules=rules), namespaces=[TEAM_A]), review(pod(spec)))
+    assert mutation.denial is not None and field in mutation.denial
+
+
+def test_required_affinity_that_can_hold_with_the_rule_is_narrowed_not_refused() -> None:
+    rules = "  - {name: s, action: add-node-affinity, parameters: {key: node-pool, operator: In, values: [general]}}\n"
+    spec = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "node-pool", "operator": "In", "values": ["general", "shared"]}]}]}}}}
+    mutation = run(snapshot_of(policy(rules=rules), namespaces=[TEAM_A]), review(pod(spec)))
+    assert mutation.denial is None and mutation.patch
+
+
+def test_the_opt_out_label_exempts_nothing_under_enforced_and_everything_under_advisory() -> None:
+    disabled = pod(SHARED, labels={"placer.dev/inject": "disabled"})
+    enforced = run(snapshot_of(policy(), namespaces=[TEAM_A]), review(disabled))
+    assert enforced.denial is not None and "found \"shared-premium\"" in enforced.denial
+    advisory = run(snapshot_of(policy(enforcement="Advisory"), namespaces=[TEAM_A]), review(disabled))
+    assert advisory.denial is None and advisory.passed_through == "labelled placer.dev/inject=disabled"
+    template = deployment(SHARED)
+    template["spec"]["template"]["metadata"]["labels"]["placer.dev/inject"] = "disabled"
+    assert run(snapshot_of(policy(), namespaces=[TEAM_A]), review(template)).denial is not None
+
+
+def test_exemptions_are_written_in_the_policy_and_make_it_advisory_for_that_request() -> None:
+    exempt = policy(exemptions="  exemptions: {groups: [platform-admins], namespaces: [ops], "
+                               "objectSelector: {matchLabels: {tier: system}}}\n")
+    snapshot = snapshot_of(exempt, namespaces=[TEAM_A])
+    admin = run(snapshot, review(pod(SHARED), user={"username": "alice", "groups": ["platform-admins"]}))
+    assert admin.denial is None and any("kept (wanted 'general')" in warning for warning in admin.warnings)
+    labelled = run(snapshot, review(pod(SHARED, labels={"tier": "system"})))
+    assert labelled.denial is None
+    tenant = run(snapshot, review(pod(SHARED), user={"username": "bob", "groups": ["team-a"]}))
+    assert tenant.denial is not None
+
+
+def test_a_pod_naming_its_node_is_refused_unless_a_node_creates_it() -> None:
+    snapshot = snapshot_of(policy(), namespaces=[TEAM_A])
+    bound = pod({"nodeName": "worker-7"})
+    tenant = run(snapshot, review(bound, user={"username": "bob", "groups": ["system:authenticated"]}))
+    assert tenant.denial is not None and 'spec.nodeName: wanted unset (the scheduler places pods), found "worker-7"' \
+        in tenant.denial
+    kubelet = run(snapshot, review(bound, user={"username": "system:node:worker-7", "groups": ["system:nodes"]}))
+    assert kubelet.denial is None, "a mirror pod of a static pod"
+    advisory = run(snapshot_of(policy(enforcement="Advisory"), namespaces=[TEAM_A]), review(bound))
+    assert advisory.denial is None
+    owned = pod({"nodeName": "worker-7"})
+    owned["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1",
+                                             "uid": "1", "controller": True}]
+    owned["metadata"]["annotations"] = {"placer.dev/applied": "boundary/pool"}
+    assert run(snapshot, review(owned)).denial is not None, "a forged owner does not let a Pod name its node"
+
+
+
+def test_a_pod_from_a_mutated_template_is_checked_not_changed() -> None:
+    snapshot = snapshot_of(policy(), namespaces=[TEAM_A])
+    owner = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "1", "controller": True}]
+    forged = pod(SHARED)
+    forged["metadata"] |= {"ownerReferences": owner, "annotations": {"placer.dev/applied": "boundary/pool"}}
+    refused = run(snapshot, review(forged))
+    assert refused.denial is not None and 'found "shared-premium"' in refused.denial, "copied marks exempt nothing"
+    genuine = pod({"nodeSelector": {"node-pool": "general"}})
+    genuine["metadata"] |= {"ownerReferences": owner, "annotations": {"placer.dev/applied": "boundary/pool"}}
+    passed = run(snapshot, review(genuine))
+    assert passed.denial is None and passed.patch == [] and passed.passed_through is not None
+    unplaced = pod()
+    unplaced["metadata"] |= {"ownerReferences": owner, "annotations": {"placer.dev/applied": "boundary/pool"}}
+    assert run(snapshot, review(unplaced)).patch == [], "a controller's Pod is never changed, only checked"
+
+
+def test_an_update_is_refused_only_when_it_introduces_the_conflict() -> None:
+    snapshot = snapshot_of(policy(), namespaces=[TEAM_A])
+    before = deployment({"nodeSelector": {"node-pool": "general"}})
+    after = deployment(SHARED)
+    introduced = run(snapshot, review(after, operation="UPDATE", old=before))
+    assert introduced.denial is not None
+    old = deployment(SHARED)
+    new = deployment(SHARED)
+    new["spec"]["template"]["spec"]["containers"][0]["image"] = "registry.example/app:2"
+    kept = run(snapshot, review(new, operation="UPDATE", old=old))
+    assert kept.denial is None, "a conflict from before the policy was Enforced must not block every update"
+    assert any("kept (wanted 'general')" in warning for warning in kept.warnings)
+
+
+def test_the_review_answer_is_a_403_with_the_message() -> None:
+    admission = admit(parse_review(review(pod(SHARED))), snapshot_of(policy(), namespaces=[TEAM_A]),
+                      default_workload_table())
+    response = admission.response["response"]
+    assert admission.result == "denied" and response["allowed"] is False
+    assert response["status"]["code"] == 403 and response["status"]["reason"] == "Forbidden"
+    assert response["status"]["message"].startswith('pods "web" is forbidden: policy boundary, rule pool:')
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("enforcement: Strict", "spec.enforcement: must be Advisory or Enforced, not 'Strict'"),
+    ("exemptions: {users: alice}", "spec.exemptions.users: must be a list of non-empty strings"),
+    ("exemptions: {namespaces: [Bad_NS]}", "spec.exemptions.namespaces: 'Bad_NS'"),
+    ("exemptions: {who: [x]}", "spec.exemptions.who: unknown field"),
+    ("exemptions: {objectSelector: {matchExpressions: [{key: a, operator: Near}]}}",
+     "spec.exemptions.objectSelector.matchExpressions[0]: operator must be"),
+])
+def test_bad_enforcement_and_exemptions_are_errors_at_the_field(spec: str, message: str) -> None:
+    text = ("apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: org}\nspec:\n"
+            f"  {spec}\n  rules:\n  - {{name: r, action: add-labels, parameters: {{a: b}}}}\n")
+    errors = compile_errors(text)
+    assert any(message in error for error in errors), errors
+
+
+def test_lint_says_which_rules_refuse(capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    (tmp_path / "boundary.yaml").write_text(policy(rules=(
+        "  - {name: pool, action: add-node-selector, parameters: {node-pool: general}}\n"
+        "  - {name: mark, action: add-labels, parameters: {tenant: team-a}}\n")))
+    (tmp_path / "advice.yaml").write_text(policy(enforcement="Advisory", exemptions="  exemptions: {users: [a]}\n")
+                                          .replace("name: boundary", "name: advice"))
+    assert main(["lint", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert ("boundary: Enforced: refuses a Pod naming its node, and a conflict with rule(s) pool; the opt-out label "
+            "does not exempt") in out
+    assert "policy advice: spec.exemptions has no effect under enforcement Advisory" in err
+
+
+def test_refusals_count_in_the_policys_recent_status_and_fit_the_crd_schema() -> None:
+    health = PolicyHealth(900, 1, {"pool": RuleCounts({"applied": 5, "denied": 2}), "mark": RuleCounts({"applied": 7})})
+    recent = recent_status(health)
+    assert recent["denied"] == 2 and recent["rules"][0]["denied"] == 2 and recent["rules"][0]["evaluated"] == 7
+    assert "denied" not in recent["rules"][1], "a rule that refused nothing reads as before"
+    crd = yaml.safe_load((REPO / "deploy/base/crd.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["recent"]
+    jsonschema.validate(recent, {**schema, "additionalProperties": False})
+    for rule in recent["rules"]:
+        assert set(rule) <= set(schema["properties"]["rules"]["items"]["properties"]), "the API server would prune it"
+
+
+def test_under_annotation_opt_in_an_enforced_namespace_counts_as_opted_in() -> None:
+    enforced_ns = NamespaceInfo("team-a", {"tenant": "team-a", "placer.dev/enforce": "true"})
+    snapshot = snapshot_of(policy(), namespaces=[enforced_ns])
+    admission = admit(parse_review(review(pod(SHARED))), snapshot, default_workload_table(),
+                      opt_in="label-or-annotation")
+    assert admission.result == "denied"
+    plain = snapshot_of(policy(), namespaces=[TEAM_A])
+    skipped = admit(parse_review(review(pod(SHARED))), plain, default_workload_table(), opt_in="label-or-annotation")
+    assert skipped.result == "skipped", "a namespace neither opted in nor enforced is passed through, as before"
