@@ -137,6 +137,8 @@ class FakeApiServer:
     failures: list[Failure] = field(default_factory=list)
     podgroup_writes: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     """(POST or PUT, namespace/name, body) of every PodGroup written."""
+    merge_patches: list[tuple[str, dict[str, str], dict[str, Any]]] = field(default_factory=list)
+    """(path, query, body) of every merge patch of a listed workload (dry runs included)."""
     other: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     """Objects that are only read by name (GET), by collection path, e.g. /apis/apps/v1/namespaces/a/deployments."""
     silenced: tuple[str, ...] = ()
@@ -397,6 +399,11 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return self._patch_status(path.split("/")[-2], body, self.headers["Authorization"][7:])
             if path.startswith(LEASES):
                 return self._lease(method, path, body)
+            scoped = _scoped(path)
+            if scoped is not None and method == "GET" and scoped[2] is None:
+                return self._list(scoped[0], query, namespace=scoped[1])
+            if scoped is not None and method == "PATCH" and scoped[2] is not None:
+                return self._merge_patch(scoped[0], f"{scoped[1]}/{scoped[2]}", body, query)
             collection, _, name = path.rpartition("/")
             if method == "GET" and collection in _KINDS:
                 return self._get(collection, name)
@@ -456,11 +463,12 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(404, status(404, "NotFound", f'{resource} "{name}" not found'))
             self._send(200, obj)
 
-        def _list(self, path: str, query: dict[str, str]) -> None:
+        def _list(self, path: str, query: dict[str, str], namespace: str | None = None) -> None:
             api_version, kind, typed_items = _KINDS[path]
             selector = query.get("labelSelector") or ""
             with api.condition:
-                names = sorted(key for key, obj in api.objects[path].items() if selects(selector, obj))
+                names = sorted(key for key, obj in api.objects[path].items() if selects(selector, obj)
+                               and (namespace is None or obj["metadata"].get("namespace") == namespace))
                 start = int(query.get("continue") or 0)
                 limit = int(query.get("limit") or 0) or len(names) or 1
                 page = names[start:start + limit]
@@ -530,6 +538,26 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def _end(self) -> None:
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
+
+        def _merge_patch(self, collection: str, key: str, body: Any, query: dict[str, str]) -> None:
+            """A JSON merge patch (RFC 7386) of a listed workload: 409 when it names another resourceVersion
+            than the stored one, nothing stored under `dryRun=All`."""
+            with api.condition:
+                api.merge_patches.append((collection + "/" + key, dict(query), copy.deepcopy(body)))
+                existing = api.objects[collection].get(key)
+                resource = collection.rsplit("/", 1)[-1]
+                name = key.rsplit("/", 1)[-1]
+                if existing is None:
+                    return self._send(404, status(404, "NotFound", f'{resource} "{name}" not found'))
+                wanted = (body.get("metadata") or {}).get("resourceVersion")
+                if wanted is not None and wanted != existing["metadata"]["resourceVersion"]:
+                    return self._send(409, status(
+                        409, "Conflict", f'Operation cannot be fulfilled on {resource} "{name}": the object has '
+                        "been modified; please apply your changes to the latest version and try again"))
+                patched = _apply_merge_patch(copy.deepcopy(existing), body)
+                if query.get("dryRun") == "All":
+                    return self._send(200, patched)
+                return self._send(200, api._store(collection, patched))
 
         def _patch_status(self, name: str, body: Any, token: str) -> None:
             with api.condition:
@@ -615,6 +643,32 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             return self._send(405, status(405, "MethodNotAllowed", "method not allowed"))
 
     return Handler
+
+
+def _scoped(path: str) -> tuple[str, str, str | None] | None:
+    """(collection, namespace, name or None) of a namespaced path of a listed collection, e.g.
+    /apis/apps/v1/namespaces/a/deployments/web; None for any other path."""
+    parts = path.strip("/").split("/")
+    prefix_length = 2 if parts[0] == "api" else 3
+    rest = parts[prefix_length:]
+    if len(rest) not in (3, 4) or rest[0] != "namespaces":
+        return None
+    collection = "/" + "/".join([*parts[:prefix_length], rest[2]])
+    if collection not in _KINDS:
+        return None
+    return collection, rest[1], rest[3] if len(rest) == 4 else None
+
+
+def _apply_merge_patch(target: Any, patch: Any) -> Any:
+    if not isinstance(patch, dict):
+        return patch
+    result = target if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _apply_merge_patch(result.get(key), value)
+    return result
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition",

@@ -82,8 +82,8 @@ class KubeApi:
     def replace(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return self._request("PUT", path, None, body)
 
-    def merge_patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        return self._request("PATCH", path, None, body, content_type=MERGE_PATCH)
+    def merge_patch(self, path: str, body: Mapping[str, Any], query: Mapping[str, str] | None = None) -> dict[str, Any]:
+        return self._request("PATCH", path, query, body, content_type=MERGE_PATCH)
 
     def delete(self, path: str) -> dict[str, Any]:
         return self._request("DELETE", path, None)
