@@ -32,6 +32,7 @@ CLAIMS = "/api/v1/persistentvolumeclaims"
 VOLUMES = "/api/v1/persistentvolumes"
 DEPLOYMENTS = "/apis/apps/v1/deployments"
 STATEFULSETS = "/apis/apps/v1/statefulsets"
+DAEMONSETS = "/apis/apps/v1/daemonsets"
 REPLICASETS = "/apis/apps/v1/replicasets"
 JOBS = "/apis/batch/v1/jobs"
 CRONJOBS = "/apis/batch/v1/cronjobs"
@@ -49,6 +50,7 @@ _KINDS = {
     VOLUMES: ("v1", "PersistentVolume", False),
     DEPLOYMENTS: ("apps/v1", "Deployment", False),
     STATEFULSETS: ("apps/v1", "StatefulSet", False),
+    DAEMONSETS: ("apps/v1", "DaemonSet", False),
     REPLICASETS: ("apps/v1", "ReplicaSet", False),
     JOBS: ("batch/v1", "Job", False),
     CRONJOBS: ("batch/v1", "CronJob", False),
@@ -59,6 +61,8 @@ _KINDS = {
 }
 """Collections listed and watched (namespaced ones across all namespaces: objects keyed `namespace/name`)."""
 NOT_SERVED = "the server could not find the requested resource"
+REPORTS_API = "/apis/wgpolicyk8s.io/v1alpha2"
+"""PolicyReports (the Policy WG's CRDs): served when `reports_served`; reports are objects read by name."""
 
 
 def object_key(obj: dict[str, Any]) -> str:
@@ -128,6 +132,8 @@ class FakeApiServer:
 
     objects: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: {path: {} for path in _KINDS})
     podgroups_served: bool = True
+    reports_served: bool = False
+    """Whether the PolicyReport CRDs (wgpolicyk8s.io/v1alpha2) are installed."""
     """Whether the PodGroup CRD (scheduler-plugins) is installed: without it every path of its group is 404."""
     leases: dict[str, dict[str, Any]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
@@ -391,6 +397,16 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                                              "kind": "PodGroup", "shortNames": ["pg", "pgs"], "verbs": [
                                                  "delete", "deletecollection", "get", "list", "patch", "create",
                                                  "update", "watch"]}]})
+            if path.startswith(REPORTS_API) and not api.reports_served:
+                return self._send(404, status(404, "NotFound", NOT_SERVED))
+            if path == REPORTS_API and method == "GET":
+                return self._send(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion":
+                                        "wgpolicyk8s.io/v1alpha2", "resources": [
+                                            {"name": "policyreports", "namespaced": True, "kind": "PolicyReport",
+                                             "verbs": ["create", "get", "list", "update", "watch"]},
+                                            {"name": "clusterpolicyreports", "namespaced": False,
+                                             "kind": "ClusterPolicyReport",
+                                             "verbs": ["create", "get", "list", "update", "watch"]}]})
             if path.startswith(PODGROUP_API + "/namespaces/"):
                 return self._podgroup(method, path, body)
             if method == "GET" and path in _KINDS:

@@ -31,6 +31,7 @@ from typing import Any
 from webhook.dra import CLAIM_KIND, CLASS_KIND, class_entry, device_entry, is_generated_claim
 from webhook.engine.configuration import gang_not_enforced, pod_groups_not_served
 from webhook.kube.api import ApiError, KubeApi, TransportError
+from webhook.kube.background import BackgroundReports, ServedPolicies
 from webhook.kube.connection import ConnectionSetupError, connect, identity
 from webhook.kube.discovery import DRA_KINDS, DiscoveryRefresh, ServedApis, discover, write_served_apis
 from webhook.kube.health_round import HealthRound, PodGroupApiCheck
@@ -194,9 +195,12 @@ class ClusterController:
         served: ServedApis | None = None,
         discovery: DiscoveryRefresh | None = None,
         health: HealthRound | None = None,
+        background: BackgroundReports | None = None,
     ) -> None:
         """`health`: where this replica publishes its rule counts and the leader reads every replica's (None:
-        the status says nothing of counts, `Healthy` is Unknown unless the configuration says otherwise)."""
+        the status says nothing of counts, `Healthy` is Unknown unless the configuration says otherwise).
+        `background`: judges existing workloads into PolicyReports, in a thread of its own (None: no reports)."""
+        self.background = background
         self._api = api
         self.served = served or ServedApis()
         self._discovery = discovery
@@ -280,6 +284,9 @@ class ClusterController:
             threading.Thread(target=r.run, args=(stop,), name=f"placer-watch-{r.kind.lower()}", daemon=True)
             for r in self.reflectors
         ]
+        if self.background is not None:
+            self.watch_threads.append(threading.Thread(target=self.background.run, args=(stop,),
+                                                       name="placer-background-reports", daemon=True))
         for thread in self.watch_threads:
             thread.start()
         while not stop.is_set():
@@ -448,8 +455,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         elector = LeaseElector(api, namespace=connection.namespace, name=LEASE_NAME, identity=identity())
     served = served_at_start(api, args.state)
     discovery = DiscoveryRefresh(api, args.state, served)
+    background = BackgroundReports(api, args.state, ServedPolicies(args.state, PolicyCompiler()),
+                                   leading=lambda: elector is None or elector.is_leader)
     controller = ClusterController(api, args.state, compiler=PolicyCompiler(), elector=elector, served=served,
-                                   discovery=discovery,
+                                   discovery=discovery, background=background,
                                    health=None if args.no_status else _health_round(api, connection.namespace))
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -69,17 +69,21 @@ def namespace_report(namespace: str, verdicts: Iterable[Verdict], stamps: Timest
     """The namespace's PolicyReport: one result per workload and rule, with summary counts."""
     now = stamps.clock()
     results: list[JSONObject] = []
+    used: set[ResultKey] = set()
     for verdict in sorted(verdicts, key=lambda v: (v.workload.kind, v.workload.name)):
         resource = verdict.workload.as_report_resource()
         identity = verdict.workload.uid or f"{namespace}/{verdict.workload.kind}/{verdict.workload.name}"
         for rule in verdict.results:
             message = rule.message if len(rule.message) <= MESSAGE_LIMIT else rule.message[:MESSAGE_LIMIT - 1] + "…"
-            found = stamps.of((identity, rule.policy, rule.rule, rule.result, message), now)
+            key = (identity, rule.policy, rule.rule, rule.result, message)
+            used.add(key)
+            found = stamps.of(key, now)
             results.append({
                 "policy": rule.policy, "rule": rule.rule, "result": rule.result, "message": message,
                 "resources": [resource], "source": SOURCE, "scored": True,
                 "timestamp": {"seconds": int(found), "nanos": 0},
             })
+    stamps.keep_only(used)
     summary = {name: sum(1 for result in results if result["result"] == name) for name in RESULTS}
     report: JSONObject = {
         "apiVersion": API_VERSION, "kind": "PolicyReport",
@@ -177,6 +181,9 @@ class ReportWriter:
             if error.code == 404:
                 return None
             raise
+
+    def written(self, namespace: str | None) -> bool:
+        return namespace in self._written
 
     def forget(self, namespace: str) -> None:
         self._written.pop(namespace, None)

@@ -1,0 +1,372 @@
+"""Background evaluation: every existing workload judged against the current policies, into PolicyReports.
+
+The controller watches the workloads of the kinds Placer mutates (operator resources where their CRDs are
+served; not Pods nor ReplicaSets, which belong to their controllers) with the same reflectors as everything
+else, and keeps of each only what the engine reads: the object as its CREATE (`compliance.as_create`),
+compressed, with a digest of it and the results of its last judgement. Work follows change:
+- a workload event whose projection did not change (status, resourceVersion, managedFields) costs nothing;
+  one that did marks that workload;
+- a policy change (the state the workers serve, `ClusterStateSource`) marks the workloads of the namespaces
+  the old or new version of the changed policies selects; a namespace whose labels changed marks its own;
+- every `period` seconds every workload is judged again (a safety net for what no event tells).
+Only the leader judges and writes, in a thread of its own (the controller's loop never waits for it); a
+namespace's report is written only when its content changed (`reports.ReportWriter`).
+
+Without the report CRDs (wgpolicyk8s.io/v1alpha2 not served) nothing is watched: reports are off, said once
+in the log and in `/readyz` details (`readiness_detail`), and looked for again every `period`.
+"""
+
+import hashlib
+import json
+import logging
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from webhook.compliance import RuleResult, Verdict, WorkloadRef, as_create, evaluate, reference_of
+from webhook.kube.api import ApiError, KubeApi, TransportError
+from webhook.kube.reflector import Reflector, Resource
+from webhook.kube.reports import API_VERSION, GROUP, ReportWriter, Timestamps, cluster_report, namespace_report
+from webhook.policy.cluster_state import ClusterStateSource
+from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.model import Policy
+from webhook.policy.snapshot import PolicySnapshot
+from webhook.workloads import WorkloadKind, all_kinds, default_workload_table
+
+log = logging.getLogger(__name__)
+
+PERIOD = 600.0
+"""Seconds between two full judgements of every workload."""
+STATE_FILE = "reports.json"
+BACKGROUND_KINDS_LEFT_OUT = ("Pod", "ReplicaSet")
+
+
+@dataclass(slots=True)
+class Record:
+    """What is kept of one workload: its CREATE, compressed, and the results of its last judgement."""
+
+    workload: WorkloadRef
+    packed: bytes
+    digest: bytes
+    results: tuple[RuleResult, ...] | None = None
+    """None until judged (or after a change that needs a new judgement)."""
+
+    def unpacked(self) -> dict[str, Any]:
+        value: dict[str, Any] = json.loads(zlib.decompress(self.packed))
+        return value
+
+
+def pack(obj: Mapping[str, Any]) -> tuple[bytes, bytes]:
+    data = json.dumps(as_create(dict(obj)), sort_keys=True, separators=(",", ":")).encode()
+    return zlib.compress(data, 6), hashlib.blake2b(data, digest_size=16).digest()
+
+
+@dataclass(slots=True)
+class WorkloadBook:
+    """Every watched workload by namespace, and which need judging; fed by the reflectors' threads."""
+
+    by_namespace: dict[str, dict[str, Record]] = field(default_factory=dict)
+    dirty: set[tuple[str, str]] = field(default_factory=set)
+    """(namespace, key) to judge again."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    wake: threading.Event = field(default_factory=threading.Event)
+
+    def put(self, namespace: str, key: str, obj: Mapping[str, Any]) -> None:
+        packed, digest = pack(obj)
+        with self.lock:
+            records = self.by_namespace.setdefault(namespace, {})
+            known = records.get(key)
+            if known is not None and known.digest == digest:
+                return  # nothing the engine reads changed
+            records[key] = Record(reference_of(dict(obj)), packed, digest)
+            self.dirty.add((namespace, key))
+        self.wake.set()
+
+    def drop(self, namespace: str, key: str) -> None:
+        with self.lock:
+            records = self.by_namespace.get(namespace)
+            if records is not None and records.pop(key, None) is not None:
+                self.dirty.add((namespace, key))
+        self.wake.set()
+
+    def replace_kind(self, kind: str, objects: Mapping[str, tuple[str, Mapping[str, Any]]]) -> None:
+        """After a list: the kind's workloads are exactly `objects` (key: (namespace, object))."""
+        prefix = f"{kind}/"
+        with self.lock:
+            for namespace, records in self.by_namespace.items():
+                for key in [key for key in records if key.startswith(prefix) and key not in objects]:
+                    del records[key]
+                    self.dirty.add((namespace, key))
+        for key, (namespace, obj) in objects.items():
+            self.put(namespace, key, obj)
+        self.wake.set()
+
+    def mark(self, namespaces: Iterable[str] | None) -> None:
+        """Judge again every workload of `namespaces` (None: of all)."""
+        with self.lock:
+            chosen = self.by_namespace if namespaces is None else {
+                name: self.by_namespace[name] for name in namespaces if name in self.by_namespace}
+            for namespace, records in chosen.items():
+                self.dirty.update((namespace, key) for key in records)
+        self.wake.set()
+
+    def take_dirty(self) -> set[tuple[str, str]]:
+        with self.lock:
+            dirty, self.dirty = self.dirty, set()
+        return dirty
+
+    def count(self) -> int:
+        with self.lock:
+            return sum(len(records) for records in self.by_namespace.values())
+
+
+class KindSink:
+    """A reflector's sink for one workload kind: keys `Kind/namespace/name` in the book."""
+
+    def __init__(self, kind: WorkloadKind, version: str, book: WorkloadBook) -> None:
+        self._kind = kind.kind
+        self._api_version = f"{kind.group}/{version}" if kind.group else version
+        self._book = book
+
+    def keep(self, name: str, obj: Mapping[str, Any]) -> Any:
+        return self._typed(obj)
+
+    def replace(self, store: Mapping[str, Any]) -> None:
+        self._book.replace_kind(self._kind, {f"{self._kind}/{name}": (name.partition("/")[0], obj)
+                                             for name, obj in store.items()})
+
+    def upsert(self, name: str, obj: Mapping[str, Any]) -> None:
+        self._book.put(name.partition("/")[0], f"{self._kind}/{name}", self._typed(obj))
+
+    def _typed(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Built-in list items come without kind and apiVersion (watch events carry them)."""
+        return {**obj, "kind": self._kind, "apiVersion": obj.get("apiVersion") or self._api_version}
+
+    def remove(self, name: str) -> None:
+        self._book.drop(name.partition("/")[0], f"{self._kind}/{name}")
+
+
+def reports_served(api: KubeApi) -> bool:
+    """Whether the API server serves wgpolicyk8s.io/v1alpha2 PolicyReports (discovery: granted to every
+    authenticated client by the system:discovery ClusterRole)."""
+    try:
+        listed = api.get(f"/apis/{API_VERSION}")
+    except ApiError as error:
+        if error.code == 404:
+            return False
+        raise
+    names = {resource.get("name") for resource in listed.get("resources") or [] if isinstance(resource, dict)}
+    return {"policyreports", "clusterpolicyreports"} <= names
+
+
+def served_kinds(api: KubeApi) -> list[tuple[WorkloadKind, str]]:
+    """(kind, version) of every kind to watch that the API server serves (operator CRDs may not be)."""
+    found = []
+    for kind in all_kinds():
+        if kind.kind in BACKGROUND_KINDS_LEFT_OUT:
+            continue
+        if not kind.group or kind.group in ("apps", "batch"):
+            found.append((kind, kind.versions[0]))
+            continue
+        for version in kind.versions:
+            try:
+                listed = api.get(f"/apis/{kind.group}/{version}")
+            except ApiError:
+                continue
+            if any(isinstance(r, dict) and r.get("name") == kind.resource for r in listed.get("resources") or []):
+                found.append((kind, version))
+                break
+    return found
+
+
+def readiness_detail(state_directory: Path) -> str | None:
+    """The line `/readyz` shows about reports: on, or off and why; None before the controller said."""
+    try:
+        state = json.loads((state_directory / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if state.get("enabled"):
+        return "policy reports: on"
+    return f"policy reports: off ({state.get('reason') or 'not started'})"
+
+
+class BackgroundReports:
+    """Judges the cluster's workloads and writes the reports while `leading()` says this replica leads."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        state_directory: Path,
+        snapshot: Callable[[], tuple[PolicySnapshot, bool]],
+        *,
+        leading: Callable[[], bool],
+        period: float = PERIOD,
+        monotonic: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`snapshot()`: the policies as the workers serve them, and whether they changed since last asked."""
+        self._api = api
+        self._state_directory = state_directory
+        self._snapshot = snapshot
+        self._leading = leading
+        self._period = period
+        self._monotonic = monotonic
+        self._clock = clock
+        self.book = WorkloadBook()
+        self.writer = ReportWriter(api)
+        self.enabled = False
+        self.reflectors: list[Reflector] = []
+        self.threads: list[threading.Thread] = []
+        self._policies: dict[str, Policy] = {}
+        self._labels: dict[str, Mapping[str, str]] = {}
+        self._stamps: dict[str, Timestamps] = {}
+        self._reports: dict[str, dict[str, Any]] = {}
+        self._next_full = 0.0
+        self.judged = 0
+        """Workloads judged so far (for the benchmark and tests)."""
+
+    def run(self, stop: threading.Event) -> None:
+        """Until `stop`: find out whether reports can be written, watch, and judge while leading."""
+        next_check = 0.0
+        while not stop.is_set() and not self.enabled:
+            if self._monotonic() >= next_check:
+                next_check = self._monotonic() + self._period
+                self._start_if_served(stop)
+            if not self.enabled:
+                stop.wait(min(5.0, self._period))
+        while not stop.is_set():
+            self.book.wake.wait(1.0)
+            self.book.wake.clear()
+            try:
+                if self._leading():
+                    self.round()
+            except Exception:  # a bad round must not end reporting
+                log.exception("background evaluation round failed")
+
+    def _start_if_served(self, stop: threading.Event) -> None:
+        try:
+            served = reports_served(self._api)
+            kinds = served_kinds(self._api) if served else []
+        except (ApiError, TransportError) as error:
+            log.warning("policy reports: cannot tell whether %s is served (%s); looking again later", GROUP, error)
+            return
+        if not served:
+            if not (self._state_directory / STATE_FILE).exists():
+                log.warning("policy reports off: %s is not served (install deploy/components/policy-reports)",
+                            API_VERSION)
+            self._write_state(False, f"{API_VERSION} is not served; install deploy/components/policy-reports")
+            return
+        self.enabled = True
+        self._write_state(True, "")
+        log.info("policy reports on: watching %s", ", ".join(f"{kind.kind}.{version}" for kind, version in kinds))
+        for kind, version in kinds:
+            prefix = f"/apis/{kind.group}/{version}" if kind.group else f"/api/{version}"
+            reflector = Reflector(self._api, Resource(f"{prefix}/{kind.resource}", kind.kind, namespaced=True),
+                                  KindSink(kind, version, self.book))
+            self.reflectors.append(reflector)
+            thread = threading.Thread(target=reflector.run, args=(stop,), name=f"placer-report-{kind.kind.lower()}",
+                                      daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def _write_state(self, enabled: bool, reason: str) -> None:
+        path = self._state_directory / STATE_FILE
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_suffix(".tmp")
+            temporary.write_text(json.dumps({"enabled": enabled, "reason": reason}))
+            temporary.replace(path)
+        except OSError as error:
+            log.warning("cannot record the reports' state in %s: %s", path, error)
+
+    def round(self) -> int:
+        """Judge what changed and write the reports whose content changed; the number of workloads judged."""
+        snapshot, changed = self._snapshot()
+        if changed:
+            self._policy_change(snapshot)
+        self._namespace_changes(snapshot)
+        now = self._monotonic()
+        if now >= self._next_full:
+            self._next_full = now + self._period
+            self.book.mark(None)
+        dirty = self.book.take_dirty()
+        if not dirty:
+            return 0
+        workloads = default_workload_table()
+        touched: set[str] = set()
+        for namespace, key in dirty:
+            touched.add(namespace)
+            with self.book.lock:
+                record = self.book.by_namespace.get(namespace, {}).get(key)
+            if record is None:
+                continue
+            record.results = evaluate(record.unpacked(), snapshot, workloads).results
+            self.judged += 1
+        self._write(touched)
+        return len(dirty)
+
+    def _policy_change(self, snapshot: PolicySnapshot) -> None:
+        """Mark the workloads of every namespace a changed policy (old or new version) selects."""
+        current = {policy.name: policy for policy in snapshot.policies}
+        changed = [name for name in current.keys() | self._policies.keys()
+                   if current.get(name) is not self._policies.get(name)]
+        versions = [policy for name in changed for policy in (current.get(name), self._policies.get(name)) if policy]
+        self._policies = current
+        if not versions:
+            return
+        if any(policy.namespace_selector is None for policy in versions):
+            self.book.mark(None)
+            return
+        with self.book.lock:
+            namespaces = list(self.book.by_namespace)
+        self.book.mark(name for name in namespaces
+                       if any(policy.applies_to_namespace(snapshot.namespace(name).labels) for policy in versions))
+
+    def _namespace_changes(self, snapshot: PolicySnapshot) -> None:
+        with self.book.lock:
+            namespaces = list(self.book.by_namespace)
+        relabelled = []
+        for name in namespaces:
+            labels = snapshot.namespace(name).labels
+            if self._labels.get(name) != labels:
+                self._labels[name] = labels
+                relabelled.append(name)
+        if relabelled:
+            self.book.mark(relabelled)
+
+    def _write(self, namespaces: set[str]) -> None:
+        changed = False
+        for namespace in sorted(namespaces):
+            with self.book.lock:
+                records = dict(self.book.by_namespace.get(namespace, {}))
+            verdicts = [Verdict(record.workload, record.results) for record in records.values() if record.results]
+            stamps = self._stamps.setdefault(namespace, Timestamps(clock=self._clock))
+            report = namespace_report(namespace, verdicts, stamps)
+            if not report["results"] and namespace not in self._reports:
+                continue  # nothing to say, and nothing said before
+            self._reports[namespace] = report
+            changed |= self.writer.write(namespace, report)
+        if changed or not self.writer.written(None):
+            self.writer.write(None, cluster_report(self._reports))
+
+
+
+class ServedPolicies:
+    """The policies and namespaces exactly as this replica's workers serve them (the state directory)."""
+
+    def __init__(self, state_directory: Path, compiler: PolicyCompiler) -> None:
+        self._source = ClusterStateSource(state_directory, compiler=compiler)
+        self._environment = compiler.environment
+
+    def __call__(self) -> tuple[PolicySnapshot, bool]:
+        changed = self._source.refresh()
+        content = self._source.content()
+        snapshot = PolicySnapshot.build(content.policies.values(), content.namespaces, content.errors,
+                                        self._environment, ready=content.ready,
+                                        default_priority_class=content.default_priority_class,
+                                        pod_groups_served=content.pod_groups_served)
+        return snapshot, changed
