@@ -15,7 +15,7 @@ import yaml
 from tests.conftest import REPO, fixture_request
 from tests.helpers import snapshot_of
 from webhook.compliance import evaluate
-from webhook.kube.reports import API_VERSION, Timestamps, cluster_report, namespace_report
+from webhook.kube.reports import API_VERSION, cluster_report, namespace_report, rule_counts
 from webhook.policy.snapshot import NamespaceInfo
 from webhook.workloads import default_workload_table
 
@@ -86,8 +86,8 @@ def reports() -> tuple[dict[str, Any], dict[str, Any]]:
     opted_out["metadata"].update(name="opted-out", uid="u-2")
     opted_out["spec"]["template"]["metadata"]["labels"]["placer.dev/inject"] = "disabled"
     verdicts = [evaluate(obj, snapshot, default_workload_table()) for obj in (stored, opted_out)]
-    namespaced = namespace_report("team-a", verdicts, Timestamps(clock=lambda: 1764000000.5))
-    return namespaced, cluster_report({"team-a": namespaced})
+    namespaced = namespace_report("team-a", [(verdict, 1764000000.5) for verdict in verdicts])
+    return namespaced, cluster_report({"team-a": rule_counts(namespaced)})
 
 
 def test_the_reports_placer_writes_validate_against_the_crds(rendered: list[dict[str, Any]]) -> None:

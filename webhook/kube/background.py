@@ -30,7 +30,15 @@ from typing import Any
 from webhook.compliance import RuleResult, Verdict, WorkloadRef, as_create, evaluate, reference_of
 from webhook.kube.api import ApiError, KubeApi, TransportError
 from webhook.kube.reflector import Reflector, Resource
-from webhook.kube.reports import API_VERSION, GROUP, ReportWriter, Timestamps, cluster_report, namespace_report
+from webhook.kube.reports import (
+    API_VERSION,
+    GROUP,
+    ReportWriter,
+    RuleCounts,
+    cluster_report,
+    namespace_report,
+    rule_counts,
+)
 from webhook.policy.cluster_state import ClusterStateSource
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.model import Policy
@@ -54,6 +62,8 @@ class Record:
     digest: bytes
     results: tuple[RuleResult, ...] | None = None
     """None until judged (or after a change that needs a new judgement)."""
+    found: float = 0.0
+    """When the results were first found (kept while a new judgement finds the same)."""
 
     def unpacked(self) -> dict[str, Any]:
         value: dict[str, Any] = json.loads(zlib.decompress(self.packed))
@@ -223,8 +233,8 @@ class BackgroundReports:
         self.threads: list[threading.Thread] = []
         self._policies: dict[str, Policy] = {}
         self._labels: dict[str, Mapping[str, str]] = {}
-        self._stamps: dict[str, Timestamps] = {}
-        self._reports: dict[str, dict[str, Any]] = {}
+        self._counts: dict[str, RuleCounts] = {}
+        """Per namespace, what the cluster report needs of its report."""
         self._next_full = 0.0
         self.judged = 0
         """Workloads judged so far (for the benchmark and tests)."""
@@ -304,7 +314,9 @@ class BackgroundReports:
                 record = self.book.by_namespace.get(namespace, {}).get(key)
             if record is None:
                 continue
-            record.results = evaluate(record.unpacked(), snapshot, workloads).results
+            results = evaluate(record.unpacked(), snapshot, workloads).results
+            if results != record.results:
+                record.results, record.found = results, self._clock()
             self.judged += 1
         self._write(touched)
         return len(dirty)
@@ -343,15 +355,15 @@ class BackgroundReports:
         for namespace in sorted(namespaces):
             with self.book.lock:
                 records = dict(self.book.by_namespace.get(namespace, {}))
-            verdicts = [Verdict(record.workload, record.results) for record in records.values() if record.results]
-            stamps = self._stamps.setdefault(namespace, Timestamps(clock=self._clock))
-            report = namespace_report(namespace, verdicts, stamps)
-            if not report["results"] and namespace not in self._reports:
+            judged = [(Verdict(record.workload, record.results), record.found)
+                      for record in records.values() if record.results]
+            report = namespace_report(namespace, judged)
+            if not report["results"] and namespace not in self._counts:
                 continue  # nothing to say, and nothing said before
-            self._reports[namespace] = report
+            self._counts[namespace] = rule_counts(report)
             changed |= self.writer.write(namespace, report)
         if changed or not self.writer.written(None):
-            self.writer.write(None, cluster_report(self._reports))
+            self.writer.write(None, cluster_report(self._counts))
 
 
 

@@ -7,15 +7,15 @@ found. One `ClusterPolicyReport` named `placer` summarises each rule over the wh
 the one deploy/components/policy-reports installs (the Policy WG's v1alpha2 CRDs:
 https://github.com/kubernetes-sigs/wg-policy-prototypes/tree/master/policy-report).
 
-A report is written only when its content changed: a result keeps the timestamp it was first found with
-while it stays the same, so re-evaluating an unchanged cluster writes nothing.
+A report is written only when its content changed: a workload's results keep the time they were first
+found while they stay the same, so re-evaluating an unchanged cluster writes nothing. Of a report written,
+only a digest is kept.
 """
 
+import hashlib
 import json
 import logging
-import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.compliance import RESULTS, Verdict
@@ -38,8 +38,6 @@ REPORT_BUDGET = 900 * 1024
 (still counted in the summary)."""
 LEFT_OUT_ANNOTATION = "placer.dev/results-left-out"
 
-ResultKey = tuple[str, str, str, str, str]
-"""(workload uid or namespace/kind/name, policy, rule, result, message): what decides whether a result changed."""
 
 
 def reports_path(namespace: str | None = None) -> str:
@@ -48,42 +46,19 @@ def reports_path(namespace: str | None = None) -> str:
     return f"/apis/{API_VERSION}/namespaces/{namespace}/policyreports"
 
 
-@dataclass(slots=True)
-class Timestamps:
-    """When each result was first found: kept while the result stays the same."""
-
-    clock: Callable[[], float] = time.time
-    seen: dict[ResultKey, float] | None = None
-
-    def of(self, key: ResultKey, now: float) -> float:
-        if self.seen is None:
-            self.seen = {}
-        return self.seen.setdefault(key, now)
-
-    def keep_only(self, keys: set[ResultKey]) -> None:
-        if self.seen is not None:
-            self.seen = {key: value for key, value in self.seen.items() if key in keys}
-
-
-def namespace_report(namespace: str, verdicts: Iterable[Verdict], stamps: Timestamps) -> JSONObject:
-    """The namespace's PolicyReport: one result per workload and rule, with summary counts."""
-    now = stamps.clock()
+def namespace_report(namespace: str, judged: Iterable[tuple[Verdict, float]]) -> JSONObject:
+    """The namespace's PolicyReport: one result per workload and rule, with summary counts. Each verdict comes
+    with the time its results were first found (they keep it while they stay the same)."""
     results: list[JSONObject] = []
-    used: set[ResultKey] = set()
-    for verdict in sorted(verdicts, key=lambda v: (v.workload.kind, v.workload.name)):
+    for verdict, found in sorted(judged, key=lambda item: (item[0].workload.kind, item[0].workload.name)):
         resource = verdict.workload.as_report_resource()
-        identity = verdict.workload.uid or f"{namespace}/{verdict.workload.kind}/{verdict.workload.name}"
         for rule in verdict.results:
             message = rule.message if len(rule.message) <= MESSAGE_LIMIT else rule.message[:MESSAGE_LIMIT - 1] + "…"
-            key = (identity, rule.policy, rule.rule, rule.result, message)
-            used.add(key)
-            found = stamps.of(key, now)
             results.append({
                 "policy": rule.policy, "rule": rule.rule, "result": rule.result, "message": message,
                 "resources": [resource], "source": SOURCE, "scored": True,
                 "timestamp": {"seconds": int(found), "nanos": 0},
             })
-    stamps.keep_only(used)
     summary = {name: sum(1 for result in results if result["result"] == name) for name in RESULTS}
     report: JSONObject = {
         "apiVersion": API_VERSION, "kind": "PolicyReport",
@@ -92,6 +67,20 @@ def namespace_report(namespace: str, verdicts: Iterable[Verdict], stamps: Timest
         "summary": {**summary, "warn": 0}, "results": results,
     }
     return within_budget(report)
+
+
+RuleCounts = dict[tuple[str, str], dict[str, int]]
+"""Per (policy, rule): how many results of each kind."""
+
+
+def rule_counts(report: Mapping[str, Any]) -> RuleCounts:
+    """What the cluster report needs of a namespace's report (kept instead of the report itself). Counted from
+    the summary's side too: `pass` results left out of a report over budget still count."""
+    counts: RuleCounts = {}
+    for result in report["results"]:
+        per_rule = counts.setdefault((result["policy"], result["rule"]), dict.fromkeys(RESULTS, 0))
+        per_rule[result["result"]] += 1
+    return counts
 
 
 def within_budget(report: JSONObject) -> JSONObject:
@@ -104,36 +93,37 @@ def within_budget(report: JSONObject) -> JSONObject:
     return {**report, "metadata": metadata, "results": kept}
 
 
-def cluster_report(namespaced: Mapping[str, JSONObject]) -> JSONObject:
+def cluster_report(namespaced: Mapping[str, RuleCounts]) -> JSONObject:
     """The ClusterPolicyReport: per rule, how its results add up over every namespace (error beats fail beats
     pass beats skip), and the cluster's summary counts."""
-    per_rule: dict[tuple[str, str], dict[str, int]] = {}
-    namespaces_failing: dict[tuple[str, str], set[str]] = {}
-    for namespace, report in namespaced.items():
-        for result in report["results"]:
-            key = (result["policy"], result["rule"])
-            counts = per_rule.setdefault(key, dict.fromkeys(RESULTS, 0))
-            counts[result["result"]] += 1
-            if result["result"] in ("fail", "error"):
-                namespaces_failing.setdefault(key, set()).add(namespace)
+    per_rule: RuleCounts = {}
+    namespaces_failing: dict[tuple[str, str], int] = {}
+    for counts in namespaced.values():
+        for key, per_namespace in counts.items():
+            total = per_rule.setdefault(key, dict.fromkeys(RESULTS, 0))
+            for name, count in per_namespace.items():
+                total[name] += count
+            if per_namespace["fail"] or per_namespace["error"]:
+                namespaces_failing[key] = namespaces_failing.get(key, 0) + 1
     results = []
-    for (policy, rule), counts in sorted(per_rule.items()):
-        worst = next(name for name in ("error", "fail", "pass", "skip") if counts[name])
-        failing = len(namespaces_failing.get((policy, rule), ()))
-        message = (f"{counts['fail']} workloads out of step, {counts['error']} with errors, {counts['pass']} in "
-                   f"step, {counts['skip']} skipped; {failing} namespaces to look at")
+    for (policy, rule), totals in sorted(per_rule.items()):
+        worst = next(name for name in ("error", "fail", "pass", "skip") if totals[name])
+        message = (f"{totals['fail']} workloads out of step, {totals['error']} with errors, {totals['pass']} in "
+                   f"step, {totals['skip']} skipped; {namespaces_failing.get((policy, rule), 0)} namespaces to "
+                   "look at")
         results.append({"policy": policy, "rule": rule, "result": worst, "message": message, "source": SOURCE,
-                        "scored": True, "properties": {name: str(count) for name, count in counts.items()}})
-    summary = {name: sum(int(r["summary"].get(name, 0)) for r in namespaced.values()) for name in RESULTS}
+                        "scored": True, "properties": {name: str(count) for name, count in totals.items()}})
+    summary = {name: sum(totals[name] for totals in per_rule.values()) for name in RESULTS}
     return {"apiVersion": API_VERSION, "kind": "ClusterPolicyReport",
             "metadata": {"name": REPORT_NAME, "labels": dict(MANAGED_BY)},
             "summary": {**summary, "warn": 0}, "results": results}
 
 
-def content(report: Mapping[str, Any]) -> str:
-    """What a write would change: everything but server-set metadata."""
+def content(report: Mapping[str, Any]) -> bytes:
+    """A digest of what a write would change: everything but server-set metadata."""
     metadata = {key: report["metadata"].get(key) for key in ("name", "namespace", "labels", "annotations")}
-    return json.dumps({**report, "metadata": metadata}, sort_keys=True)
+    text = json.dumps({**report, "metadata": metadata}, sort_keys=True).encode()
+    return hashlib.blake2b(text, digest_size=16).digest()
 
 
 class ReportWriter:
@@ -142,8 +132,8 @@ class ReportWriter:
 
     def __init__(self, api: KubeApi) -> None:
         self._api = api
-        self._written: dict[str | None, tuple[str, str]] = {}
-        """By namespace (None: the cluster report): (content, resourceVersion)."""
+        self._written: dict[str | None, tuple[bytes, str]] = {}
+        """By namespace (None: the cluster report): (digest of the content, resourceVersion)."""
         self.writes = 0
 
     def write(self, namespace: str | None, report: JSONObject) -> bool:
