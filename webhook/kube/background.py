@@ -13,7 +13,7 @@ Only the leader judges and writes, in a thread of its own (the controller's loop
 namespace's report is written only when its content changed (`reports.ReportWriter`).
 
 Without the report CRDs (wgpolicyk8s.io/v1alpha2 not served) nothing is watched: reports are off, said once
-in the log and in `/readyz` details (`readiness_detail`), and looked for again every `period`.
+in the log and in `/readyz` details (`readiness_detail`), and the CRDs are looked for again every 30 s.
 """
 
 import hashlib
@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 
 PERIOD = 600.0
 """Seconds between two full judgements of every workload."""
+LOOK_AGAIN = 30.0
+"""Seconds between two looks for the report CRDs while they are not served (one discovery GET each)."""
 STATE_FILE = "reports.json"
 BACKGROUND_KINDS_LEFT_OUT = ("Pod", "ReplicaSet")
 
@@ -244,10 +246,10 @@ class BackgroundReports:
         next_check = 0.0
         while not stop.is_set() and not self.enabled:
             if self._monotonic() >= next_check:
-                next_check = self._monotonic() + self._period
+                next_check = self._monotonic() + min(LOOK_AGAIN, self._period)
                 self._start_if_served(stop)
             if not self.enabled:
-                stop.wait(min(5.0, self._period))
+                stop.wait(min(1.0, self._period))
         while not stop.is_set():
             self.book.wake.wait(1.0)
             self.book.wake.clear()
