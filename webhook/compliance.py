@@ -27,10 +27,11 @@ with the same topologyKey exists) passes on a workload that holds an older value
 """
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.engine.mutate import RuleTrace
 from webhook.pipeline import admit
 from webhook.policy.model import Policy
@@ -171,12 +172,24 @@ def _detail(trace: RuleTrace) -> str:
 
 
 def _drift_message(changed: list[RuleTrace], patch: JSONPatch) -> str:
+    """How the workload would change: each operation of its patch (values cut at 80 characters; Placer's own
+    `placer.dev/applied` mark left out). The patch is the workload's, all its rules together."""
     templates = sorted({str(trace.template) for trace in changed if trace.template})
     where = f" (templates {', '.join(templates)})" if templates else ""
-    paths = sorted({str(op.get("path")) for op in patch if not str(op.get("path")).endswith("placer.dev~1applied")})
-    return (f"applying the rule now changes the workload{where}; the workload's patch: {json.dumps(patch)}"
-            if len(json.dumps(patch)) <= 1024 else
-            f"applying the rule now changes the workload{where} at {', '.join(paths)}")
+    steps = []
+    for op in patch:
+        path = str(op.get("path"))
+        if path.endswith("placer.dev~1applied") or (path.endswith("/annotations") and _only_applied(op)):
+            continue
+        value = json.dumps(op.get("value"), separators=(",", ":")) if "value" in op else ""
+        shown = f" {value[:77]}..." if len(value) > 80 else f" {value}" if value else ""
+        steps.append(f"{op.get('op')} {path}{shown}")
+    return f"drift{where}: applying the policies now would {'; '.join(steps) or 'change the workload'}"
+
+
+def _only_applied(op: Mapping[str, object]) -> bool:
+    value = op.get("value")
+    return isinstance(value, dict) and set(value) == {APPLIED_ANNOTATION}
 
 
 def _request(obj: JSONObject, workload: WorkloadRef) -> AdmissionRequest:

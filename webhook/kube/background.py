@@ -310,13 +310,16 @@ class BackgroundReports:
             return 0
         workloads = default_workload_table()
         touched: set[str] = set()
+        shared: dict[RuleResult, RuleResult] = {}
+        """One copy of each distinct result this round (workloads of one template share their messages)."""
         for namespace, key in dirty:
             touched.add(namespace)
             with self.book.lock:
                 record = self.book.by_namespace.get(namespace, {}).get(key)
             if record is None:
                 continue
-            results = evaluate(record.unpacked(), snapshot, workloads).results
+            results = tuple(shared.setdefault(result, result)
+                            for result in evaluate(record.unpacked(), snapshot, workloads).results)
             if results != record.results:
                 record.results, record.found = results, self._clock()
             self.judged += 1
