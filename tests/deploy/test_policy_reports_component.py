@@ -5,6 +5,8 @@ the schema does not know would be pruned silently by the API server, so it fails
 import copy
 import shutil
 import subprocess
+import threading
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -14,8 +16,13 @@ import yaml
 
 from tests.conftest import REPO, fixture_request
 from tests.helpers import snapshot_of
+from tests.kube.fake_apiserver import DEPLOYMENTS, REPORTS_API, FakeApiServer, wait_for
 from webhook.compliance import evaluate
+from webhook.kube.api import KubeApi
+from webhook.kube.background import BackgroundReports, ServedPolicies
+from webhook.kube.controller import ClusterController
 from webhook.kube.reports import API_VERSION, cluster_report, namespace_report, rule_counts
+from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.snapshot import NamespaceInfo
 from webhook.workloads import default_workload_table
 
@@ -110,3 +117,61 @@ def test_a_report_has_one_result_per_workload_and_rule_with_summary_counts() -> 
     erroring = next(r for r in cluster["results"] if r["policy"] == "broken" and r["rule"] == "gpu-workload-taints")
     assert erroring["result"] == "error" and erroring["properties"]["error"] == "1"
 
+
+
+def verb_of(method: str, path: str, query: dict[str, str]) -> tuple[str, str, str]:
+    """(API group, resource, verb) of a request, as RBAC names it."""
+    parts = path.strip("/").split("/")
+    group = "" if parts[0] == "api" else parts[1]
+    rest = parts[2:] if parts[0] == "api" else parts[3:]
+    if rest and rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
+    if verb is None:
+        verb = "get" if len(rest) > 1 else ("watch" if query.get("watch") else "list")
+    return group, resource, verb
+
+
+def granted(objects: list[dict[str, Any]], *names: str) -> set[tuple[str, str, str]]:
+    return {(group, resource, verb) for obj in objects if obj["kind"] in ("ClusterRole", "Role")
+            and obj["metadata"]["name"] in names for rule in obj["rules"] for group in rule["apiGroups"]
+            for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def test_the_component_grants_what_background_evaluation_calls(
+        rendered: list[dict[str, Any]], apiserver: FakeApiServer, api: KubeApi, tmp_path: Path) -> None:
+    """The controller with background evaluation against the recorded API server (report CRDs served): every
+    call it makes is granted by base and the component together, and the component's grants on built-in
+    kinds and reports are all used (operator kinds are watched only where their CRDs are served)."""
+    apiserver.reports_served = True
+    apiserver.put_namespace("team-a")
+    apiserver.put_policy({"metadata": {"name": "p"}, "spec": {"rules": [
+        {"name": "r", "action": "add-node-selector", "parameters": {"pool": "a"}}]}})
+    web = {"metadata": {"name": "web", "namespace": "team-a"}, "spec": {"replicas": 1, "template": {"spec": {
+        "containers": [{"name": "c", "image": "nginx"}]}}}}
+    apiserver.put(DEPLOYMENTS, web)
+    compiler = PolicyCompiler()
+    state = tmp_path / "state"
+    background = BackgroundReports(api, state, ServedPolicies(state, compiler), leading=lambda: True)
+    controller = ClusterController(api, state, compiler=compiler, elector=None, background=background)
+    stop = threading.Event()
+    thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        reports = f"{REPORTS_API}/namespaces/team-a/policyreports"
+        wait_for(lambda: apiserver.other.get(reports), what="the first report")
+        opted_out = {"metadata": {"labels": {"placer.dev/inject": "disabled"}}, **web["spec"]["template"]}
+        apiserver.put(DEPLOYMENTS, {**web, "spec": {**web["spec"], "template": opted_out}})  # fail → skip
+        wait_for(lambda: [m for m, p, _ in apiserver.requests if m == "PUT" and p.startswith(REPORTS_API)
+                          and "clusterpolicyreports" in p], what="the reports updated")
+    finally:
+        stop.set()
+        thread.join(5)
+    used = {verb_of(m, p, q) for m, p, q in apiserver.requests
+            if not (p == "/version" or (p.startswith("/apis/") and len(p.strip("/").split("/")) <= 3))}
+    everything = granted(rendered, "placer", "placer-leader-election", "placer-policy-reports")
+    assert used <= everything, used - everything
+    component = granted(rendered, "placer-policy-reports")
+    builtin = {grant for grant in component if grant[0] in ("apps", "batch", "wgpolicyk8s.io")}
+    assert builtin <= used, builtin - used
