@@ -10,7 +10,7 @@ Reports go to a stub API that counts writes (no HTTP: what is measured is Placer
 namespace count:
 
 - memory: RSS growth once every workload is kept (compressed CREATE, digest, results), and per workload;
-- first report: CPU seconds from nothing judged to every namespace's report written (and the writes);
+- first report: CPU and wall seconds from nothing judged to every namespace's report written (and the writes);
 - idle round: CPU seconds of a round when nothing changed (what a big quiet cluster pays);
 - team policy change (selects 1/10 of the namespaces): CPU seconds, workloads judged, reports written;
 - org-wide policy change (every namespace): the same;
@@ -21,6 +21,7 @@ import argparse
 import copy
 import json
 import resource
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -134,10 +135,10 @@ def measure(namespaces: int, workloads: int, team_policies: int) -> dict[str, An
 
     def phase(name: str, change: Callable[[], None]) -> None:
         change()
-        writes, judged = api.writes, background.judged
+        writes, judged, started = api.writes, background.judged, time.monotonic()
         seconds, _ = timed(background.round)
-        row[name] = {"cpu_s": round(seconds, 2), "judged": background.judged - judged,
-                     "reports_written": api.writes - writes}
+        row[name] = {"cpu_s": round(seconds, 2), "wall_s": round(time.monotonic() - started, 2),
+                     "judged": background.judged - judged, "reports_written": api.writes - writes}
 
     phase("first_report", lambda: None)
     row["rss_after_reports_mb"] = round(rss_mb() - before, 1)

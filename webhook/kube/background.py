@@ -323,7 +323,7 @@ class BackgroundReports:
             if results != record.results:
                 record.results, record.found = results, self._clock()
             self.judged += 1
-        self._write(touched)
+        self._write(touched, snapshot)
         return len(dirty)
 
     def _policy_change(self, snapshot: PolicySnapshot) -> None:
@@ -355,7 +355,7 @@ class BackgroundReports:
         if relabelled:
             self.book.mark(relabelled)
 
-    def _write(self, namespaces: set[str]) -> None:
+    def _write(self, namespaces: set[str], snapshot: PolicySnapshot) -> None:
         changed = False
         for namespace in sorted(namespaces):
             with self.book.lock:
@@ -365,6 +365,10 @@ class BackgroundReports:
             report = namespace_report(namespace, judged)
             if not report["results"] and namespace not in self._counts:
                 continue  # nothing to say, and nothing said before
+            if not records and namespace not in snapshot.namespaces:  # the namespace is gone, its report too
+                changed |= self._counts.pop(namespace, None) is not None
+                self.writer.forget(namespace)
+                continue
             self._counts[namespace] = rule_counts(report)
             changed |= self.writer.write(namespace, report)
         if changed or not self.writer.written(None):
