@@ -7,7 +7,7 @@ The controller's background evaluation (`webhook.kube.background`) is fed what i
 managedFields, ~3 KB of JSON), spread over `--namespaces` namespaces; the policies are the org-wide example
 (3 rules, every namespace) and `--policies` team policies, each selecting a tenth of the namespaces by label.
 Reports go to a stub API that counts writes (no HTTP: what is measured is Placer's own work). Printed per
-namespace count:
+namespace count (each in a process of its own):
 
 - memory: RSS growth once every workload is kept (compressed CREATE, digest, results), and per workload;
 - first report: CPU and wall seconds from nothing judged to every namespace's report written (and the writes);
@@ -21,6 +21,8 @@ import argparse
 import copy
 import json
 import resource
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -163,9 +165,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workloads", type=int, default=50_000)
     parser.add_argument("--policies", type=int, default=10, help="team policies besides the org-wide one")
     args = parser.parse_args(argv)
-    for count in (int(value) for value in args.namespaces.split(",")):
-        row = measure(count, args.workloads, args.policies)
-        print(json.dumps(row))
+    counts = [int(value) for value in args.namespaces.split(",")]
+    if len(counts) == 1:
+        print(json.dumps(measure(counts[0], args.workloads, args.policies)), flush=True)
+        return
+    for count in counts:  # each in a fresh process: memory a previous row freed would hide this one's growth
+        subprocess.run([sys.executable, "-m", "tests.bench.bench_reports", "--namespaces", str(count),
+                        "--workloads", str(args.workloads), "--policies", str(args.policies)], check=True)
 
 
 if __name__ == "__main__":
