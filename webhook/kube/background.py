@@ -7,7 +7,8 @@ compressed, with a digest of it and the results of its last judgement. Work foll
 - a workload event whose projection did not change (status, resourceVersion, managedFields) costs nothing;
   one that did marks that workload;
 - a policy change (the state the workers serve, `ClusterStateSource`) marks the workloads of the namespaces
-  the old or new version of the changed policies selects; a namespace whose labels changed marks its own;
+  the old or new version of the changed policies selects; a namespace whose labels changed marks its own
+  (namespaces are compared every 30 s);
 - every `period` seconds every workload is judged again (a safety net for what no event tells).
 Only the leader judges and writes, in a thread of its own (the controller's loop never waits for it); a
 namespace's report is written only when its content changed (`reports.ReportWriter`).
@@ -49,6 +50,8 @@ log = logging.getLogger(__name__)
 
 PERIOD = 600.0
 """Seconds between two full judgements of every workload."""
+NAMESPACE_SCAN = 30.0
+"""Seconds between two comparisons of every namespace's labels with those its workloads were judged with."""
 LOOK_AGAIN = 30.0
 """Seconds between two looks for the report CRDs while they are not served (one discovery GET each)."""
 STATE_FILE = "reports.json"
@@ -238,6 +241,7 @@ class BackgroundReports:
         self._counts: dict[str, RuleCounts] = {}
         """Per namespace, what the cluster report needs of its report."""
         self._next_full = 0.0
+        self._next_scan = 0.0
         self.judged = 0
         """Workloads judged so far (for the benchmark and tests)."""
 
@@ -300,8 +304,10 @@ class BackgroundReports:
         snapshot, changed = self._snapshot()
         if changed:
             self._policy_change(snapshot)
-        self._namespace_changes(snapshot)
         now = self._monotonic()
+        if now >= self._next_scan:
+            self._next_scan = now + NAMESPACE_SCAN
+            self._namespace_changes(snapshot)
         if now >= self._next_full:
             self._next_full = now + self._period
             self.book.mark(None)
@@ -383,11 +389,16 @@ class ServedPolicies:
         self._source = ClusterStateSource(state_directory, compiler=compiler)
         self._environment = compiler.environment
 
+        self._snapshot: PolicySnapshot | None = None
+
     def __call__(self) -> tuple[PolicySnapshot, bool]:
+        """The snapshot, built again only when the published state changed (a stat of `policies.json`
+        otherwise); its namespaces are the live shards."""
         changed = self._source.refresh()
-        content = self._source.content()
-        snapshot = PolicySnapshot.build(content.policies.values(), content.namespaces, content.errors,
-                                        self._environment, ready=content.ready,
-                                        default_priority_class=content.default_priority_class,
-                                        pod_groups_served=content.pod_groups_served)
-        return snapshot, changed
+        if changed or self._snapshot is None:
+            content = self._source.content()
+            self._snapshot = PolicySnapshot.build(content.policies.values(), content.namespaces, content.errors,
+                                                  self._environment, ready=content.ready,
+                                                  default_priority_class=content.default_priority_class,
+                                                  pod_groups_served=content.pod_groups_served)
+        return self._snapshot, changed
