@@ -76,14 +76,15 @@ def cluster_report(cluster: Cluster) -> dict[str, Any] | None:
         return None
 
 
-def results(cluster: Cluster, namespace: str) -> dict[tuple[str, str], str]:
-    """(workload, rule) → result, from the namespace's PolicyReport (empty while there is none)."""
+def results(cluster: Cluster, namespace: str, policy: str = f"{E2E_NAME}-reports") -> dict[tuple[str, str], str]:
+    """(workload, rule) → result of `policy`'s rules (other tests' policies may select every namespace), from
+    the namespace's PolicyReport (empty while there is none)."""
     try:
         report = cluster.api.get(f"{REPORTS}/namespaces/{namespace}/policyreports/placer")
     except ApiError:
         return {}
     return {(r["resources"][0]["name"], r["rule"]): r["result"] for r in report.get("results") or []
-            if r.get("source") == "placer" and r["resources"][0]["kind"] == "Deployment"}
+            if r.get("source") == "placer" and r["policy"] == policy and r["resources"][0]["kind"] == "Deployment"}
 
 
 def deployment(name: str, namespace: str, **template_labels: str) -> dict[str, Any]:
@@ -119,7 +120,7 @@ def test_a_deployment_created_before_the_policy_fails_drifts_and_is_brought_in_s
         code = kubectl_main(["drift", "-n", namespace, "--kubeconfig", kubeconfig])
         listed = capsys.readouterr().out
         assert code == 1, listed
-        assert f"deployment/before -n {namespace}\n  {policy}/pool: out of step\n" in listed
+        assert f"deployment/before -n {namespace}\n" in listed and f"  {policy}/pool: out of step\n" in listed
         assert '"path": "/spec/template/spec/nodeSelector"' in listed and "placer-e2e/pool" in listed
         assert "deployment/opted-out" not in listed
 
