@@ -134,3 +134,22 @@ def test_the_kubectl_plugin_registers_drift(cluster: FakeApiServer, kubeconfig: 
     assert "/spec/template/spec/nodeSelector" in [op["path"] for op in old["patch"]]
     code = kubectl_main(["drift", "deploy/new", "-n", "team-a", "--kubeconfig", str(kubeconfig)])
     assert code == 0 and "1 workloads: 0 out of step, 1 in step" in capsys.readouterr().out
+
+
+def test_policy_files_judge_before_they_are_applied(cluster: FakeApiServer, kubeconfig: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    policy = spread_policy()
+    policy["spec"]["rules"][0]["parameters"] = {"disk": "ssd"}
+    path = tmp_path / "gpu.yaml"
+    path.write_text(json.dumps(policy))
+    code = kubectl_main(["drift", "-n", "team-a", "--kubeconfig", str(kubeconfig), "--policies", str(path)])
+    output = capsys.readouterr().out
+    assert code == 1
+    assert "deployment/new -n team-a" in output, "in step with the cluster's policy, not with the file's"
+    assert '"disk": "ssd"' in output
+    assert not cluster.list_requests("/apis/placer.dev/v1alpha1/schedulingpolicies"), "the cluster's not read"
+
+
+def test_targets_are_looked_up_in_one_namespace(kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert kubectl_main(["drift", "-A", "deploy/web", "--kubeconfig", str(kubeconfig)]) == 2
+    assert "-n NAMESPACE" in capsys.readouterr().err
