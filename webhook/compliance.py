@@ -22,8 +22,9 @@ Results are per workload and rule, in the Policy Working Group's vocabulary (`Po
   controller: judged on the owner).
 Rules that do not match the workload give no result: a report lists what the policies ask of it.
 
-Known limit: a rule whose action leaves an existing value alone (`add-topology-spread` when a constraint
-with the same topologyKey exists) passes on a workload that holds an older value of the same field.
+Known limit: an action that keeps a value already there (`add-node-selector` on a key the template sets,
+`add-topology-spread` on a topologyKey with a constraint) passes on a workload that holds another value in
+its place, as admission would leave it.
 """
 
 import json
