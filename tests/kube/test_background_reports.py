@@ -140,3 +140,21 @@ def test_without_the_report_crds_reports_are_off_and_said_so(
         assert not background.reflectors
         assert all(q.get("labelSelector") for q in apiserver.list_requests(DEPLOYMENTS)), "only marked ones"
     assert sum("policy reports off" in record.message for record in caplog.records) == 1
+
+
+def test_judging_stops_and_asks_for_a_restart_once_cel_leaks_its_budget(
+        apiserver: FakeApiServer, api: KubeApi, tmp_path: Path) -> None:
+    apiserver.reports_served = True
+    state = tmp_path / "state"
+    leaked = threading.Event()
+    background = BackgroundReports(api, state, ServedPolicies(state, PolicyCompiler()), leading=lambda: True,
+                                   exhausted=leaked.is_set)
+    stop = threading.Event()
+    thread = threading.Thread(target=background.run, args=(stop,), daemon=True)
+    thread.start()
+    wait_for(lambda: background.enabled, what="reports on")
+    assert not background.restart and not stop.is_set()
+    leaked.set()
+    wait_for(stop.is_set, what="the controller asked to stop")
+    assert background.restart, "the arbiter restarts the controller, which frees what the library leaked"
+    thread.join(5)

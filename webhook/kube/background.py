@@ -109,15 +109,21 @@ class BackgroundReports:
         snapshot: Callable[[], tuple[PolicySnapshot, bool]],
         *,
         leading: Callable[[], bool],
+        exhausted: Callable[[], bool] = lambda: False,
         period: float = PERIOD,
         monotonic: Callable[[], float] = time.monotonic,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """`snapshot()`: the policies as the workers serve them, and whether they changed since last asked."""
+        """`snapshot()`: the policies as the workers serve them, and whether they changed since last asked.
+        `exhausted()`: whether Kubernetes CEL library calls have leaked this process's budget (the library
+        never frees what it hands a Python function, `webhook.policy.cel_libraries.leaks`); then judging stops
+        and `restart` is set, so that the process is replaced as a worker is."""
         self._api = api
         self._state_directory = state_directory
         self._snapshot = snapshot
         self._leading = leading
+        self._exhausted = exhausted
+        self.restart = False
         self._period = period
         self._monotonic = monotonic
         self._clock = clock
@@ -152,6 +158,11 @@ class BackgroundReports:
                     self.round()
             except Exception:  # a bad round must not end reporting
                 log.exception("background evaluation round failed")
+            if self._exhausted():
+                log.warning("background evaluation: Kubernetes CEL library calls leaked this process's budget; "
+                            "restarting the controller to free it")
+                self.restart = True
+                stop.set()
 
     def _start_if_served(self, stop: threading.Event) -> None:
         try:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from webhook.config import CEL_LEAK_BUDGET_MIB
 from webhook.dra import CLAIM_KIND, CLASS_KIND, class_entry, device_entry, is_generated_claim
 from webhook.engine.configuration import gang_not_enforced, pod_groups_not_served
 from webhook.kube.api import ApiError, KubeApi, TransportError
@@ -46,6 +47,7 @@ from webhook.kube.status import PolicyOutcome
 from webhook.kube.status_writer import CompiledPolicy, StatusWriter
 from webhook.logs import configure_logging
 from webhook.metrics import MULTIPROC_ENV, ControllerMetrics
+from webhook.policy.cel_libraries.leaks import LeakAccount
 from webhook.policy.cluster_state import (
     CLUSTER_SOURCE,
     ClusterState,
@@ -455,8 +457,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         elector = LeaseElector(api, namespace=connection.namespace, name=LEASE_NAME, identity=identity())
     served = served_at_start(api, args.state)
     discovery = DiscoveryRefresh(api, args.state, served)
-    background = BackgroundReports(api, args.state, ServedPolicies(args.state, PolicyCompiler()),
-                                   leading=lambda: elector is None or elector.is_leader)
+    judging = PolicyCompiler(LeakAccount(int(CEL_LEAK_BUDGET_MIB * 2**20)))
+    background = BackgroundReports(api, args.state, ServedPolicies(args.state, judging),
+                                   leading=lambda: elector is None or elector.is_leader,
+                                   exhausted=judging.leaks.exhausted)
     controller = ClusterController(api, args.state, compiler=PolicyCompiler(), elector=elector, served=served,
                                    discovery=discovery, background=background,
                                    health=None if args.no_status else _health_round(api, connection.namespace))
@@ -465,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stop.set())
     log.info("cluster controller watching %s (%s)", connection.server, served.summary())
     controller.run(stop)
-    return RESTART_TO_FOLLOW_THE_API_SERVER if controller.restart else 0
+    return RESTART_TO_FOLLOW_THE_API_SERVER if controller.restart or background.restart else 0
 
 
 def served_at_start(api: KubeApi, state: Path) -> ServedApis:
