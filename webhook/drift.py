@@ -130,7 +130,7 @@ def render_text(judged: list[Judged], out: TextIO) -> None:
                  else "fail" if verdict.drifted else "pass" if verdict.results else "")
         if state:
             totals[state] += 1
-    out.write(f"{len(judged)} workloads: {totals['fail']} out of step, {totals['pass']} in step, "
+    out.write(f"{_workloads(len(judged))}: {totals['fail']} out of step, {totals['pass']} in step, "
               f"{totals['error']} with rule errors, {totals['skip']} skipped, "
               f"{len(judged) - sum(totals.values())} no policy matches\n")
 
@@ -171,7 +171,7 @@ def bring_in_step(
     ready = [item for item in writable if item not in refused]
     if not ready:
         return 1
-    out.write(f"{len(ready)} workloads will be changed (dry run passed):\n")
+    out.write(f"{_workloads(len(ready))} will be changed (dry run passed):\n")
     for item in ready:
         out.write(f"  {item.verdict.workload.title}\n")
     out.write(ROLLOUT_WARNING + "\n")
@@ -192,6 +192,10 @@ def bring_in_step(
             failed = True
             out.write(f"{item.verdict.workload.title}: not changed: {error}\n")
     return 1 if failed or pods else 0
+
+
+def _workloads(count: int) -> str:
+    return f"{count} workload" + ("" if count == 1 else "s")
 
 
 def _path(item: Judged) -> str:

@@ -73,7 +73,7 @@ def test_all_namespaces_and_a_label_selector(cluster: FakeApiServer, api: KubeAp
     assert "deployment/elsewhere" not in output, "no policy selects team-b"
     assert "5 workloads: 1 out of step" in output
     code, output = drift(api, namespace=None, selector="app=new")
-    assert code == 0 and "1 workloads: 0 out of step, 1 in step" in output
+    assert code == 0 and "1 workload: 0 out of step, 1 in step" in output
 
 
 def test_apply_dry_runs_first_asks_and_writes_nothing_when_refused(cluster: FakeApiServer, api: KubeApi) -> None:
@@ -133,7 +133,7 @@ def test_the_kubectl_plugin_registers_drift(cluster: FakeApiServer, kubeconfig: 
     assert [(r["policy"], r["rule"], r["result"]) for r in old["results"]] == [("ha", "pool", "fail")]
     assert "/spec/template/spec/nodeSelector" in [op["path"] for op in old["patch"]]
     code = kubectl_main(["drift", "deploy/new", "-n", "team-a", "--kubeconfig", str(kubeconfig)])
-    assert code == 0 and "1 workloads: 0 out of step, 1 in step" in capsys.readouterr().out
+    assert code == 0 and "1 workload: 0 out of step, 1 in step" in capsys.readouterr().out
 
 
 def test_policy_files_judge_before_they_are_applied(cluster: FakeApiServer, kubeconfig: Path, tmp_path: Path,
