@@ -20,8 +20,9 @@ LAYERS = [
     {"typing", "names", "quantity", "selectors", "resources", "patches", "config", "logs", "metrics", "certs",
      "json_bytes", "json_copy", "node_fit", "volumes", "dra", "counter_file", "rule_problems",
      "review", "__init__"},
-    {"workloads"}, {"gang"}, {"actions"}, {"policy"}, {"engine"}, {"gang_capacity"}, {"feasibility", "claims"}, {"pipeline", "offline", "validation", "suites", "export"},
-    {"kube"}, {"server", "dev"}, {"cli", "__main__", "field_targets"},
+    {"workloads"}, {"gang"}, {"actions"}, {"policy"}, {"engine"}, {"gang_capacity"}, {"feasibility", "claims"},
+    {"pipeline", "offline", "validation", "suites", "export", "compliance"},
+    {"kube"}, {"server", "dev", "drift"}, {"cli", "__main__", "field_targets"},
 ]
 """Imports flow one way: a module imports only from its own layer or the layers before it."""
 

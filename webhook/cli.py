@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from webhook import __version__, dev
+from webhook import __version__, dev, drift
 from webhook.certs import ensure_dev_certificates, issue, service_names
 from webhook.config import (
     CEL_LEAK_BUDGET_MIB,
@@ -374,7 +374,10 @@ def kubectl_main(argv: Sequence[str] | None = None) -> int:
     explain.add_argument("--context", metavar="NAME")
     explain.add_argument("--kubeconfig", metavar="FILE")
     explain.add_argument("-o", "--output", default="explain", choices=["explain", "yaml", "json", "patch"])
+    drift.add_parser(commands)
     args = parser.parse_args(argv)
+    if args.command == "drift":
+        return int(args.run(args))
     forwarded = ["apply", "--kube", "-o", args.output, *args.targets]
     forwarded += [item for path in args.filename for item in ("-f", path)]
     for flag, value in (("-n", args.namespace), ("--context", args.context), ("--kubeconfig", args.kubeconfig)):

@@ -48,6 +48,7 @@ CLAIMS = "/api/v1/persistentvolumeclaims"
 VOLUMES = "/api/v1/persistentvolumes"
 DEPLOYMENTS = "/apis/apps/v1/deployments"
 STATEFULSETS = "/apis/apps/v1/statefulsets"
+DAEMONSETS = "/apis/apps/v1/daemonsets"
 REPLICASETS = "/apis/apps/v1/replicasets"
 JOBS = "/apis/batch/v1/jobs"
 CRONJOBS = "/apis/batch/v1/cronjobs"
@@ -65,6 +66,7 @@ _KINDS = {
     VOLUMES: ("v1", "PersistentVolume", False),
     DEPLOYMENTS: ("apps/v1", "Deployment", False),
     STATEFULSETS: ("apps/v1", "StatefulSet", False),
+    DAEMONSETS: ("apps/v1", "DaemonSet", False),
     REPLICASETS: ("apps/v1", "ReplicaSet", False),
     JOBS: ("batch/v1", "Job", False),
     CRONJOBS: ("batch/v1", "CronJob", False),
@@ -75,6 +77,8 @@ _KINDS = {
 }
 """Collections listed and watched (namespaced ones across all namespaces: objects keyed `namespace/name`)."""
 NOT_SERVED = "the server could not find the requested resource"
+REPORTS_API = "/apis/wgpolicyk8s.io/v1alpha2"
+"""PolicyReports (the Policy WG's CRDs): served when `reports_served`; reports are objects read by name."""
 
 
 def object_key(obj: dict[str, Any]) -> str:
@@ -156,6 +160,8 @@ class FakeApiServer:
 
     objects: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: {path: {} for path in _KINDS})
     podgroups_served: bool = True
+    reports_served: bool = False
+    """Whether the PolicyReport CRDs (wgpolicyk8s.io/v1alpha2) are installed."""
     """Whether the PodGroup CRD (scheduler-plugins) is installed: without it every path of its group is 404."""
     leases: dict[str, dict[str, Any]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
@@ -165,6 +171,8 @@ class FakeApiServer:
     failures: list[Failure] = field(default_factory=list)
     podgroup_writes: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     """(POST or PUT, namespace/name, body) of every PodGroup written."""
+    merge_patches: list[tuple[str, dict[str, str], dict[str, Any]]] = field(default_factory=list)
+    """(path, query, body) of every merge patch of a listed workload (dry runs included)."""
     other: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     """Objects that are only read by name (GET), by collection path, e.g. /apis/apps/v1/namespaces/a/deployments."""
     silenced: tuple[str, ...] = ()
@@ -173,7 +181,7 @@ class FakeApiServer:
     """Seconds to wait before answering a request whose path starts with the key (a slow API server)."""
     revision: int = 100
     compacted: int = 0
-    list_snapshots: dict[tuple[str, str, int], list[dict[str, Any]]] = field(default_factory=dict)
+    list_snapshots: dict[tuple[str, str, int, str | None], list[dict[str, Any]]] = field(default_factory=dict)
     """The collection as of the first page of each paged list (path, selector, resourceVersion)."""
     before_list: Callable[[str, dict[str, str]], None] | None = None
     """Called (without the lock) before a list page is answered: a test compacts between pages."""
@@ -427,6 +435,16 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                                              "kind": "PodGroup", "shortNames": ["pg", "pgs"], "verbs": [
                                                  "delete", "deletecollection", "get", "list", "patch", "create",
                                                  "update", "watch"]}]})
+            if path.startswith(REPORTS_API) and not api.reports_served:
+                return self._send(404, status(404, "NotFound", NOT_SERVED))
+            if path == REPORTS_API and method == "GET":
+                return self._send(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion":
+                                        "wgpolicyk8s.io/v1alpha2", "resources": [
+                                            {"name": "policyreports", "namespaced": True, "kind": "PolicyReport",
+                                             "verbs": ["create", "get", "list", "update", "watch"]},
+                                            {"name": "clusterpolicyreports", "namespaced": False,
+                                             "kind": "ClusterPolicyReport",
+                                             "verbs": ["create", "get", "list", "update", "watch"]}]})
             if path.startswith(PODGROUP_API + "/namespaces/"):
                 return self._podgroup(method, path, body)
             if method == "GET" and path in _KINDS:
@@ -437,6 +455,11 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return self._lease(method, path, body)
             if method == "PATCH" and path.startswith(NAMESPACES + "/"):
                 return self._patch_namespace_labels(path.rsplit("/", 1)[-1], body)
+            scoped = _scoped(path)
+            if scoped is not None and method == "GET" and scoped[2] is None:
+                return self._list(scoped[0], query, namespace=scoped[1])
+            if scoped is not None and method == "PATCH" and scoped[2] is not None:
+                return self._merge_patch(scoped[0], f"{scoped[1]}/{scoped[2]}", body, query)
             collection, _, name = path.rpartition("/")
             if method == "GET" and collection in _KINDS:
                 return self._get(collection, name)
@@ -509,9 +532,10 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(404, status(404, "NotFound", f'{resource} "{name}" not found'))
             return self._send(200, obj)
 
-        def _list(self, path: str, query: dict[str, str]) -> None:
-            """A page of the collection as of the first page's resourceVersion (the token carries it), or 410
-            Gone when that version was compacted meanwhile (see `apiserver_semantics.CONTINUE_EXPIRED`)."""
+        def _list(self, path: str, query: dict[str, str], namespace: str | None = None) -> None:
+            """A page of the collection (of one namespace, when given) as of the first page's resourceVersion
+            (the token carries it), or 410 Gone when that version was compacted meanwhile (see
+            `apiserver_semantics.CONTINUE_EXPIRED`)."""
             api_version, kind, typed_items = _KINDS[path]
             if api.before_list is not None:
                 api.before_list(path, query)
@@ -528,15 +552,15 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                         expired = status(410, "Expired", CONTINUE_EXPIRED)
                         expired["metadata"] = {"continue": encode_continue(-1, start_key)}
                         return self._send(410, expired)
-                    snapshot = api.list_snapshots.get((path, selector, version))
+                    snapshot = api.list_snapshots.get((path, selector, version, namespace))
                     if snapshot is None:  # rv -1: go on at the latest version, inconsistently
-                        version, snapshot = api.revision, self._selected(path, selector)
+                        version, snapshot = api.revision, self._selected(path, selector, namespace)
                     start = next((i for i, obj in enumerate(snapshot) if object_key(obj) >= start_key), len(snapshot))
                 else:
-                    version, snapshot, start = api.revision, self._selected(path, selector), 0
+                    version, snapshot, start = api.revision, self._selected(path, selector, namespace), 0
                 end = start + limit if limit else len(snapshot)
                 if end < len(snapshot):
-                    api.list_snapshots[(path, selector, version)] = snapshot
+                    api.list_snapshots[(path, selector, version, namespace)] = snapshot
                 items = []
                 for listed in snapshot[start:end]:
                     item = copy.deepcopy(listed)
@@ -549,10 +573,11 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             return self._send(200, {"kind": f"{kind}List", "apiVersion": api_version, "metadata": metadata,
                                     "items": items})
 
-        def _selected(self, path: str, selector: str) -> list[dict[str, Any]]:
-            """The collection now, in key order (called with the condition held)."""
+        def _selected(self, path: str, selector: str, namespace: str | None = None) -> list[dict[str, Any]]:
+            """The collection now (of one namespace, when given), in key order (called with the condition held)."""
             objects = api.objects[path]
-            return [copy.deepcopy(objects[key]) for key in sorted(objects) if selects(selector, objects[key])]
+            return [copy.deepcopy(objects[key]) for key in sorted(objects) if selects(selector, objects[key])
+                    and (namespace is None or objects[key]["metadata"].get("namespace") == namespace)]
 
         def _watch(self, path: str, query: dict[str, str]) -> None:
             """From a resourceVersion: the events after it (410 in the stream when compacted). From "0" or "":
@@ -613,6 +638,26 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def _end(self) -> None:
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
+
+        def _merge_patch(self, collection: str, key: str, body: Any, query: dict[str, str]) -> None:
+            """A JSON merge patch (RFC 7386) of a listed workload: 409 when it names another resourceVersion
+            than the stored one, nothing stored under `dryRun=All`."""
+            with api.condition:
+                api.merge_patches.append((collection + "/" + key, dict(query), copy.deepcopy(body)))
+                existing = api.objects[collection].get(key)
+                resource = collection.rsplit("/", 1)[-1]
+                name = key.rsplit("/", 1)[-1]
+                if existing is None:
+                    return self._send(404, status(404, "NotFound", f'{resource} "{name}" not found'))
+                wanted = (body.get("metadata") or {}).get("resourceVersion")
+                if wanted is not None and wanted != existing["metadata"]["resourceVersion"]:
+                    return self._send(409, status(
+                        409, "Conflict", f'Operation cannot be fulfilled on {resource} "{name}": the object has '
+                        "been modified; please apply your changes to the latest version and try again"))
+                patched = _apply_merge_patch(copy.deepcopy(existing), body)
+                if query.get("dryRun") == "All":
+                    return self._send(200, patched)
+                return self._send(200, api._store(collection, patched))
 
         def _patch_status(self, name: str, body: Any, token: str) -> None:
             with api.condition:
@@ -730,6 +775,32 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             return self._send(405, status(405, "MethodNotAllowed", "method not allowed"))
 
     return Handler
+
+
+def _scoped(path: str) -> tuple[str, str, str | None] | None:
+    """(collection, namespace, name or None) of a namespaced path of a listed collection, e.g.
+    /apis/apps/v1/namespaces/a/deployments/web; None for any other path."""
+    parts = path.strip("/").split("/")
+    prefix_length = 2 if parts[0] == "api" else 3
+    rest = parts[prefix_length:]
+    if len(rest) not in (3, 4) or rest[0] != "namespaces":
+        return None
+    collection = "/" + "/".join([*parts[:prefix_length], rest[2]])
+    if collection not in _KINDS:
+        return None
+    return collection, rest[1], rest[3] if len(rest) == 4 else None
+
+
+def _apply_merge_patch(target: Any, patch: Any) -> Any:
+    if not isinstance(patch, dict):
+        return patch
+    result = target if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _apply_merge_patch(result.get(key), value)
+    return result
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition",

@@ -83,8 +83,8 @@ class KubeApi:
     def replace(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return self._request("PUT", path, None, body)
 
-    def merge_patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        return self._request("PATCH", path, None, body, content_type=MERGE_PATCH)
+    def merge_patch(self, path: str, body: Mapping[str, Any], query: Mapping[str, str] | None = None) -> dict[str, Any]:
+        return self._request("PATCH", path, query, body, content_type=MERGE_PATCH)
 
     def delete(self, path: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """DELETE, with `options` (a DeleteOptions: preconditions, propagationPolicy) as the body when given."""

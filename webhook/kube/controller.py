@@ -28,9 +28,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from webhook.config import CEL_LEAK_BUDGET_MIB
 from webhook.dra import CLAIM_KIND, CLASS_KIND, class_entry, device_entry, is_generated_claim
 from webhook.engine.configuration import gang_not_enforced, pod_groups_not_served
 from webhook.kube.api import ApiError, KubeApi, TransportError
+from webhook.kube.background import BackgroundReports, ServedPolicies
 from webhook.kube.connection import ConnectionSetupError, connect, identity
 from webhook.kube.discovery import DRA_KINDS, DiscoveryRefresh, ServedApis, discover, write_served_apis
 from webhook.kube.enforce_labels import EnforceLabels
@@ -46,6 +48,7 @@ from webhook.kube.status import PolicyOutcome
 from webhook.kube.status_writer import CompiledPolicy, StatusWriter
 from webhook.logs import configure_logging
 from webhook.metrics import MULTIPROC_ENV, ControllerMetrics
+from webhook.policy.cel_libraries.leaks import LeakAccount
 from webhook.policy.cluster_state import (
     CLUSTER_SOURCE,
     ClusterState,
@@ -196,9 +199,12 @@ class ClusterController:
         served: ServedApis | None = None,
         discovery: DiscoveryRefresh | None = None,
         health: HealthRound | None = None,
+        background: BackgroundReports | None = None,
     ) -> None:
         """`health`: where this replica publishes its rule counts and the leader reads every replica's (None:
-        the status says nothing of counts, `Healthy` is Unknown unless the configuration says otherwise)."""
+        the status says nothing of counts, `Healthy` is Unknown unless the configuration says otherwise).
+        `background`: judges existing workloads into PolicyReports, in a thread of its own (None: no reports)."""
+        self.background = background
         self._api = api
         self.served = served or ServedApis()
         self._discovery = discovery
@@ -283,6 +289,9 @@ class ClusterController:
             threading.Thread(target=r.run, args=(stop,), name=f"placer-watch-{r.kind.lower()}", daemon=True)
             for r in self.reflectors
         ]
+        if self.background is not None:
+            self.watch_threads.append(threading.Thread(target=self.background.run, args=(stop,),
+                                                       name="placer-background-reports", daemon=True))
         for thread in self.watch_threads:
             thread.start()
         while not stop.is_set():
@@ -455,15 +464,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Policies are checked against the API server's own minor, as the workers check them (`field_target`),
     # so the status, the validating webhook and the admissions agree.
     compiler = PolicyCompiler(fields=FieldChecks(served.field_target))
+    judging = PolicyCompiler(LeakAccount(int(CEL_LEAK_BUDGET_MIB * 2**20)), fields=FieldChecks(served.field_target))
+    background = BackgroundReports(api, args.state, ServedPolicies(args.state, judging),
+                                   leading=lambda: elector is None or elector.is_leader,
+                                   exhausted=judging.leaks.exhausted)
     controller = ClusterController(api, args.state, compiler=compiler, elector=elector, served=served,
-                                   discovery=discovery,
+                                   discovery=discovery, background=background,
                                    health=None if args.no_status else _health_round(api, connection.namespace))
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     log.info("cluster controller watching %s (%s)", connection.server, served.summary())
     controller.run(stop)
-    return RESTART_TO_FOLLOW_THE_API_SERVER if controller.restart else 0
+    return RESTART_TO_FOLLOW_THE_API_SERVER if controller.restart or background.restart else 0
 
 
 def served_at_start(api: KubeApi, state: Path) -> ServedApis:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from webhook.claims import ClaimLookup
 from webhook.config import Settings
 from webhook.feasibility import PlacementCheck
+from webhook.kube.background import readiness_detail
 from webhook.kube.discovery import read_served_apis
 from webhook.kube.namespace_lookup import NamespaceLookup
 from webhook.logs import AdmissionLog
@@ -177,6 +178,9 @@ def create_app(
         if settings.cluster_state is not None:
             # what the controller discovered, and the minor this worker checks policies' fields against
             lines.append(f"api server: {read_served_apis(settings.cluster_state).summary()}")
+            reports = readiness_detail(settings.cluster_state)
+            if reports is not None:
+                lines.append(reports)
         lines.append(f"field checks: Kubernetes {policy_compiler.fields.version}")
         return 200, TEXT, ("\n".join(lines) + "\n").encode()
 

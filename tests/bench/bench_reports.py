@@ -1,0 +1,181 @@
+"""What background evaluation costs: PolicyReports for a big cluster, in-process.
+
+    python -m tests.bench.bench_reports [--namespaces 1000,10000] [--workloads 50000] [--policies 10]
+
+The controller's background evaluation (`webhook.kube.background`) is fed what its reflectors would hand it:
+`--workloads` Deployments as kube-apiserver stores them (the captured v1.34 Deployment, with status and
+managedFields, ~3 KB of JSON), spread over `--namespaces` namespaces; the policies are the org-wide example
+(3 rules, every namespace) and `--policies` team policies, each selecting a tenth of the namespaces by label.
+Reports go to a stub API that counts writes (no HTTP: what is measured is Placer's own work). Printed per
+namespace count (each in a process of its own):
+
+- memory: RSS growth once every workload is kept (compressed CREATE, digest, results), and per workload;
+- first report: CPU and wall seconds from nothing judged to every namespace's report written (and the writes);
+- idle round: CPU seconds of a round when nothing changed (what a big quiet cluster pays);
+- team policy change (selects 1/10 of the namespaces): CPU seconds, workloads judged, reports written;
+- org-wide policy change (every namespace): the same;
+- one workload changed: the same.
+"""
+
+import argparse
+import copy
+import json
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from tests.conftest import REPO, fixture_request
+from tests.helpers import compile_policies
+from webhook.kube.api import ApiError
+from webhook.kube.background import BackgroundReports
+from webhook.policy.model import Policy
+from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
+
+ORG_WIDE = (REPO / "policies" / "org-wide-policy.yaml").read_text()
+
+
+def team_policy(index: int, pool: str = "general") -> str:
+    return yaml.safe_dump({"apiVersion": "placer.dev/v1alpha1", "kind": "SchedulingPolicy",
+                           "metadata": {"name": f"team-{index}"},
+                           "spec": {"namespaceSelector": {"matchLabels": {"team": f"team-{index}"}}, "rules": [
+                               {"name": "pool", "action": "add-node-selector",
+                                "parameters": {"node-pool": f"{pool}-{index}"}}]}})
+
+
+class CountingApi:
+    """What the report writer calls, answered at once: reports are created, then replaced."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+        self.version = 0
+
+    def get(self, path: str, query: Any = None, **_: Any) -> dict[str, Any]:
+        raise ApiError(404, "NotFound", "not found")
+
+    def create(self, path: str, body: Any, query: Any = None) -> dict[str, Any]:
+        return self._written(body)
+
+    def replace(self, path: str, body: Any) -> dict[str, Any]:
+        return self._written(body)
+
+    def _written(self, body: Any) -> dict[str, Any]:
+        self.writes += 1
+        self.version += 1
+        return {"metadata": {"resourceVersion": str(self.version)}}
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class Cluster:
+    """The policies the stub controller serves, replaceable one at a time."""
+
+    def __init__(self, namespaces: int, team_policies: int) -> None:
+        self.team_policies = team_policies
+        self.namespaces = {f"ns-{i:05d}": NamespaceInfo(f"ns-{i:05d}", {
+            "kubernetes.io/metadata.name": f"ns-{i:05d}", "team": f"team-{i % 10}", "environment": "production"})
+            for i in range(namespaces)}
+        texts = [ORG_WIDE, *(team_policy(i) for i in range(team_policies))]
+        policies, self.compiler = compile_policies(texts)
+        self.policies: dict[str, Policy] = {policy.name: policy for policy in policies}
+        self.changed = True
+
+    def replace(self, text: str) -> None:
+        (policy,), _ = compile_policies([text])
+        self.policies[policy.name] = policy
+        self.changed = True
+
+    def __call__(self) -> tuple[PolicySnapshot, bool]:
+        changed, self.changed = self.changed, False
+        return PolicySnapshot.build(self.policies.values(), self.namespaces, [], self.compiler.environment), changed
+
+
+def stored_deployment(namespace: str, index: int) -> dict[str, Any]:
+    obj: dict[str, Any] = copy.deepcopy(fixture_request("deployment-update-label-real")["request"]["oldObject"])
+    obj["metadata"].update(name=f"web-{index}", namespace=namespace, uid=f"uid-{index}",
+                           resourceVersion=str(1000 + index))
+    return obj
+
+
+def timed(work: Callable[[], Any]) -> tuple[float, Any]:
+    started = cpu()
+    value = work()
+    return cpu() - started, value
+
+
+def measure(namespaces: int, workloads: int, team_policies: int) -> dict[str, Any]:
+    cluster = Cluster(namespaces, team_policies)
+    api = CountingApi()
+    background = BackgroundReports(api, REPO / "does-not-matter", cluster, leading=lambda: True,  # type: ignore[arg-type]
+                                   period=1e9)
+    names = sorted(cluster.namespaces)
+    template = stored_deployment(names[0], 0)
+    before = rss_mb()
+    for index in range(workloads):
+        obj = copy.deepcopy(template)
+        namespace = names[index % len(names)]
+        obj["metadata"].update(name=f"web-{index}", namespace=namespace, uid=f"uid-{index}")
+        background.book.put(namespace, f"Deployment/{namespace}/web-{index}", obj)
+    kept_mb = rss_mb() - before
+    row: dict[str, Any] = {"namespaces": namespaces, "workloads": workloads,
+                           "memory_mb": round(kept_mb, 1), "bytes_per_workload": int(kept_mb * 2**20 / workloads)}
+
+    def phase(name: str, change: Callable[[], None]) -> None:
+        change()
+        writes, judged, started = api.writes, background.judged, time.monotonic()
+        seconds, _ = timed(background.round)
+        row[name] = {"cpu_s": round(seconds, 2), "wall_s": round(time.monotonic() - started, 2),
+                     "judged": background.judged - judged, "reports_written": api.writes - writes}
+
+    phase("first_report", lambda: None)
+    row["rss_after_reports_mb"] = round(rss_mb() - before, 1)
+    phase("idle_round", lambda: None)
+    phase("team_policy_change", lambda: cluster.replace(team_policy(3, pool="moved")))
+    phase("org_wide_policy_change", lambda: cluster.replace(ORG_WIDE.replace("environment: production",
+                                                                             "environment: prod")))
+
+    def one_workload() -> None:
+        obj = copy.deepcopy(template)
+        obj["metadata"].update(name="web-7", namespace=names[7 % len(names)])
+        obj["spec"]["replicas"] = 12
+        background.book.put(names[7 % len(names)], f"Deployment/{names[7 % len(names)]}/web-7", obj)
+
+    phase("one_workload_change", one_workload)
+    return row
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--namespaces", default="1000,10000")
+    parser.add_argument("--workloads", type=int, default=50_000)
+    parser.add_argument("--policies", type=int, default=10, help="team policies besides the org-wide one")
+    args = parser.parse_args(argv)
+    counts = [int(value) for value in args.namespaces.split(",")]
+    if len(counts) == 1:
+        print(json.dumps(measure(counts[0], args.workloads, args.policies)), flush=True)
+        return
+    for count in counts:  # each in a fresh process: memory a previous row freed would hide this one's growth
+        subprocess.run([sys.executable, "-m", "tests.bench.bench_reports", "--namespaces", str(count),
+                        "--workloads", str(args.workloads), "--policies", str(args.policies)], check=True)
+
+
+if __name__ == "__main__":
+    main()
+
+
+
