@@ -8,6 +8,7 @@ silently dropped with them off, immutable on UPDATE (`reactions/`).
 
 import copy
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import jsonpatch
@@ -20,7 +21,10 @@ from tests.helpers import review_for, run, snapshot_of
 from webhook.gang.native import pod_group_name
 from webhook.gang.pod_groups import desired_pod_group
 from webhook.names import dns1123_subdomain_error
-from webhook.policy.snapshot import PolicySnapshot
+from webhook.policy.cluster_state import ClusterState, ClusterStateSource, write_state
+from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
+from webhook.policy.sources import combine
 from webhook.workloads import default_workload_table
 
 CAPTURES = "kube-1.36/requests"
@@ -145,3 +149,18 @@ def test_the_captured_stored_pod_group_is_what_the_1_36_schema_describes() -> No
     stored = yaml.safe_load((FIXTURES / "kube-1.36" / "objects" / "podgroup-stored.yaml").read_text())
     kubernetes_validate.validate(stored, "1.36.0", strict=True)
     assert stored["spec"]["schedulingPolicy"] == {"gang": {"minCount": 4}}
+
+
+@pytest.mark.parametrize("version, changed", [("", False), ("v1alpha2", True)])
+def test_workers_learn_what_is_served_from_the_cluster_state(tmp_path: Path, version: str, changed: bool) -> None:
+    """What the controller found reaches a worker's snapshot through `policies.json`."""
+    compiler = PolicyCompiler()
+    document = yaml.safe_load(POLICY % "")
+    write_state(tmp_path, ClusterState(1, True, [document], native_gang_version=version))
+    source = ClusterStateSource(tmp_path, compiler=compiler)
+    assert source.refresh()
+    snapshot = dataclasses.replace(combine([source.content()], compiler.environment),
+                                   namespaces={"team-a": NamespaceInfo("team-a")})
+    assert snapshot.native_gang_version == version
+    mutation = run(snapshot, review_for(captured("job-indexed-create-real"), namespace="team-a"))
+    assert bool(mutation.patch) is changed
