@@ -92,8 +92,8 @@ def test_a_pod_that_already_names_a_group_is_left_alone_and_says_why() -> None:
     result, mutation = admitted(copy.deepcopy(pod), served("v1alpha2"))
     assert result == pod
     assert mutation.warnings == [
-        "native/gang: native gang: spec.schedulingGroup already names pg-train: left alone (its controller's "
-        "group)"]
+        "native/gang: native gang: spec.schedulingGroup already names pg-train: left alone (the pods keep the "
+        "group they name)"]
 
 
 def test_the_job_controllers_pod_of_a_mutated_template_passes_and_a_bare_pod_is_not_given_a_group() -> None:

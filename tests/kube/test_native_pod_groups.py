@@ -17,11 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from tests.conftest import REPO
 from tests.helpers import Clock
 from tests.kube.discovery_captures import serve_discovery
 from tests.kube.fake_apiserver import POLICIES, FakeApiServer, wait_for
 from tests.kube.marked_workloads import marked_job
+from webhook.cli import main
 from webhook.gang.native import NOT_SERVED
 from webhook.kube.api import ApiError, KubeApi
 from webhook.kube.controller import LEASE_NAME, ClusterController
@@ -247,3 +250,20 @@ def test_no_pod_group_api_is_a_condition_of_the_policy_and_reaches_the_workers(
         while thread.is_alive() or any(t.is_alive() for t in controller.watch_threads):
             apiserver.drop_watches()
             time.sleep(0.05)
+
+
+@pytest.mark.parametrize("gates, says", [
+    ("gates-off", "indexed-job-gang: matched, nothing to change (native gang: the API server serves no PodGroup API"),
+    ("gates-on", "indexed-job-gang: matched, changed the object"),
+])
+def test_placer_apply_kube_explains_with_what_the_cluster_serves(
+        apiserver: FakeApiServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str], gates: str, says: str) -> None:
+    serve_discovery(apiserver, gates)
+    apiserver.put_namespace("team-a", {"gang-scheduler": "native"})
+    apiserver.put_policy(yaml.safe_load((REPO / "policies" / "gang-native-jobs.yaml").read_text()))
+    code = main(["apply", "--kube", "--kubeconfig", str(kubeconfig), "-f",
+                 str(REPO / "docs" / "examples" / "native-gang" / "indexed-job.yaml"), "-o", "explain"])
+    output = capsys.readouterr().out
+    assert code == 0, output
+    assert says in output
+    assert {method for method, _, _ in apiserver.requests} == {"GET"}, "read, never written"

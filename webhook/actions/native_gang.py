@@ -50,7 +50,7 @@ def native_gang(template: JSONObject, params: Mapping[str, Any], context: Action
 def _left_alone(template: JSONObject, context: ActionContext, facts: GangFacts, sized: bool) -> str | None:
     existing = scheduling_group(template)
     if existing is not None:
-        return f"spec.schedulingGroup already names {existing}: left alone (its controller's group)"
+        return f"spec.schedulingGroup already names {existing}: left alone (the pods keep the group they name)"
     if facts.managed:
         return f"{facts.managed}: left alone"
     if facts.native_version == NOT_SERVED:
