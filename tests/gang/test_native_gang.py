@@ -16,8 +16,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.conftest import FIXTURES, fixture_request
+from tests.conftest import FIXTURES, REPO, fixture_request
 from tests.helpers import review_for, run, snapshot_of
+from tests.unit.test_gang_capacity import gang_policy, gpu_nodes, job_admission, publish
+from webhook.cli import main
 from webhook.gang.native import pod_group_name
 from webhook.gang.pod_groups import desired_pod_group
 from webhook.names import dns1123_subdomain_error
@@ -164,3 +166,20 @@ def test_workers_learn_what_is_served_from_the_cluster_state(tmp_path: Path, ver
     assert snapshot.native_gang_version == version
     mutation = run(snapshot, review_for(captured("job-indexed-create-real"), namespace="team-a"))
     assert bool(mutation.patch) is changed
+
+
+def test_a_native_gang_that_can_never_fit_is_warned_about(tmp_path: Path) -> None:
+    """The "gang can never fit" check covers native gangs: 3 one-GPU pods on 2 one-GPU nodes never start."""
+    policy = gang_policy().replace("scheduler: coscheduling", "scheduler: native")
+    result = job_admission(publish(tmp_path, {**gpu_nodes(2, "1"), **gpu_nodes(4, "0", pool="cpu")}), policy)
+    assert result.response["response"]["allowed"] is True and result.over_capacity == 1
+    assert result.response["response"]["warnings"][-1] == (
+        "placer: rule training/gang: gang batch-train: 3 pods of nvidia.com/gpu 1 never fit, 2 matching nodes hold 2")
+    assert job_admission(publish(tmp_path, gpu_nodes(3, "1")), policy).over_capacity == 0
+
+
+def test_export_says_plainly_that_a_native_gang_creates_objects(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", "--policies", str(REPO / "policies" / "gang-native-jobs.yaml")]) != 0
+    said = capsys.readouterr().err
+    assert "gang-native-jobs/indexed-job-gang: not exported: " in said
+    assert "it cannot create objects (kube-scheduler's PodGroup the pods name)" in said
