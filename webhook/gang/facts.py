@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.gang.native import controller_managed
+from webhook.gang.native import not_for_native
 from webhook.resources import effective_resources
 from webhook.typing import JSONObject, as_map
 from webhook.workloads import WorkloadKind, controller_owner
@@ -42,7 +42,7 @@ class GangFacts:
     """The PodGroup version kube-scheduler's own gang scheduling is served at (`webhook.gang.native`): "" when
     the API server serves none, None when not known (no cluster connected)."""
     managed: str | None = None
-    """Why the workload's own controller keeps its scheduling group (`native.controller_managed`), if it does."""
+    """Why the workload's pods must not name a group Placer keeps (`native.not_for_native`), if so."""
     derived: dict[Any, Any] = field(default_factory=dict, compare=False)
     """Values derived from these facts (group name and size per flavour and parameters), computed once per
     request however many templates and rules ask: a 1,000-job JobSet asks a thousand times."""
@@ -83,7 +83,7 @@ def gang_facts(kind: WorkloadKind, obj: JSONObject, fallback_name: str, *, uniqu
     name = metadata.get("name") or request_name(metadata.get("generateName"), unique_suffix) or fallback_name
     owner = controller_owner(obj) if kind.kind == "Pod" else None
     return GangFacts(kind.kind, str(name), owner, kind.members(obj), tuple(templates), native_version,
-                     controller_managed(kind.kind, obj))
+                     not_for_native(kind.kind, obj))
 
 
 def request_name(generate_name: Any, suffix: str) -> str:

@@ -21,7 +21,7 @@ The Job controller's own integration (KEP-5547, feature gate `WorkloadWithJob`):
 Jobs by itself and stands aside for a Job whose template already names a `schedulingGroup`; in 1.37 a Job
 asks for it with `spec.scheduling`, and a parent controller hands a Job its template with the annotation
 `scheduling.k8s.io/group-template-name`. Placer leaves such a Job, and any template or Pod that already names
-a scheduling group, as it is (`managed_elsewhere`).
+a scheduling group, as it is (`not_for_native`).
 """
 
 import hashlib
@@ -66,8 +66,18 @@ def scheduling_group(template: Mapping[str, Any]) -> str | None:
     return name if isinstance(name, str) and name else ("(set)" if group else None)
 
 
-def controller_managed(kind: str, obj: Mapping[str, Any]) -> str | None:
-    """Why the workload's own controller keeps its Workload and PodGroup (so Placer must not), or None."""
+def not_for_native(kind: str, obj: Mapping[str, Any]) -> str | None:
+    """Why the workload's pods must not name a group Placer keeps, or None: its own controller keeps its
+    Workload and PodGroup, or it starts its pods one at a time (a StatefulSet's `OrderedReady` creates each
+    pod once the one before is Ready, `apps/v1` StatefulSetSpec.PodManagementPolicy, so a gang of more than
+    one would wait forever)."""
+    if kind == "StatefulSet":
+        spec = as_map(obj.get("spec"))
+        replicas = spec.get("replicas", 1)
+        if spec.get("podManagementPolicy", "OrderedReady") != "Parallel" and isinstance(replicas, int) and replicas > 1:
+            return ("podManagementPolicy OrderedReady starts each pod once the one before is Ready, so a gang would "
+                    "wait forever; set podManagementPolicy: Parallel")
+        return None
     if kind != "Job":
         return None
     spec = as_map(obj.get("spec"))
