@@ -23,6 +23,7 @@ from tests.conftest import REPO
 from tests.helpers import Clock
 from tests.kube.discovery_captures import serve_discovery
 from tests.kube.fake_apiserver import POLICIES, FakeApiServer, wait_for
+from tests.kube.marked_workloads import NATIVE_GANG as NATIVE
 from tests.kube.marked_workloads import marked_job
 from webhook.cli import main
 from webhook.gang.native import NOT_SERVED
@@ -36,8 +37,6 @@ from webhook.policy.cluster_state import policies_path, read_state
 from webhook.policy.compiler import PolicyCompiler
 from webhook.workloads import default_workload_table
 
-NATIVE = ("apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: native}\nspec:\n  rules:\n"
-          "  - {name: gang, action: add-gang-labels, parameters: {scheduler: native}}\n")
 JOB = default_workload_table().lookup("batch", "Job")
 GONE = "the server could not find the requested resource"
 
