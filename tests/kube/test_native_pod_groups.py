@@ -266,3 +266,20 @@ def test_placer_apply_kube_explains_with_what_the_cluster_serves(
     assert code == 0, output
     assert says in output
     assert {method for method, _, _ in apiserver.requests} == {"GET"}, "read, never written"
+
+
+def test_ten_thousand_namespaces_cost_one_read_and_one_create_each_then_nothing() -> None:
+    """No write storm: after the first round, a re-list (a watch reconnect) and further rounds read and write
+    nothing for workloads that did not change."""
+    api = NativeApi()
+    keeper, _, _ = keeper_for(api)
+    job = stored_job()
+    workloads = {f"ns-{index}/train": {**job, "metadata": {**job["metadata"], "namespace": f"ns-{index}",
+                                                           "uid": f"uid-{index}"}} for index in range(10_000)}
+    keeper.replace(JOB, workloads)  # type: ignore[arg-type]
+    keeper.reconcile()
+    assert (api.requests, len(api.writes)) == (20_000, 10_000)
+    keeper.replace(JOB, workloads)  # type: ignore[arg-type]
+    keeper.reconcile()
+    keeper.reconcile()
+    assert (api.requests, len(api.writes)) == (20_000, 10_000)
