@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import FIXTURES, REPO, fixture_request
-from tests.helpers import review_for, run, snapshot_of
+from tests.helpers import compile_errors, review_for, run, snapshot_of
 from tests.unit.test_gang_capacity import gang_policy, gpu_nodes, job_admission, publish
 from webhook.cli import main
 from webhook.gang.native import pod_group_name
@@ -183,3 +183,9 @@ def test_export_says_plainly_that_a_native_gang_creates_objects(capsys: pytest.C
     said = capsys.readouterr().err
     assert "gang-native-jobs/indexed-job-gang: not exported: " in said
     assert "it cannot create objects (kube-scheduler's PodGroup the pods name)" in said
+
+
+def test_create_pod_group_is_refused_with_native_which_always_keeps_its_group() -> None:
+    errors = compile_errors(POLICY % ", createPodGroup: true")
+    assert any("createPodGroup: only for scheduler coscheduling (native: Placer always keeps the PodGroup)" in error
+               for error in errors), errors

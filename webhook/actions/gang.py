@@ -120,7 +120,10 @@ def _cross_check(params: Mapping[str, Any]) -> list[tuple[str, str]]:
     problems = []
     if params.get("queue") and flavour.queue is None:
         problems.append(("queue", f"{flavour.name} has no queue key (queues are set on its PodGroup)"))
-    if params.get("createPodGroup") == "true" and flavour.name not in ("coscheduling", NATIVE):
+    if params.get("createPodGroup") == "true" and flavour.name == NATIVE:
+        problems.append(("createPodGroup",
+                         "only for scheduler coscheduling (native: Placer always keeps the PodGroup)"))
+    elif params.get("createPodGroup") == "true" and flavour.name != "coscheduling":
         problems.append(("createPodGroup", f"only for scheduler coscheduling ({flavour.name} makes its own groups)"))
     return problems
 
