@@ -80,6 +80,19 @@ class NativeApi:
         self.writes.append(("POST", f"{namespace}/{name}"))
         return copy.deepcopy(stored)
 
+    def delete(self, path: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
+        """With the finalizer the API server adds, a delete only marks the PodGroup (deletionTimestamp)."""
+        self.requests += 1
+        _, namespace, name = self._parse(path)
+        key = f"{namespace}/{name}"
+        stored = self.objects[key]
+        wanted = (options or {}).get("preconditions") or {}
+        if any(stored["metadata"].get(field) != value for field, value in wanted.items()):
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on podgroups "{name}": precondition')
+        stored["metadata"]["deletionTimestamp"] = "2026-11-25T14:00:00Z"
+        self.writes.append(("DELETE", key))
+        return copy.deepcopy(stored)
+
     def replace(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         self.requests += 1
         version, namespace, name = self._parse(path)
@@ -169,15 +182,24 @@ def test_two_replicas_make_one_pod_group_and_a_409_is_taken_calmly() -> None:
     assert api.writes == [("POST", "team-a/train")] and second.waiting == 0
 
 
-def test_a_job_recreated_under_the_same_name_gets_its_pod_group_once_the_old_one_is_gone() -> None:
+@pytest.mark.parametrize("orphaned", [False, True])
+def test_a_job_recreated_under_the_same_name_gets_its_pod_group_once_the_old_one_is_gone(orphaned: bool) -> None:
+    """The old Job's PodGroup (owned by the old uid, or by nothing: a Job deleted through the API orphans its
+    dependents) is deleted, waited for while its finalizer holds it, then made again for the new Job."""
     api = NativeApi()
     keeper, clock, _ = keeper_for(api)
     keeper.want("Job/team-a/train", JOB, stored_job(uid="old"))  # type: ignore[arg-type]
     keeper.reconcile()
+    if orphaned:
+        api.objects["team-a/train"]["metadata"]["ownerReferences"] = []
     keeper.want("Job/team-a/train", JOB, stored_job(uid="new"))  # type: ignore[arg-type]
     keeper.reconcile()
-    assert api.objects["team-a/train"]["metadata"]["ownerReferences"][0]["uid"] == "old", "not taken over"
-    del api.objects["team-a/train"]  # the garbage collector deleted the old Job's PodGroup
+    old = api.objects["team-a/train"]
+    assert old["metadata"].get("deletionTimestamp") and api.writes[-1] == ("DELETE", "team-a/train")
+    clock.now += 6
+    keeper.reconcile()
+    assert api.objects["team-a/train"] is old and api.writes[-1] == ("DELETE", "team-a/train"), "waited for"
+    del api.objects["team-a/train"]  # the finalizer let it go: gone
     keeper.reconcile()
     assert "team-a/train" not in api.objects, "tried again only after the retry delay"
     clock.now += 6
@@ -258,7 +280,7 @@ def test_no_pod_group_api_is_a_condition_of_the_policy_and_reaches_the_workers(
 def test_placer_apply_kube_explains_with_what_the_cluster_serves(
         apiserver: FakeApiServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str], gates: str, says: str) -> None:
     serve_discovery(apiserver, gates)
-    apiserver.put_namespace("team-a", {"gang-scheduler": "native"})
+    apiserver.put_namespace("training", {"gang-scheduler": "native"})
     apiserver.put_policy(yaml.safe_load((REPO / "policies" / "gang-native-jobs.yaml").read_text()))
     code = main(["apply", "--kube", "--kubeconfig", str(kubeconfig), "-f",
                  str(REPO / "docs" / "examples" / "native-gang" / "indexed-job.yaml"), "-o", "explain"])

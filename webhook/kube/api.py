@@ -85,8 +85,9 @@ class KubeApi:
     def merge_patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return self._request("PATCH", path, None, body, content_type=MERGE_PATCH)
 
-    def delete(self, path: str) -> dict[str, Any]:
-        return self._request("DELETE", path, None)
+    def delete(self, path: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """DELETE, with `options` (a DeleteOptions: preconditions, propagationPolicy) as the body when given."""
+        return self._request("DELETE", path, None, options)
 
     def watch_lines(
         self, path: str, query: Mapping[str, str], *, pace: float = 0.0, skip: Skip | None = None

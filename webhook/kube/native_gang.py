@@ -9,8 +9,10 @@ is 404, as captured from kube-apiserver v1.36.2), and the policy's status says s
 Keeping: the PodGroup is created when absent (a 409 from another replica that created it first is the same
 PodGroup: deterministic names), its `minCount` follows the gang's size where the version lets it change
 (`v1beta1`; `v1alpha2` refuses with 422 "field is immutable", so there the first size stays and the log says
-so once), and a PodGroup of that name left by an earlier workload of the same name (Placer's label, another
-owner uid: the garbage collector is deleting it) is waited for, then made again for the new workload.
+so once), and a PodGroup of that name left by an earlier workload of the same name (Placer's label, and an
+owner of the same kind and name with another uid, or none left) is deleted (preconditions on its uid and
+resourceVersion), waited for while its finalizer `scheduling.k8s.io/podgroup-protection` holds it, then made
+again for the new workload.
 """
 
 import logging
@@ -112,11 +114,16 @@ class NativePodGroups:
     def _keep(self, path: str, existing: Mapping[str, Any], want: DesiredPodGroup, version: str,
               where: str) -> Outcome:
         metadata = as_map(existing.get("metadata"))
+        if metadata.get("deletionTimestamp"):
+            log.info("%s: the PodGroup of that name is being deleted; made again once it is gone", where)
+            return "waiting"
         if not want.made_by_placer(existing):
-            if as_map(metadata.get("labels")).get(MANAGED_BY_LABEL) == MANAGED_BY and (
-                    metadata.get("deletionTimestamp") or _owned_by_other(metadata, want)):
-                log.info("%s: the PodGroup of an earlier workload of that name is still there; made again once "
-                         "it is gone", where)
+            if as_map(metadata.get("labels")).get(MANAGED_BY_LABEL) == MANAGED_BY and _stale(metadata, want):
+                # An earlier workload's of that name: deleted unless it changed meanwhile (preconditions)
+                self._api.delete(path, {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {
+                    "uid": metadata.get("uid"), "resourceVersion": metadata.get("resourceVersion")}})
+                log.info("%s: the PodGroup of an earlier workload of that name deleted; made again once it is "
+                         "gone", where)
                 return "waiting"
             log.warning("%s: a PodGroup of that name exists that Placer did not make for this workload; left "
                         "alone (its minCount stays %s)", where, min_count_of(existing))
@@ -136,8 +143,12 @@ class NativePodGroups:
         return "updated"
 
 
-def _owned_by_other(metadata: Mapping[str, Any], want: DesiredPodGroup) -> bool:
-    """Owned by a controller of the same kind and name with another uid: an earlier workload of that name."""
-    return any(isinstance(ref, dict) and ref.get("controller") and ref.get("kind") == want.owner["kind"]
-               and ref.get("name") == want.owner["name"] and ref.get("uid") != want.owner["uid"]
-               for ref in metadata.get("ownerReferences") or [])
+def _stale(metadata: Mapping[str, Any], want: DesiredPodGroup) -> bool:
+    """Placer's PodGroup of an earlier workload of the same name: owned by the same kind and name with another
+    uid, or by nothing (a batch/v1 Job deleted through the API orphans its dependents by default,
+    `DefaultGarbageCollectionPolicy` in kubernetes/kubernetes pkg/registry/batch/job/strategy.go, and the
+    garbage collector then removes their owner references)."""
+    references = [ref for ref in metadata.get("ownerReferences") or [] if isinstance(ref, dict)]
+    return not references or any(
+        ref.get("kind") == want.owner["kind"] and ref.get("name") == want.owner["name"]
+        and ref.get("uid") != want.owner["uid"] for ref in references)
