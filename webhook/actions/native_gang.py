@@ -14,7 +14,15 @@ from typing import Any
 from webhook.actions.base import ActionContext
 from webhook.actions.scheduling import apply_scheduler_name
 from webhook.gang.facts import GangFacts
-from webhook.gang.native import GATES_HINT, NOT_SERVED, VERSIONS, pod_group_name, scheduling_group, set_scheduling_group
+from webhook.gang.native import (
+    GATES_HINT,
+    NATIVE,
+    NOT_SERVED,
+    VERSIONS,
+    pod_group_name,
+    scheduling_group,
+    set_scheduling_group,
+)
 from webhook.gang.pod_groups import (
     MIN_MEMBER_ANNOTATION,
     OWNER_KINDS,
@@ -39,7 +47,7 @@ def native_gang(template: JSONObject, params: Mapping[str, Any], context: Action
     name = pod_group_name(group)
     changed = set_scheduling_group(template, name)
     marks[("labels", POD_GROUP_LABEL)] = name
-    marks[("annotations", POD_GROUP_API_ANNOTATION)] = "native"
+    marks[("annotations", POD_GROUP_API_ANNOTATION)] = NATIVE
     minimum = params.get("minAvailable")
     marks[("annotations", MIN_MEMBER_ANNOTATION)] = str(minimum) if minimum is not None else None
     if params.get("schedulerName"):
