@@ -57,6 +57,9 @@ RESOURCE_CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
 DEVICE_CLASSES = "/apis/resource.k8s.io/v1/deviceclasses"
 PODGROUP_API = "/apis/scheduling.x-k8s.io/v1alpha1"
 PODGROUPS = PODGROUP_API + "/podgroups"
+NATIVE_PODGROUP_API = "/apis/scheduling.k8s.io/v1alpha2"
+NATIVE_PODGROUPS = NATIVE_PODGROUP_API + "/podgroups"
+"""kube-scheduler's own PodGroups (Kubernetes 1.36, `scheduling.k8s.io/v1alpha2`)."""
 _KINDS = {
     POLICIES: ("placer.dev/v1alpha1", "SchedulingPolicy", True),
     NAMESPACES: ("v1", "Namespace", False),
@@ -71,6 +74,7 @@ _KINDS = {
     JOBS: ("batch/v1", "Job", False),
     CRONJOBS: ("batch/v1", "CronJob", False),
     PODGROUPS: ("scheduling.x-k8s.io/v1alpha1", "PodGroup", True),
+    NATIVE_PODGROUPS: ("scheduling.k8s.io/v1alpha2", "PodGroup", False),
     RESOURCE_CLAIM_TEMPLATES: ("resource.k8s.io/v1", "ResourceClaimTemplate", False),
     RESOURCE_CLAIMS: ("resource.k8s.io/v1", "ResourceClaim", False),
     DEVICE_CLASSES: ("resource.k8s.io/v1", "DeviceClass", False),
@@ -447,6 +451,8 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                                              "verbs": ["create", "get", "list", "update", "watch"]}]})
             if path.startswith(PODGROUP_API + "/namespaces/"):
                 return self._podgroup(method, path, body)
+            if path.startswith(NATIVE_PODGROUP_API + "/namespaces/"):
+                return self._podgroup(method, path, body, NATIVE_PODGROUPS)
             if method == "GET" and path in _KINDS:
                 return self._watch(path, query) if query.get("watch") in ("1", "true") else self._list(path, query)
             if method == "PATCH" and path.startswith(POLICIES + "/") and path.endswith("/status"):
@@ -673,22 +679,23 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 result = api._store(POLICIES, updated)
             return self._send(200, result)
 
-        def _podgroup(self, method: str, path: str, body: Any) -> None:
-            """PodGroups (a custom resource) by namespace: get, create (409 when it exists), update (409 when
-            the resourceVersion is not the stored one), as kube-apiserver answers them."""
-            parts = path[len(PODGROUP_API) + 1:].split("/")  # namespaces, NS, podgroups[, NAME]
+        def _podgroup(self, method: str, path: str, body: Any, collection: str = PODGROUPS) -> None:
+            """PodGroups (a custom resource, or kube-scheduler's own) by namespace: get, create (409 when it
+            exists), update (409 when the resourceVersion is not the stored one), as kube-apiserver answers."""
+            prefix = collection.removesuffix("/podgroups")
+            parts = path[len(prefix) + 1:].split("/")  # namespaces, NS, podgroups[, NAME]
             namespace, name = parts[1], (parts[3] if len(parts) > 3 else None)
             with api.condition:
                 if method == "POST" and name is None:
                     key = f"{namespace}/{body['metadata']['name']}"
-                    if key in api.objects[PODGROUPS]:
+                    if key in api.objects[collection]:
                         message = f'podgroups.scheduling.x-k8s.io "{body["metadata"]["name"]}" already exists'
                         return self._send(409, status(409, "AlreadyExists", message))
                     api.podgroup_writes.append(("POST", key, copy.deepcopy(body)))
                     body["metadata"]["namespace"] = namespace
-                    return self._send(201, api._store(PODGROUPS, body))
+                    return self._send(201, api._store(collection, body))
                 key = f"{namespace}/{name}"
-                existing = api.objects[PODGROUPS].get(key)
+                existing = api.objects[collection].get(key)
                 if existing is None:
                     message = f'podgroups.scheduling.x-k8s.io "{name}" not found'
                     return self._send(404, status(404, "NotFound", message))
@@ -701,12 +708,13 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                             f'Operation cannot be fulfilled on podgroups.scheduling.x-k8s.io "{name}": the object '
                             "has been modified; please apply your changes to the latest version and try again"))
                     api.podgroup_writes.append(("PUT", key, copy.deepcopy(body)))
-                    return self._send(200, api._store(PODGROUPS, body))
+                    return self._send(200, api._store(collection, body))
                 if method == "DELETE":
-                    return self._delete_podgroup(key, existing, body or {})
+                    return self._delete_podgroup(key, existing, body or {}, collection)
             return self._send(405, status(405, "MethodNotAllowed", "method not allowed"))
 
-        def _delete_podgroup(self, key: str, existing: dict[str, Any], options: dict[str, Any]) -> None:
+        def _delete_podgroup(self, key: str, existing: dict[str, Any], options: dict[str, Any],
+                             collection: str = PODGROUPS) -> None:
             """DELETE with DeleteOptions' preconditions checked as storage does (`Preconditions.Check` in
             staging/src/k8s.io/apiserver/pkg/storage/interfaces.go: a mismatch is a 409 Conflict); an object with
             finalizers only gets its deletionTimestamp (called with the condition held)."""
@@ -725,13 +733,13 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 if not metadata.get("deletionTimestamp"):
                     marked = copy.deepcopy(existing)
                     marked["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-                    api._store(PODGROUPS, marked)
-                return self._send(200, copy.deepcopy(api.objects[PODGROUPS][key]))
-            api.objects[PODGROUPS].pop(key)
+                    api._store(collection, marked)
+                return self._send(200, copy.deepcopy(api.objects[collection][key]))
+            api.objects[collection].pop(key)
             api.revision += 1
             gone = copy.deepcopy(existing)
             gone["metadata"]["resourceVersion"] = str(api.revision)
-            api._event(PODGROUPS, "DELETED", gone)
+            api._event(collection, "DELETED", gone)
             return self._send(200, gone)
 
         def _lease(self, method: str, path: str, body: Any) -> None:

@@ -28,3 +28,6 @@ def marked_job(name: str, *, parallelism: int, policy: str = GANG % "") -> dict[
     job["metadata"]["name"] = name
     job["spec"].update(parallelism=parallelism, completions=parallelism * 2)
     return mutated(job, policy)[0]
+NATIVE_GANG = ("apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: native}\nspec:\n  rules:\n"
+               "  - {name: gang, action: add-gang-labels, parameters: {scheduler: native}}\n")
+"""kube-scheduler's own gang scheduling: the workload is marked for a scheduling.k8s.io PodGroup."""

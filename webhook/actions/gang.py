@@ -10,9 +10,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.actions.base import BOOLEAN, ActionContext, ActionSpec, Param, child_map, ensure_map
+from webhook.actions.native_gang import native_gang
 from webhook.actions.scheduling import apply_scheduler_name
 from webhook.gang.flavours import FLAVOURS, YUNIKORN_TASK_GROUP_NAME, YUNIKORN_TASK_GROUPS, Flavour, Key
 from webhook.gang.identity import Derived, group_name, group_size
+from webhook.gang.native import NATIVE
 from webhook.gang.pod_groups import MIN_MEMBER_ANNOTATION, POD_GROUP_LABEL
 from webhook.gang.yunikorn import task_groups
 from webhook.names import dns1123_subdomain_error, label_value_error
@@ -41,6 +43,8 @@ def add_gang_labels(template: JSONObject, params: Mapping[str, Any], context: Ac
         group = group_name(flavour, params.get("groupName"), facts)
         facts.derived[derived_key] = (group, group_size(flavour, params.get("minAvailable"), group, facts))
     group, size = facts.derived[derived_key]
+    if flavour.name == NATIVE:
+        return native_gang(template, params, context, facts, group=group.value, sized=size is not None)
     writes: list[tuple[Key, str]] = [(flavour.group, group.value)]
     if flavour.queue is not None and params.get("queue"):
         writes.append((flavour.queue, params["queue"]))
@@ -116,7 +120,10 @@ def _cross_check(params: Mapping[str, Any]) -> list[tuple[str, str]]:
     problems = []
     if params.get("queue") and flavour.queue is None:
         problems.append(("queue", f"{flavour.name} has no queue key (queues are set on its PodGroup)"))
-    if params.get("createPodGroup") == "true" and flavour.name != "coscheduling":
+    if params.get("createPodGroup") == "true" and flavour.name == NATIVE:
+        problems.append(("createPodGroup",
+                         "only for scheduler coscheduling (native: Placer always keeps the PodGroup)"))
+    elif params.get("createPodGroup") == "true" and flavour.name != "coscheduling":
         problems.append(("createPodGroup", f"only for scheduler coscheduling ({flavour.name} makes its own groups)"))
     return problems
 

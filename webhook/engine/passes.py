@@ -66,7 +66,8 @@ class Run:
         self.request_cel = request.as_cel()
         self.namespace_cel = namespace.as_cel()
         obj = request.object or {}
-        self.gang = lazy(lambda: gang_facts(kind, obj, request.name or "", unique_suffix=uid_suffix(request.uid)))
+        self.gang = lazy(lambda: gang_facts(kind, obj, request.name or "", unique_suffix=uid_suffix(request.uid),
+                                            native_version=snapshot.native_gang_version))
         self.protected = kind.selector_label_keys(obj)
         self.default_priority_class = snapshot.default_priority_class if kind.kind == "Pod" else None
         self.claims = claims

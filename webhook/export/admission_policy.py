@@ -40,6 +40,8 @@ VOLUME_REASON = ("pin-to-volume-node: the node a pod's claims are on comes from 
                  "PersistentVolumes, which a MutatingAdmissionPolicy cannot read (it sees only the request)")
 CREATES_REASON = ("; createPodGroup: a MutatingAdmissionPolicy only changes the object under admission, it "
                   "cannot create objects (the PodGroup)")
+NATIVE_REASON = ("; scheduler native: a MutatingAdmissionPolicy only changes the object under admission, it cannot "
+                 "create objects (kube-scheduler's PodGroup the pods name)")
 
 
 @dataclass(slots=True)
@@ -180,6 +182,8 @@ class Exporter:
         if rule.action.name == "pin-to-volume-node":
             raise NotExportable(VOLUME_REASON)
         if rule.action.name == "add-gang-labels":
+            if rule.parameters.get("scheduler") == "native":
+                raise NotExportable(GANG_REASON + NATIVE_REASON)
             creates = str(rule.parameters.get("createPodGroup", "false")).lower() == "true"
             raise NotExportable(GANG_REASON + (CREATES_REASON if creates else ""))
         for name in sorted(rule.reads_variables):

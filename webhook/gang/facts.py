@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.gang.native import not_for_native
 from webhook.resources import effective_resources
 from webhook.typing import JSONObject, as_map
 from webhook.workloads import WorkloadKind, controller_owner
@@ -37,6 +38,11 @@ class GangFacts:
     size: int | None
     """Pods in the gang per the workload's own fields (§6), None when they do not say."""
     templates: tuple[MemberTemplate, ...]
+    native_version: str | None = None
+    """The PodGroup version kube-scheduler's own gang scheduling is served at (`webhook.gang.native`): "" when
+    the API server serves none, None when not known (no cluster connected)."""
+    managed: str | None = None
+    """Why the workload's pods must not name a group Placer keeps (`native.not_for_native`), if so."""
     derived: dict[Any, Any] = field(default_factory=dict, compare=False)
     """Values derived from these facts (group name and size per flavour and parameters), computed once per
     request however many templates and rules ask: a 1,000-job JobSet asks a thousand times."""
@@ -49,9 +55,11 @@ class GangFacts:
         return next((template for template in self.templates if template.name == name), None)
 
 
-def gang_facts(kind: WorkloadKind, obj: JSONObject, fallback_name: str, *, unique_suffix: str = "") -> GangFacts:
+def gang_facts(kind: WorkloadKind, obj: JSONObject, fallback_name: str, *, unique_suffix: str = "",
+               native_version: str | None = None) -> GangFacts:
     """The workload's gang facts. `unique_suffix` (from the request) is appended to a `generateName`: the
-    API server has not generated the name yet, and two objects from one `generateName` are two gangs."""
+    API server has not generated the name yet, and two objects from one `generateName` are two gangs.
+    `native_version`: what the cluster serves of kube-scheduler's PodGroups (see `GangFacts`)."""
     templates = []
     for slot in kind.templates(obj):
         raw = slot.read(obj)
@@ -74,7 +82,8 @@ def gang_facts(kind: WorkloadKind, obj: JSONObject, fallback_name: str, *, uniqu
     metadata = as_map(obj.get("metadata"))
     name = metadata.get("name") or request_name(metadata.get("generateName"), unique_suffix) or fallback_name
     owner = controller_owner(obj) if kind.kind == "Pod" else None
-    return GangFacts(kind.kind, str(name), owner, kind.members(obj), tuple(templates))
+    return GangFacts(kind.kind, str(name), owner, kind.members(obj), tuple(templates), native_version,
+                     not_for_native(kind.kind, obj))
 
 
 def request_name(generate_name: Any, suffix: str) -> str:

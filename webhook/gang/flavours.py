@@ -7,6 +7,8 @@
   `kueue.x-k8s.io/queue-name`; the default scheduler.
 - yunikorn: labels `yunikorn.apache.org/app-id`, `yunikorn.apache.org/queue`; annotations
   `yunikorn.apache.org/task-group-name`, `yunikorn.apache.org/task-groups`; scheduler `yunikorn`.
+- native: kube-scheduler's own gang scheduling (1.36+): `spec.schedulingGroup.podGroupName` on the pod and a
+  `scheduling.k8s.io` PodGroup (`webhook.gang.native`); the default scheduler.
 - kubenexus: labels `pod-group.scheduling.kubenexus.io/name`, `pod-group.scheduling.kubenexus.io/min-available`;
   scheduler `kubenexus-scheduler`.
 
@@ -53,6 +55,9 @@ class Flavour:
     scheduler_name: str | None
     task_groups: bool = False
     """YuniKorn: the size is written as task groups (one per pod template) rather than one number."""
+    pod_field: bool = False
+    """native: the group is named in the pod's `spec.schedulingGroup` (`webhook.gang.native`); `group` is
+    only read, as the name a template may already give its gang."""
 
 
 YUNIKORN_TASK_GROUP_NAME = Key("annotations", "yunikorn.apache.org/task-group-name")
@@ -84,6 +89,7 @@ FLAVOURS: dict[str, Flavour] = {
             "yunikorn",
             task_groups=True,
         ),
+        Flavour("native", Key("labels", "placer.dev/pod-group"), None, None, None, pod_field=True),
         Flavour(
             "kubenexus",
             Key("labels", "pod-group.scheduling.kubenexus.io/name"),

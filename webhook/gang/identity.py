@@ -48,8 +48,10 @@ def read_key(key: Key, labels: Mapping[str, Any], annotations: Mapping[str, Any]
 
 
 def _group_keys(flavour: Flavour) -> list[Key]:
-    """The flavour's own group key first, then every other flavour's: any of them names an existing gang."""
-    return [flavour.group, *(other.group for other in FLAVOURS.values() if other is not flavour)]
+    """The flavour's own group key first, then every other flavour's: any of them names an existing gang (a
+    flavour that names its group in the pod spec, native, has no key on pods to read)."""
+    others = (other.group for other in FLAVOURS.values() if other is not flavour and not other.pod_field)
+    return [flavour.group, *others]
 
 
 def group_name(flavour: Flavour, parameter: str | None, facts: GangFacts) -> Derived:

@@ -9,6 +9,10 @@ workloads (a label-filtered watch) and keeps one PodGroup per workload: created 
 collected with it), `minMember` following the workload's size as it is scaled. Admission stays free of
 side effects; the PodGroup is the controller's.
 
+The native flavour (`scheduler: native`, `webhook.gang.native`) is marked the same way plus the annotation
+`placer.dev/pod-group-api: native`, and its PodGroup is kube-scheduler's (`scheduling.k8s.io`, at the version
+the API server serves) with `spec.schedulingPolicy.gang.minCount`.
+
 Only the built-in controllers are marked: the operators Placer knows (Kubeflow's training operator, KubeRay,
 Spark, JobSet) create their own PodGroups when set up for coscheduling, and two writers would fight.
 """
@@ -17,12 +21,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.gang.native import NATIVE, pod_group_body
 from webhook.names import dns1123_subdomain_error
 from webhook.typing import JSONObject, as_map
 from webhook.workloads import WorkloadKind
 
 POD_GROUP_LABEL = "placer.dev/pod-group"
 MIN_MEMBER_ANNOTATION = "placer.dev/pod-group-min-member"
+POD_GROUP_API_ANNOTATION = "placer.dev/pod-group-api"
+"""Which PodGroup the workload wants: absent for scheduler-plugins' (coscheduling), `native` for kube-scheduler's."""
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "placer"
 API_VERSION = "scheduling.x-k8s.io/v1alpha1"
@@ -44,9 +51,14 @@ class DesiredPodGroup:
     min_member: int
     owner: JSONObject
     """The ownerReference to the workload (apiVersion, kind, name, uid, controller)."""
+    flavour: str = "coscheduling"
+    """`coscheduling` (scheduler-plugins' PodGroup) or `native` (kube-scheduler's, `webhook.gang.native`)."""
 
-    def body(self) -> JSONObject:
-        """The PodGroup to create."""
+    def body(self, native_version: str = "") -> JSONObject:
+        """The PodGroup to create (a native one at `native_version`)."""
+        if self.flavour == NATIVE:
+            return pod_group_body(native_version, self.namespace, self.name, min_count=self.min_member,
+                                  owner=self.owner, labels={MANAGED_BY_LABEL: MANAGED_BY})
         return {
             "apiVersion": API_VERSION,
             "kind": "PodGroup",
@@ -85,4 +97,5 @@ def desired_pod_group(kind: WorkloadKind, obj: Mapping[str, Any]) -> DesiredPodG
         return f"{kind.kind} runs no pods now: no PodGroup needed"
     owner = {"apiVersion": f"{kind.group}/{kind.versions[0]}", "kind": kind.kind, "name": name, "uid": uid,
              "controller": True}
-    return DesiredPodGroup(str(namespace), str(group), size, owner)
+    flavour = NATIVE if as_map(metadata.get("annotations")).get(POD_GROUP_API_ANNOTATION) == NATIVE else "coscheduling"
+    return DesiredPodGroup(str(namespace), str(group), size, owner, flavour)

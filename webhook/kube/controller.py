@@ -38,6 +38,7 @@ from webhook.kube.discovery import DRA_KINDS, DiscoveryRefresh, ServedApis, disc
 from webhook.kube.enforce_labels import EnforceLabels
 from webhook.kube.health_round import HealthRound, PodGroupApiCheck
 from webhook.kube.leader import LeaseElector
+from webhook.kube.native_gang import native_gang_not_served, native_version_of
 from webhook.kube.node_events import UnchangedNodeEvents
 from webhook.kube.pod_groups import PodGroupKeeper
 from webhook.kube.policy_health import combine
@@ -237,11 +238,13 @@ class ClusterController:
         self._health = health
         self.pod_group_api = PodGroupApiCheck(api, monotonic=monotonic)
         self._pod_groups_served: bool | None = None
+        self._native_gang_version = native_version_of(self.served)
+        """The kube-scheduler PodGroup version served ("" none, None not known), followed from discovery."""
         self.watch_threads: list[threading.Thread] = []
         """One per watched resource, once `run` has started them (they end when `stop` is set)."""
         self.pod_groups = PodGroupKeeper(api, default_workload_table(), wake=self._wake.set,
                                          observe=(metrics or ControllerMetrics()).observe_pod_group,
-                                         monotonic=monotonic)
+                                         monotonic=monotonic, native_version=lambda: self._native_gang_version)
         self.enforce_labels = EnforceLabels(api, wake=self._wake.set)
         self.reflectors = (
             Reflector(api, POLICIES, self._set_policies),
@@ -325,8 +328,9 @@ class ClusterController:
             self._inputs = inputs
         wanted = any(good.pod_group_findings for _, good in self._last_good.values())
         served = self.pod_group_api.check(wanted)
-        if served != self._pod_groups_served:  # the workers warn on admission: tell them
-            self._pod_groups_served = served
+        native = native_version_of(self._discovery.served if self._discovery is not None else self.served)
+        if served != self._pod_groups_served or native != self._native_gang_version:  # workers warn: tell them
+            self._pod_groups_served, self._native_gang_version = served, native
             self._publish(policies, priority_classes)
         if self._health is not None:
             self._health.publish()
@@ -360,12 +364,13 @@ class ClusterController:
             del self._compiled[gone]
             self._last_good.pop(gone, None)
         default_class = global_default_priority_class(priority_classes or {})
-        content = (serving, errors, default_class, self._pod_groups_served)
+        content = (serving, errors, default_class, self._pod_groups_served, self._native_gang_version)
         if content == self._published:
             return  # e.g. only a status or an unrelated annotation changed: workers need not recompile
         self._generation += 1
         state = ClusterState(self._generation, True, serving, errors, default_priority_class=default_class,
-                             pod_groups_served=self._pod_groups_served)
+                             pod_groups_served=self._pod_groups_served,
+                             native_gang_version=self._native_gang_version)
         write_state(self._state_directory, state)
         self._published = content
         log.info(
@@ -394,14 +399,16 @@ class ClusterController:
             policy = result.policy
             outcome = PolicyOutcome(generation, len(policy.rules), (), generation,
                                     tuple(rule.name for rule in policy.rules), tuple(gang_not_enforced(policy)))
-            compiled = CompiledPolicy(key, outcome, document, tuple(pod_groups_not_served(policy)))
+            compiled = CompiledPolicy(key, outcome, document, tuple(pod_groups_not_served(policy)),
+                                      tuple(native_gang_not_served(policy)))
             self._last_good[name] = (uid, compiled)
         else:
             last = good[1] if good is not None else None
             serving = last.outcome.generation if last is not None else None
             outcome = PolicyOutcome(generation, 0, result.errors, serving,
                                     last.outcome.rule_names if last else (), last.outcome.findings if last else ())
-            compiled = CompiledPolicy(key, outcome, None, last.pod_group_findings if last else ())
+            compiled = CompiledPolicy(key, outcome, None, last.pod_group_findings if last else (),
+                                      last.native_gang_findings if last else ())
             log.error(
                 "SchedulingPolicy %s generation %s does not compile (%s): %s",
                 name,
@@ -420,6 +427,7 @@ class ClusterController:
             rules_of = {name: compiled.outcome.rule_names for name, compiled in self._compiled.items()}
             health = combine(readings, rules_of, self._health.window_seconds)
         self._status.write(policies, self._compiled, health=health, pod_groups_served=self._pod_groups_served,
+                           native_gang_version=self._native_gang_version,
                            health_known=health is not None or self._health is None)
 
 

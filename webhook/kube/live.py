@@ -11,7 +11,10 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
-from webhook.kube.api import ApiError, KubeApi
+from webhook.gang.native import API_GROUP
+from webhook.kube.api import ApiError, KubeApi, TransportError
+from webhook.kube.discovery import discover
+from webhook.kube.native_gang import native_version_of
 from webhook.offline import DEFAULT_NAMESPACE
 from webhook.policy.cluster_state import CLUSTER_SOURCE
 from webhook.policy.compiler import PolicyCompiler
@@ -46,7 +49,16 @@ def cluster_snapshot(api: KubeApi, compiler: PolicyCompiler) -> PolicySnapshot:
         errors.extend(result.errors)
         if result.policy is not None:
             policies.append(result.policy)
-    return PolicySnapshot.build(policies, {}, errors, compiler.environment)
+    return PolicySnapshot.build(policies, {}, errors, compiler.environment, native_gang_version=_native_version(api))
+
+
+def _native_version(api: KubeApi) -> str | None:
+    """The kube-scheduler PodGroup version the cluster serves, as the webhook's controller would find it (None
+    when discovery cannot be read: the rules then write as if served)."""
+    try:
+        return native_version_of(discover(api, (API_GROUP,)))
+    except (ApiError, TransportError):
+        return None
 
 
 def read_nodes(api: KubeApi) -> list[tuple[str, dict[str, Any]]] | None:

@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from webhook.gang.native import NATIVE
 from webhook.gang.pod_groups import (
     API_VERSION,
     MANAGED_BY,
@@ -44,6 +45,7 @@ from webhook.gang.pod_groups import (
     desired_pod_group,
 )
 from webhook.kube.api import ApiError, KubeApi, TransportError
+from webhook.kube.native_gang import NativePodGroups
 from webhook.kube.reflector import Reflector, Resource
 from webhook.typing import as_map
 from webhook.workloads import WorkloadKind, WorkloadTable
@@ -87,8 +89,12 @@ class PodGroupKeeper:
         monotonic: Callable[[], float] = time.monotonic,
         recheck: float = RECHECK_SECONDS,
         retry: float = RETRY_SECONDS,
+        native_version: Callable[[], str | None] = lambda: None,
     ) -> None:
+        """`native_version`: the kube-scheduler PodGroup version served now (`webhook.kube.native_gang`)."""
         self._api = api
+        self._native_version = native_version
+        self._native = NativePodGroups(api, retry=retry)
         self._wake = wake
         self._observe = observe
         self._monotonic = monotonic
@@ -160,6 +166,8 @@ class PodGroupKeeper:
         with self._lock:
             again = []
             for workload, want in self._desired.items():
+                if want.flavour == NATIVE:  # that watch is of scheduler-plugins' PodGroups, not kube-scheduler's
+                    continue
                 obj = found(f"{want.namespace}/{want.name}")
                 if obj is _UNSEEN or _as_wanted(want, obj) or (obj is not None and workload in self._foreign):
                     continue
@@ -183,6 +191,8 @@ class PodGroupKeeper:
             self._retry_at.pop(gone, None)
         pending = [(key, want) for key, want in desired.items()
                    if self._settled.get(key) != want and now >= self._retry_at.get(key, 0.0)]
+        self._reconcile_native([(key, want) for key, want in pending if want.flavour == NATIVE], now)
+        pending = [(key, want) for key, want in pending if want.flavour != NATIVE]
         if not pending or not self._api_served(now, len(pending)):
             return
         for key, want in pending:
@@ -199,6 +209,21 @@ class PodGroupKeeper:
             elif outcome == "not-served":  # the CRD went away meanwhile
                 self._served, self._next_check = False, now + self._recheck
                 return
+            else:
+                self._retry_at[key] = now + self._retry
+
+    def _reconcile_native(self, pending: list[tuple[str, DesiredPodGroup]], now: float) -> None:
+        """kube-scheduler's PodGroups, at the version served now; none while none is (the workers admit pods
+        unchanged then, and the policy's status says so)."""
+        version = self._native_version() if pending else None
+        if not version:
+            return
+        for key, want in pending:
+            outcome = self._native.ensure(key, want, version)
+            self._observe(outcome)
+            if outcome in _SETTLED:
+                self._settled[key] = want
+                self._retry_at.pop(key, None)
             else:
                 self._retry_at[key] = now + self._retry
 

@@ -34,6 +34,8 @@ class CompiledPolicy:
     """The object itself when it compiled."""
     pod_group_findings: tuple[Finding, ...] = ()
     """What to say on the policy if the API server does not serve PodGroups (its createPodGroup rules)."""
+    native_gang_findings: tuple[Finding, ...] = ()
+    """What to say if it serves no kube-scheduler PodGroup API (its `scheduler: native` rules)."""
 
 
 class StatusWriter:
@@ -55,7 +57,9 @@ class StatusWriter:
         health: Mapping[str, PolicyHealth] | None,
         health_known: bool,
         pod_groups_served: bool | None,
+        native_gang_version: str | None = None,
     ) -> None:
+        """`native_gang_version`: the kube-scheduler PodGroup version served, "" for none (None: not known)."""
         now = self._monotonic()
         for name, obj in policies.items():
             policy = compiled.get(name)
@@ -63,6 +67,8 @@ class StatusWriter:
                 continue
             current = obj.get("status") if isinstance(obj.get("status"), dict) else None
             findings = policy.pod_group_findings if pod_groups_served is False else ()
+            if native_gang_version == "":
+                findings = (*findings, *policy.native_gang_findings)
             desired = desired_status(policy.outcome, current, datetime.now(UTC), policy=name,
                                      health=health.get(name) if health is not None else None, findings=findings,
                                      health_known=health_known)

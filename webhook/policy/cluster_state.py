@@ -85,6 +85,8 @@ class ClusterState:
     """The cluster's globalDefault PriorityClass, if any."""
     pod_groups_served: bool | None = None
     """Whether the API server serves PodGroups, when a serving policy asks for them (else None)."""
+    native_gang_version: str | None = None
+    """The kube-scheduler PodGroup version the API server serves, "" for none, None when not known."""
 
 
 def write_state(directory: Path, state: ClusterState) -> None:
@@ -100,6 +102,7 @@ def write_state(directory: Path, state: ClusterState) -> None:
         ],
         "defaultPriorityClass": state.default_priority_class,
         "podGroupsServed": state.pod_groups_served,
+        "nativeGangVersion": state.native_gang_version,
     }
     directory.mkdir(parents=True, exist_ok=True)
     write_atomically(policies_path(directory), encode_json(payload))
@@ -114,6 +117,7 @@ def read_state(directory: Path) -> ClusterState:
     errors = [PolicyError(**entry) for entry in payload.get("errors") or []]
     default_class = payload.get("defaultPriorityClass")
     served = payload.get("podGroupsServed")
+    native = payload.get("nativeGangVersion")
     return ClusterState(
         int(payload["generation"]),
         bool(payload["synced"]),
@@ -121,6 +125,7 @@ def read_state(directory: Path) -> ClusterState:
         errors,
         default_priority_class=default_class if isinstance(default_class, str) else None,
         pod_groups_served=served if isinstance(served, bool) else None,
+        native_gang_version=native if isinstance(native, str) else None,
     )
 
 
@@ -179,4 +184,5 @@ class ClusterStateSource:
             ready=state.synced,
             default_priority_class=state.default_priority_class,
             pod_groups_served=state.pod_groups_served,
+            native_gang_version=state.native_gang_version,
         )

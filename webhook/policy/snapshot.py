@@ -117,6 +117,8 @@ class PolicySnapshot:
     names none, before webhooks run, so on a Pod it means "unset" to `set-priority-class`."""
     pod_groups_served: bool | None = None
     """Whether the API server serves PodGroups, as the cluster controller last found (None: not known)."""
+    native_gang_version: str | None = None
+    """The kube-scheduler PodGroup version it serves (`webhook.gang.native`), "" for none, None: not known."""
     reads_claims: bool = field(init=False, default=False)
     """Some rule pins pods to their volumes' nodes: a Pod's claims are looked up before its admission."""
     observed: Mapping[str, FieldTree] = field(init=False, default_factory=dict, compare=False, repr=False)
@@ -167,9 +169,11 @@ class PolicySnapshot:
         ready: bool = True,
         default_priority_class: str | None = None,
         pod_groups_served: bool | None = None,
+        native_gang_version: str | None = None,
     ) -> "PolicySnapshot":
         ordered = tuple(sorted(policies, key=lambda policy: policy.order_key))
-        return cls(ordered, namespaces, tuple(errors), environment, ready, default_priority_class, pod_groups_served)
+        return cls(ordered, namespaces, tuple(errors), environment, ready, default_priority_class, pod_groups_served,
+                   native_gang_version)
 
     def namespace(self, name: str) -> NamespaceInfo:
         """The known namespace, or one with no labels (a policy selecting on labels will not match)."""

@@ -32,6 +32,8 @@ class SourceContent:
     """The globalDefault PriorityClass the source knows of (the cluster's, or a manifest's)."""
     pod_groups_served: bool | None = None
     """Whether the cluster serves PodGroups (the cluster source; None elsewhere)."""
+    native_gang_version: str | None = None
+    """The kube-scheduler PodGroup version the cluster serves, "" for none (the cluster source; None elsewhere)."""
 
 
 class PolicySource(Protocol):
@@ -54,9 +56,12 @@ def combine(contents: Iterable[SourceContent], environment: Any) -> PolicySnapsh
     ready = True
     default_class: str | None = None
     pod_groups_served: bool | None = None
+    native_gang_version: str | None = None
     for content in contents:
         if pod_groups_served is None:
             pod_groups_served = content.pod_groups_served
+        if native_gang_version is None:
+            native_gang_version = content.native_gang_version
         ready = ready and content.ready
         default_class = default_class or content.default_priority_class
         errors.extend(content.errors)
@@ -76,6 +81,7 @@ def combine(contents: Iterable[SourceContent], environment: Any) -> PolicySnapsh
         ready=ready,
         default_priority_class=default_class,
         pod_groups_served=pod_groups_served,
+        native_gang_version=native_gang_version,
     )
 
 

@@ -1,0 +1,73 @@
+"""`add-gang-labels` with `scheduler: native`: the member pods name kube-scheduler's PodGroup of the gang.
+
+The template (or Pod) gets `spec.schedulingGroup.podGroupName`, and the workload is marked for the
+controller, which keeps the PodGroup (`webhook.gang.pod_groups`, `webhook.kube.pod_groups`). A pod naming a
+group that never comes stays Pending with no event at all (captured from kube-apiserver v1.36.2), so the
+field is written only where the group will exist: never when the API server serves no PodGroup API, never
+for a workload Placer cannot keep the group of, never when the size of the gang is unknown. In each of those
+cases the object is admitted unchanged and the rule says why (a warning, and `placer apply -o explain`).
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.actions.base import ActionContext
+from webhook.actions.scheduling import apply_scheduler_name
+from webhook.gang.facts import GangFacts
+from webhook.gang.native import (
+    GATES_HINT,
+    NATIVE,
+    NOT_SERVED,
+    VERSIONS,
+    pod_group_name,
+    scheduling_group,
+    set_scheduling_group,
+)
+from webhook.gang.pod_groups import (
+    MIN_MEMBER_ANNOTATION,
+    OWNER_KINDS,
+    POD_GROUP_API_ANNOTATION,
+    POD_GROUP_LABEL,
+)
+from webhook.typing import JSONObject
+
+KEPT_KINDS = ", ".join(kind for _, kind in OWNER_KINDS)
+
+
+def native_gang(template: JSONObject, params: Mapping[str, Any], context: ActionContext, facts: GangFacts,
+                *, group: str, sized: bool) -> bool:
+    """Name the gang's PodGroup on the template and ask the controller for it; False (and the reason among
+    the rule's conflicts) when the template is left as it is."""
+    reason = _left_alone(template, context, facts, sized)
+    if reason is not None:
+        context.conflicts.append(f"native gang: {reason}")
+        return False
+    marks = context.workload_marks
+    assert marks is not None  # checked in _left_alone
+    name = pod_group_name(group)
+    changed = set_scheduling_group(template, name)
+    marks[("labels", POD_GROUP_LABEL)] = name
+    marks[("annotations", POD_GROUP_API_ANNOTATION)] = NATIVE
+    minimum = params.get("minAvailable")
+    marks[("annotations", MIN_MEMBER_ANNOTATION)] = str(minimum) if minimum is not None else None
+    if params.get("schedulerName"):
+        changed = apply_scheduler_name(template, params["schedulerName"], context) or changed
+    return changed
+
+
+def _left_alone(template: JSONObject, context: ActionContext, facts: GangFacts, sized: bool) -> str | None:
+    existing = scheduling_group(template)
+    if existing is not None:
+        return f"spec.schedulingGroup already names {existing}: left alone (the pods keep the group they name)"
+    if facts.managed:
+        return f"{facts.managed}: left alone"
+    if facts.native_version == NOT_SERVED:
+        return (f"the API server serves no PodGroup API (scheduling.k8s.io {' or '.join(VERSIONS)}): admitted "
+                f"unchanged, pods schedule one by one; {GATES_HINT}")
+    if context.workload_marks is None:
+        return (f"Placer keeps kube-scheduler PodGroups for {KEPT_KINDS}; this {facts.kind} is admitted unchanged "
+                "(its pods would wait for a group no one creates)")
+    if not sized:
+        return (f"group size unknown ({facts.kind} does not say how many pods it runs): admitted unchanged; "
+                "set minAvailable")
+    return None

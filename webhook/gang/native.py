@@ -1,0 +1,126 @@
+"""kube-scheduler's own gang scheduling (`scheduler: native`): the PodGroup a Pod names in `spec.schedulingGroup`.
+
+Since Kubernetes 1.36 kube-scheduler holds the pods of a gang itself. A Pod names its group in
+`spec.schedulingGroup.podGroupName`, and the `GangScheduling` plugin keeps it Pending (no event, no condition)
+until a `PodGroup` of that name with `spec.schedulingPolicy.gang.minCount` exists in its namespace and that
+many members can be placed at once. Sources (kubernetes/kubernetes):
+
+- `staging/src/k8s.io/api/core/v1/types.go`, `PodSpec.SchedulingGroup` / `PodSchedulingGroup`: "This field is
+  immutable", and "the group object referenced by this field may not exist at the time the Pod is created".
+  A PodTemplateSpec holds a PodSpec, so a workload's template may carry it (the v1.36.0 published schema of
+  `PodTemplateSpec.spec` is `core.v1.PodSpec`, which has `schedulingGroup`).
+- `staging/src/k8s.io/api/scheduling/v1alpha2/types.go` (1.36): `PodGroup`, `PodGroupSpec.SchedulingPolicy`
+  ("This field is immutable"; a `minCount` update is refused with 422 `field is immutable`, captured from
+  kube-apiserver v1.36.2), `GangSchedulingPolicy.MinCount` (required, positive). `PodGroupTemplateRef`, the
+  link to a `Workload`, is optional: a standalone PodGroup is enough, so Placer writes no Workload.
+- `staging/src/k8s.io/api/scheduling/v1beta1/types.go` (1.37): the same PodGroup, `minCount` "mutable to
+  support workload scaling", `workloadRef` optional. `CompositePodGroup` exists only as `v1alpha3` in 1.37
+  (kubernetes-validate's v1.37.0 schemas hold no v1beta1 CompositePodGroup object), so Placer does not use it.
+
+The Job controller's own integration (KEP-5547; feature gate `EnableWorkloadWithJob` in 1.36, `WorkloadWithJob`
+in 1.37): kubernetes/kubernetes `pkg/controller/job`, `shouldManageWorkloadForJob`, makes a Workload and a
+PodGroup only for a Job whose template names no `schedulingGroup` (1.36: Indexed, parallelism = completions >
+1), so a Job whose template Placer gave the field is left to Placer, never to both. In 1.37 a Job asks for it
+with `spec.scheduling`, and a parent controller hands a Job its template with the annotation
+`scheduling.k8s.io/group-template-name`: Placer leaves such a Job, and any template or Pod that already names
+a scheduling group, as it is (`not_for_native`).
+"""
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.names import dns1123_subdomain_error
+from webhook.typing import JSONObject, as_map
+
+NATIVE = "native"
+API_GROUP = "scheduling.k8s.io"
+VERSIONS = ("v1beta1", "v1alpha2")
+"""The PodGroup versions Placer writes, best first (1.37's beta, 1.36's alpha)."""
+MUTABLE_MIN_COUNT = frozenset({"v1beta1"})
+"""Versions whose `spec.schedulingPolicy.gang.minCount` may change after creation."""
+NOT_SERVED = ""
+"""The native version when the API server is known to serve no PodGroup version Placer writes."""
+GATES_HINT = ("on 1.36: feature gates GenericWorkload and GangScheduling on kube-apiserver and kube-scheduler, "
+              "and --runtime-config=scheduling.k8s.io/v1alpha2=true")
+JOB_SCHEDULING_ANNOTATION = "scheduling.k8s.io/group-template-name"
+"""KEP-5547: a parent controller (or the user) names the Workload template the Job controller builds from."""
+MAX_NAME = 253
+HASH_CHARS = 8
+
+
+def pod_group_name(group: str) -> str:
+    """`group` as a PodGroup name (a DNS subdomain, what `podGroupName` must be): as it is when valid, else
+    lower-cased with other characters turned into '-' and a hash of the original appended, so two groups that
+    differ only in case or punctuation stay two."""
+    if dns1123_subdomain_error(group) is None:
+        return group
+    digest = hashlib.sha256(group.encode()).hexdigest()[:HASH_CHARS]
+    cleaned = "".join(c if c.isalnum() or c in "-." else "-" for c in group.lower())
+    prefix = cleaned[: MAX_NAME - HASH_CHARS - 1].strip("-.")
+    return f"{prefix}-{digest}" if prefix else digest
+
+
+def scheduling_group(template: Mapping[str, Any]) -> str | None:
+    """The group a pod template or Pod already names (`spec.schedulingGroup.podGroupName`), if any."""
+    group = as_map(as_map(template.get("spec")).get("schedulingGroup"))
+    name = group.get("podGroupName")
+    return name if isinstance(name, str) and name else ("(set)" if group else None)
+
+
+def not_for_native(kind: str, obj: Mapping[str, Any]) -> str | None:
+    """Why the workload's pods must not name a group Placer keeps, or None: its own controller keeps its
+    Workload and PodGroup, or it starts its pods one at a time (a StatefulSet's `OrderedReady` creates each
+    pod once the one before is Ready, `apps/v1` StatefulSetSpec.PodManagementPolicy, so a gang of more than
+    one would wait forever)."""
+    if kind == "StatefulSet":
+        spec = as_map(obj.get("spec"))
+        replicas = spec.get("replicas", 1)
+        if spec.get("podManagementPolicy", "OrderedReady") != "Parallel" and isinstance(replicas, int) and replicas > 1:
+            return ("podManagementPolicy OrderedReady starts each pod once the one before is Ready, so a gang would "
+                    "wait forever; set podManagementPolicy: Parallel")
+        return None
+    if kind != "Job":
+        return None
+    spec = as_map(obj.get("spec"))
+    if spec.get("scheduling"):
+        return "the Job controller keeps its Workload and PodGroup (spec.scheduling, feature gate WorkloadWithJob)"
+    annotations = as_map(as_map(obj.get("metadata")).get("annotations"))
+    if annotations.get(JOB_SCHEDULING_ANNOTATION):
+        return (f"the Job names a Workload template ({JOB_SCHEDULING_ANNOTATION}): its controllers keep its "
+                "PodGroup")
+    return None
+
+
+def set_scheduling_group(template: JSONObject, name: str) -> bool:
+    """Name the group on the template (or Pod); a new map, so the request's object is never changed."""
+    spec = template.get("spec")
+    if not isinstance(spec, dict):
+        spec = template["spec"] = {}
+    if as_map(spec.get("schedulingGroup")).get("podGroupName") == name:
+        return False
+    spec["schedulingGroup"] = {"podGroupName": name}
+    return True
+
+
+def pod_group_body(version: str, namespace: str, name: str, *, min_count: int, owner: Mapping[str, Any],
+                   labels: Mapping[str, str]) -> JSONObject:
+    """A PodGroup of `version` for a gang of `min_count`, owned by the workload (garbage-collected with it)."""
+    return {
+        "apiVersion": f"{API_GROUP}/{version}",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels), "ownerReferences": [dict(owner)]},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+    }
+
+
+def min_count_of(pod_group: Mapping[str, Any]) -> Any:
+    return as_map(as_map(as_map(pod_group.get("spec")).get("schedulingPolicy")).get("gang")).get("minCount")
+
+
+def with_min_count(pod_group: Mapping[str, Any], min_count: int) -> JSONObject:
+    """The same PodGroup with another `minCount` (for versions where it may change)."""
+    spec = as_map(pod_group.get("spec"))
+    policy = as_map(spec.get("schedulingPolicy"))
+    gang = {**as_map(policy.get("gang")), "minCount": min_count}
+    return {**pod_group, "spec": {**spec, "schedulingPolicy": {**policy, "gang": gang}}}
