@@ -40,7 +40,7 @@ def native_gang(template: JSONObject, params: Mapping[str, Any], context: Action
     the rule's conflicts) when the template is left as it is."""
     reason = _left_alone(template, context, facts, sized)
     if reason is not None:
-        context.conflicts.append(f"native gang: {reason}")
+        context.conflict(f"native gang: {reason}")
         return False
     marks = context.workload_marks
     assert marks is not None  # checked in _left_alone
