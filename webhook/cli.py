@@ -174,8 +174,16 @@ def _apply_environment(parser: argparse.ArgumentParser, args: argparse.Namespace
         args.paths = environ[ENV_PREFIX + "POLICIES"].split(",")
 
 
+MIN_WORKER_LIFETIME_SECONDS = 60
+"""granian refuses a shorter worker lifetime (`workers_lifetime`); said as a usage error, not a traceback."""
+
+
 def _serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
+    if 0 < args.worker_lifetime < MIN_WORKER_LIFETIME_SECONDS:
+        print(f"placer serve: --worker-lifetime {args.worker_lifetime}: at least {MIN_WORKER_LIFETIME_SECONDS} "
+              "seconds (granian's minimum), or 0 for never", file=sys.stderr)
+        return 2
     default_tls = args.tls_cert is None and args.tls_key is None
     kube = args.kube if args.kube is not None else in_cluster()
     # The controller process writes the cluster's policies and namespaces here; every worker reads them here.

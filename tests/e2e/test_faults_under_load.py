@@ -61,12 +61,13 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 @pytest.mark.parametrize("duration", DURATIONS)
-def test_certificate_rotation_under_load_fails_no_request(tmp_path: Path, duration: float) -> None:
+def test_certificate_rotation_under_load_fails_only_in_the_keep_alive_race(tmp_path: Path, duration: float) -> None:
     """cert-manager or a Secret update replaces the pair on disk: key first, then certificate, each by rename.
 
     Rotations repeat for `duration`, alternating between two key pairs signed by the same CA (a renewal);
-    the client opens a new connection every 20 requests, so handshakes keep happening throughout. No request
-    on a connection that has served one may fail. A new connection may, when the worker it reached is being
+    the client opens a new connection every 20 requests, so handshakes keep happening throughout. A request
+    on a connection that has served one fails only in the keep-alive race (below, at most one a rotation).
+    A new connection may fail too, when the worker it reached is being
     replaced: one the kernel queued on that worker's listening socket and the worker did not accept before
     it stopped is reset (without `net.ipv4.tcp_migrate_req=1`, which hands it to another worker), and one
     the worker accepted is closed as idle by its graceful stop if the first request has not arrived yet.
@@ -105,8 +106,10 @@ def test_certificate_rotation_under_load_fails_no_request(tmp_path: Path, durati
             client.wait_for_answers(20)
     _report(f"certificate rotation ({rotations} rotations, every worker serving the new pair within "
             f"{slowest:.1f}s)", client)
-    assert [f for f in client.failures if not (f.connecting or f.fresh)] == []
-    assert len(client.failures) <= rotations, client.failures
+    # A request on a kept-alive connection may meet a stopping worker closing that connection as idle (the
+    # keep-alive race, docs/serving.md "Known limitations"): at most one per rotation, as when recycling.
+    assert len([f for f in client.failures if not (f.connecting or f.fresh)]) <= rotations, client.failures
+    assert len(client.failures) <= 2 * rotations, client.failures
     assert "TLS certificate changed" in server.log_text()
 
 

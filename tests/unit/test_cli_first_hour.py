@@ -46,3 +46,8 @@ def test_serve_help_says_where_credentials_come_from(capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit):
         main(["serve", "--help"])
     assert "$KUBECONFIG" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_worker_lifetime_granian_refuses_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--worker-lifetime", "30"]) == 2
+    assert "--worker-lifetime 30: at least 60 seconds" in capsys.readouterr().err
