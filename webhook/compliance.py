@@ -132,6 +132,11 @@ def evaluate(stored: JSONObject, snapshot: PolicySnapshot, workloads: WorkloadTa
     if mutation.passed_through is not None:
         return _skipped(workload, policies, mutation.passed_through)
     results = list(_rule_results(mutation.traces, mutation.patch))
+    if mutation.refused and mutation.denial is not None:
+        # An Enforced policy would refuse this workload if it were created now: it runs outside the boundary.
+        enforced = _enforced(policies)
+        kept = [result for result in results if result.policy not in {policy.name for policy in enforced}]
+        return Verdict(workload, (*kept, *_for_every_rule(enforced, "fail", mutation.denial)), [])
     if mutation.denial is not None and not any(result.result == "error" for result in results):
         results.append(RuleResult("", "", "error", mutation.denial))
     failing = any(result.result == "fail" for result in results)
@@ -144,6 +149,10 @@ def _skipped(workload: WorkloadRef, policies: Iterable[Policy], reason: str) -> 
 
 def _for_every_rule(policies: Iterable[Policy], result: Result, message: str) -> tuple[RuleResult, ...]:
     return tuple(RuleResult(policy.name, rule.name, result, message) for policy in policies for rule in policy.rules)
+
+
+def _enforced(policies: Iterable[Policy]) -> list[Policy]:
+    return [policy for policy in policies if policy.enforcement == "Enforced"]
 
 
 def _rule_results(traces: Iterable[RuleTrace], patch: JSONPatch) -> Iterable[RuleResult]:

@@ -131,3 +131,16 @@ def test_an_operator_resource_is_judged_like_a_builtin() -> None:
     verdict = evaluate(job, org_wide(), WORKLOADS)
     assert results_of(verdict)["org-wide-policy/gpu-workload-taints"] == "fail"
     assert any(op["path"].startswith("/spec/pytorchReplicaSpecs/Worker/template") for op in verdict.patch)
+
+
+def test_a_workload_an_enforced_policy_would_refuse_fails_it() -> None:
+    """A Deployment stored before an Enforced policy, with a nodeSelector of another pool: it runs outside the
+    boundary, so each rule of that policy reports `fail` with the refusal, not an error of Placer's."""
+    enforced = (Path(__file__).parents[2] / "policies" / "enforced-team-pool.yaml").read_text()
+    stored = stored_deployment()
+    stored["spec"]["template"]["spec"]["nodeSelector"] = {"node-pool": "shared-premium"}
+    snapshot = snapshot_of(enforced, namespaces=[NamespaceInfo("team-a", {"tenant": "team-a"})])
+    verdict = evaluate(stored, snapshot, WORKLOADS)
+    assert set(results_of(verdict)) == {"enforced-team-pool/general-pool", "enforced-team-pool/only-gpu-toleration"}
+    assert set(results_of(verdict).values()) == {"fail"}
+    assert all('wanted "general", found "shared-premium"' in r.message for r in verdict.results)
