@@ -18,13 +18,13 @@ wins over an error), so reading it for those kinds only is exact.
 
 from dataclasses import dataclass
 
-from webhook.policy.checked_ast import AstError, Expr
+from webhook.policy.ast_paths import PathWalk
+from webhook.policy.checked_ast import Expr
 from webhook.policy.schemas import ANY_INDEX, EACH
 
 Path = tuple[str, ...]
 """The variable, then the steps below it."""
 
-_OPTIONAL_SELECTIONS = frozenset({"_[_]", "_[?_]", "_?._"})
 _KIND_FIELDS = (("object", "kind"), ("oldObject", "kind"), ("request", "kind", "kind"),
                 ("request", "requestKind", "kind"))
 """Paths whose value is the kind of the object under admission."""
@@ -43,16 +43,16 @@ def selections(root: Expr, variables: frozenset[str]) -> list[Selection]:
     """Every path `root` selects below `variables`, in the order met; raises AstError on a tree it cannot
     follow (the caller then checks nothing for that expression)."""
     walk = _Walk(variables)
-    walk.value(root, {})
+    walk.use(root, {})
     return walk.found
 
 
 Scope = dict[str, Path | None]
 
 
-class _Walk:
+class _Walk(PathWalk[Path]):
     def __init__(self, variables: frozenset[str]) -> None:
-        self.variables = variables
+        super().__init__(variables)
         self.found: list[Selection] = []
         self._seen: set[tuple[Path, frozenset[str] | None]] = set()
         self.kinds: frozenset[str] | None = None
@@ -70,7 +70,7 @@ class _Walk:
         if kinds is not None:
             self.kinds = kinds if outer is None else outer & kinds
         try:
-            self.value(node, scope)
+            self.use(node, scope)
         finally:
             self.kinds = outer
 
@@ -103,74 +103,36 @@ class _Walk:
             return [part for arg in node.args for part in self._conjuncts(arg)]
         return [node]
 
-    def value(self, node: Expr, scope: Scope) -> Path | None:
-        """The path the node's value is found at, after walking what it uses; None if computed."""
-        kind = node.kind
-        if kind == "const":
-            return None
-        if kind == "ident":
-            name = node.name.removeprefix(".")
-            if name in scope:
-                return scope[name]
-            return (name,) if name in self.variables else None
-        if kind == "select":
-            if len(node.operands) != 1:
-                raise AstError("a selection without its operand")
-            path = self.value(node.operands[0], scope)
-            if path is None:
-                return None
-            selected = self._select((*path, node.field), node)
-            return None if node.test_only else selected
-        if kind == "call" and node.function == "_&&_" and node.target is None:
+    def root(self, name: str) -> Path:
+        return (name,)
+
+    def step(self, path: Path, key: str | None, node: Expr, test_only: bool) -> Path | None:
+        selected = self._select((*path, ANY_INDEX if key is None else key), node)
+        return None if test_only else selected
+
+    def iterated(self, range_path: Path | None, two_variables: bool) -> tuple[Path | None, Path | None]:
+        if range_path is None:
+            return None, None
+        if two_variables:  # `all(i, v, ...)`: an index or key, and the element
+            return None, (*range_path, ANY_INDEX)
+        return (*range_path, EACH), None
+
+    def use(self, node: Expr, scope: Scope) -> None:
+        self.origin(node, scope)
+
+    def call(self, node: Expr, scope: Scope) -> Path | None:
+        """`&&` and `?:` read their operands for the kinds their guards narrow to; other calls as any walk."""
+        if node.function == "_&&_" and node.target is None:
             parts = self._conjuncts(node)
             guards = [self._guard(part, scope) for part in parts]
             for index, part in enumerate(parts):
                 others = [guard for at, guard in enumerate(guards) if at != index and guard is not None]
                 self._narrowed(part, frozenset.intersection(*others) if others else None, scope)
             return None
-        if kind == "call" and node.function == "_?_:_" and node.target is None and len(node.args) == 3:
+        if node.function == "_?_:_" and node.target is None and len(node.args) == 3:
             condition, when_true, when_false = node.args
-            self.value(condition, scope)
+            self.use(condition, scope)
             self._narrowed(when_true, self._guard(condition, scope), scope)
-            self.value(when_false, scope)
+            self.use(when_false, scope)
             return None
-        if kind == "call":
-            args = node.args
-            if node.function in _OPTIONAL_SELECTIONS and node.target is None and len(args) == 2:
-                path = self.value(args[0], scope)
-                key = args[1].literal
-                if not isinstance(key, str):
-                    self.value(args[1], scope)
-                    key = ANY_INDEX
-                return None if path is None else self._select((*path, key), node)
-            for operand in node.operands:
-                self.value(operand, scope)
-            return None
-        if kind in ("list", "struct"):
-            for operand in node.operands:
-                self.value(operand, scope)
-            return None
-        if kind == "comprehension":
-            return self._comprehension(node, scope)
-        raise AstError(f"an expression node of unknown kind {kind!r}")
-
-    def _comprehension(self, node: Expr, scope: Scope) -> Path | None:
-        iter_range, accu_init, condition, step, result = node.loop
-        first, second = node.iter_vars
-        accu = node.accu_var
-        range_path = self.value(iter_range, scope)
-        inner = dict(scope)
-        if second:  # `all(i, v, ...)`: an index or key, and the element
-            inner[first] = None
-            inner[second] = None if range_path is None else (*range_path, ANY_INDEX)
-        else:
-            inner[first] = None if range_path is None else (*range_path, EACH)
-        keeps_accumulator = step.kind == "ident" and step.name == accu  # cel.bind
-        accu_path = self.value(accu_init, scope)
-        if not keeps_accumulator:
-            accu_path = None
-        inner[accu] = accu_path
-        self.value(condition, inner)
-        if not keeps_accumulator:
-            self.value(step, inner)
-        return self.value(result, {**scope, accu: accu_path})
+        return super().call(node, scope)

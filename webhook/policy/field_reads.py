@@ -22,15 +22,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.policy.checked_ast import AstError, Expr
+from webhook.policy.ast_paths import PathWalk
+from webhook.policy.checked_ast import Expr
 
 Path = tuple[str | None, ...]
 """Keys below a variable; None stands for every element of a list (`EACH`)."""
 
 EACH = None
-
-_SELECTIONS = frozenset({"_[_]", "_[?_]", "_?._"})
-"""Calls that select one key or element of their first argument (index, optional index, optional field)."""
 
 
 @dataclass
@@ -110,9 +108,9 @@ Scope = dict[str, Path | None]
 """Comprehension variables in scope: the path of the value each stands for, or None (not a variable's part)."""
 
 
-class _Analysis:
+class _Analysis(PathWalk[Path]):
     def __init__(self, variables: frozenset[str]) -> None:
-        self.variables = variables
+        super().__init__(variables)
         self.trees: dict[str, FieldTree] = {}
 
     def use(self, node: Expr, scope: Scope) -> None:
@@ -132,76 +130,21 @@ class _Analysis:
             tree = tree.child(key)
         return tree
 
-    def origin(self, node: Expr, scope: Scope) -> Path | None:
-        """The path the node's value is found at (a variable's part), after visiting what the node uses;
-        None for a value computed from something else."""
-        kind = node.kind
-        if kind == "const":
-            return None
-        if kind == "ident":
-            name = node.name.removeprefix(".")
-            if name in scope:
-                return scope[name]
-            return (name,) if name in self.variables else None
-        if kind == "select":
-            operands = node.operands
-            if len(operands) != 1:
-                raise AstError("a selection without its operand")
-            path = self.origin(operands[0], scope)
-            if path is None:
-                return None
-            if node.test_only:  # has(x.f): whether the key is there
-                self.reach((*path, node.field)).whole = True
-                return None
-            return (*path, node.field)
-        if kind == "call":
-            return self._call(node, scope)
-        if kind in ("list", "struct"):
-            for operand in node.operands:
-                self.use(operand, scope)
-            return None
-        if kind == "comprehension":
-            return self._comprehension(node, scope)
-        raise AstError(f"an expression node of unknown kind {kind!r}")
+    def root(self, name: str) -> Path:
+        return (name,)
 
-    def _call(self, node: Expr, scope: Scope) -> Path | None:
-        args = node.args
-        if node.function in _SELECTIONS and node.target is None and len(args) == 2:
-            path = self.origin(args[0], scope)
-            key = args[1].literal
-            if not isinstance(key, str):
-                self.use(args[1], scope)
-                key = EACH
-            return None if path is None else (*path, key)
-        if node.target is not None:
-            self.use(node.target, scope)
-        for arg in args:
-            self.use(arg, scope)
-        return None
+    def step(self, path: Path, key: str | None, node: Expr, test_only: bool) -> Path | None:
+        if test_only:  # has(x.f): whether the key is there
+            self.reach((*path, key)).whole = True
+            return None
+        return (*path, key)
 
-    def _comprehension(self, node: Expr, scope: Scope) -> Path | None:
-        iter_range, accu_init, condition, step, result = node.loop
-        first, second = node.iter_vars
-        accu = node.accu_var
-        range_path = self.origin(iter_range, scope)
-        inner = dict(scope)
-        if second:  # `all(i, v, ...)`, `transformList`...: index or key with the element, observed whole
+    def iterated(self, range_path: Path | None, two_variables: bool) -> tuple[Path | None, Path | None]:
+        if two_variables:  # `all(i, v, ...)`, `transformList`...: index or key with the element, observed whole
             if range_path is not None:
                 self.reach(range_path).whole = True
-            inner[first] = inner[second] = None
-        else:
-            element = None if range_path is None else (*range_path, EACH)
-            if element is not None:
-                self.reach(element)  # iterated: kept with every element, even if no element is looked into
-            inner[first] = element
-        keeps_accumulator = step.kind == "ident" and step.name == accu  # cel.bind: the accumulator is its init
-        if keeps_accumulator:
-            accu_path = self.origin(accu_init, scope)
-        else:
-            self.use(accu_init, scope)
-            accu_path = None
-        inner[accu] = accu_path
-        self.use(condition, inner)
-        if not keeps_accumulator:
-            self.use(step, inner)
-        return self.origin(result, {**scope, accu: accu_path})
+            return None, None
+        element = None if range_path is None else (*range_path, EACH)
+        if element is not None:
+            self.reach(element)  # iterated: kept with every element, even if no element is looked into
+        return element, None
