@@ -163,8 +163,10 @@ def test_the_component_grants_what_background_evaluation_calls(
         wait_for(lambda: apiserver.other.get(reports), what="the first report")
         opted_out = {"metadata": {"labels": {"placer.dev/inject": "disabled"}}, **web["spec"]["template"]}
         apiserver.put(DEPLOYMENTS, {**web, "spec": {**web["spec"], "template": opted_out}})  # fail → skip
-        wait_for(lambda: [m for m, p, _ in apiserver.requests if m == "PUT" and p.startswith(REPORTS_API)
-                          and "clusterpolicyreports" in p], what="the reports updated")
+        # both reports are updated, in either order: the namespace's and the cluster's summary
+        wait_for(lambda: [m for m, p, _ in apiserver.requests if m == "PUT" and p.startswith(reports)]
+                 and [m for m, p, _ in apiserver.requests if m == "PUT" and p.startswith(REPORTS_API)
+                      and "clusterpolicyreports" in p], what="the reports updated")
     finally:
         stop.set()
         thread.join(5)
