@@ -132,9 +132,6 @@ class AdmissionDevices:
     def notes(self) -> list[str]:
         return list(self._notes)
 
-    def snapshot(self, snapshot: PolicySnapshot) -> PolicySnapshot:
-        return snapshot.for_admission(self)
-
     def __call__(self, spec: Mapping[str, Any], resources: Mapping[str, Any]) -> Mapping[str, Any]:
         try:
             claims = resolve_pod_claims(spec, self._namespace, self._source)

@@ -140,12 +140,7 @@ def apply_manifests(
         request = _request_for(obj, namespace.name, operation, index)
         serving = dataclasses.replace(snapshot, namespaces={**namespaces, namespace.name: namespace})
         devices = claims.devices_for(request, snapshot, workloads)
-        mutation = mutate(
-            request,
-            devices.snapshot(serving) if devices is not None else serving,
-            workloads,
-            claims=claims.for_admission(request, snapshot),
-        )
+        mutation = mutate(request, serving, workloads, claims=claims.for_admission(request, snapshot), devices=devices)
         if devices is not None:  # a claim Placer does not know: a warning, and a note for explain
             mutation.warnings.extend(devices.notes)
             mutation.notes.extend(devices.notes)

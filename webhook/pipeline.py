@@ -55,8 +55,8 @@ def admit(
     try:
         placements = _claims(claims, snapshot, request)
         devices = _devices(claims, snapshot, request, workloads)
-        serving = devices.snapshot(snapshot) if devices is not None else snapshot
-        mutation = mutate(request, serving, workloads, deadline=deadline, namespace=namespace, claims=placements)
+        mutation = mutate(request, snapshot, workloads, deadline=deadline, namespace=namespace, claims=placements,
+                          devices=devices)
         if devices is not None:  # a claim Placer does not know: a warning, and a note for explain
             mutation.warnings.extend(devices.notes)
             mutation.notes.extend(devices.notes)

@@ -24,7 +24,7 @@ from webhook.engine.selection import (
     pod_only_rules,
     selected_policies,
 )
-from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, UnknownNamespace
+from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, ResourcesOfPod, UnknownNamespace
 from webhook.review import AdmissionRequest
 from webhook.volumes import ClaimPlacement
 from webhook.workloads import WorkloadTable
@@ -42,12 +42,14 @@ def mutate(
     deadline: float | None = None,
     namespace: NamespaceInfo | UnknownNamespace | None = None,
     claims: Mapping[str, ClaimPlacement] | None = None,
+    devices: ResourcesOfPod | None = None,
 ) -> Mutation:
     """Evaluate the snapshot's policies against the request's object and return the patch to send.
 
     `namespace` is what the caller learnt about the request's namespace; by default the snapshot's entry
     (a namespace the snapshot does not know has no labels, which is right when no cluster is connected).
     `claims`: for a Pod, where the data of each claim it mounts lives (`pin-to-volume-node`), when known.
+    `devices`: completes a pod template's `resources` with the devices it claims through DRA, when known.
     """
     obj = request.object
     kind = workloads.lookup(request.group, request.kind)
@@ -108,6 +110,7 @@ def mutate(
         mutation=mutation,
         deadline=deadline,
         claims=claims,
+        devices=devices,
         applied_before=applied_rules(obj) if pod_only else (),
         enforced=enforced,
     )

@@ -26,7 +26,7 @@ from webhook.patches import apply_sharing
 from webhook.policy import cel
 from webhook.policy.model import Policy, Rule
 from webhook.policy.reads import Changes
-from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
+from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, ResourcesOfPod
 from webhook.review import AdmissionRequest
 from webhook.typing import JSONObject, JSONPatch
 from webhook.volumes import ClaimPlacement
@@ -51,6 +51,7 @@ class Run:
         mutation: Mutation,
         deadline: float | None,
         claims: Mapping[str, ClaimPlacement] | None = None,
+        devices: ResourcesOfPod | None = None,
         applied_before: tuple[str, ...] = (),
         enforced: frozenset[str] = frozenset(),
     ) -> None:
@@ -71,6 +72,8 @@ class Run:
         self.protected = kind.selector_label_keys(obj)
         self.default_priority_class = snapshot.default_priority_class if kind.kind == "Pod" else None
         self.claims = claims
+        self.devices = devices if snapshot.reads_resources else None
+        """Completes `resources` of a template that claims devices through DRA (read only if a policy does)."""
         self.marks: dict[tuple[str, str], str | None] | None = {} if owns_pod_groups(kind) else None
         self.volume_outcomes: dict[str, str] = mutation.volume_outcomes
         """Marks rules put on the workload's own metadata (see ActionContext.workload_marks)."""
@@ -187,6 +190,8 @@ class Run:
                   policies: list[Policy]) -> JSONObject:
         template = working_copy(original)
         pod, resources, notes = pod_variable(original)
+        if self.devices is not None and pod["spec"].get("resourceClaims"):
+            resources = dict(self.devices(pod["spec"], resources))
         self.mutation.warnings.extend(f"{slot.name or self.kind.kind}: {note}" for note in notes)
         data = self.snapshot.observable({
             "object": obj,

@@ -4,7 +4,6 @@ Sources build a new snapshot and swap it in with one assignment, so every admiss
 set or the new one, never a mix.
 """
 
-import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,8 +122,6 @@ class PolicySnapshot:
     """Some rule pins pods to their volumes' nodes: a Pod's claims are looked up before its admission."""
     observed: Mapping[str, FieldTree] = field(init=False, default_factory=dict, compare=False, repr=False)
     """What any policy's expressions observe of each CEL variable (`field_reads`)."""
-    resources_of_pod: ResourcesOfPod | None = field(init=False, default=None, compare=False, repr=False)
-    """Set only on one admission's copy (`for_admission`): completes `resources` from the cluster state."""
 
     def __post_init__(self) -> None:
         reads = any(rule.action.pod_only for policy in self.policies for rule in policy.rules)
@@ -137,12 +134,6 @@ class PolicySnapshot:
         runtime converts a variable whole on first use, so this is what it then costs. A variable no policy
         reads is never converted and is handed over as it is."""
         observed = self.observed
-        complete = self.resources_of_pod
-        if complete is not None and "resources" in variables and observed.get("resources") is not None:
-            pod = variables.get("pod")
-            spec = pod.get("spec") if isinstance(pod, Mapping) else None
-            if isinstance(spec, Mapping) and spec.get("resourceClaims"):
-                variables = {**variables, "resources": complete(spec, variables["resources"])}
         return {name: value if (tree := observed.get(name)) is None else prune(value, tree)
                 for name, value in variables.items()}
 
@@ -150,13 +141,6 @@ class PolicySnapshot:
     def reads_resources(self) -> bool:
         """Some policy's expressions read the `resources` variable."""
         return self.observed.get("resources") is not None
-
-    def for_admission(self, resources_of_pod: ResourcesOfPod) -> "PolicySnapshot":
-        """This snapshot for one admission, its pods' `resources` completed by `resources_of_pod` (the
-        engine reads `resources` through `observable`). A shallow copy: the policies are shared."""
-        copied = copy.copy(self)
-        object.__setattr__(copied, "resources_of_pod", resources_of_pod)
-        return copied
 
     @classmethod
     def build(
