@@ -152,7 +152,7 @@ def _for_every_rule(policies: Iterable[Policy], result: Result, message: str) ->
 
 
 def _enforced(policies: Iterable[Policy]) -> list[Policy]:
-    return [policy for policy in policies if policy.enforcement == "Enforced"]
+    return [policy for policy in policies if policy.enforced]
 
 
 def _rule_results(traces: Iterable[RuleTrace], patch: JSONPatch) -> Iterable[RuleResult]:

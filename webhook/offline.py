@@ -260,7 +260,7 @@ def _explain(
             elif policy.name in by_policy:
                 lines.append(
                     f"  policy {policy.name} (priority {policy.priority}, failurePolicy {policy.failure_policy}"
-                    + (", Enforced)" if policy.enforcement == "Enforced" else ")")
+                    + (", Enforced)" if policy.enforced else ")")
                 )
                 lines.extend(by_policy[policy.name])
     if mutation.denial:

@@ -37,7 +37,7 @@ REFUSING_ACTIONS = frozenset({"add-node-selector", "add-node-affinity", "set-sch
 
 def lint_lines(policy: Policy) -> list[str]:
     """What `placer lint` says of a policy's enforcement: which rules refuse, or that exemptions do nothing."""
-    if policy.enforcement != "Enforced":
+    if not policy.enforced:
         return [f"Warning: {policy.source}: policy {policy.name}: spec.exemptions has no effect under "
                 "enforcement Advisory"] if policy.exemptions is not None else []
     refusing = [rule.name for rule in policy.rules if rule.action.name in REFUSING_ACTIONS and not rule.override
@@ -55,7 +55,7 @@ def enforcing(policies: Iterable[Policy], request: AdmissionRequest, obj: JSONOb
     labels = as_map(as_map(obj.get("metadata")).get("labels"))
     found: dict[str, str | None] = {}
     for policy in policies:
-        if policy.enforcement != "Enforced":
+        if not policy.enforced:
             continue
         exempt = policy.exemptions.reason(request.namespace, labels, request.user_info) if policy.exemptions else None
         found[policy.name] = exempt

@@ -63,7 +63,7 @@ def mutate(
     opted_out = reason is not None and pass_through_reason(
         request, kind, obj, pod_only_rules=pod_only, honour_opt_out=False) != reason
     controller_pod = kind.kind == "Pod" and from_mutated_template(obj)
-    checked = controller_pod and any(policy.enforcement == "Enforced" for policy in snapshot.policies)
+    checked = controller_pod and snapshot.enforces
     if reason is not None and not opted_out and not names_its_node(request, obj) and not checked:
         return Mutation(passed_through=reason)
     mutation = Mutation()

@@ -161,7 +161,7 @@ class Exporter:
 
     def _rule_mutation(self, policy: Policy, rule: Rule, unexportable: Mapping[str, str], dialect: Dialect,
                        policy_rules: Sequence[str]) -> str:
-        if policy.enforcement == "Enforced":
+        if policy.enforced:
             raise NotExportable(ENFORCED_REASON)
         params = self._parameters(rule, unexportable)
         return rule_expression(dialect, rule.action.name, params, override=rule.override,

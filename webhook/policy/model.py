@@ -132,6 +132,11 @@ class Policy:
         return found
 
     @property
+    def enforced(self) -> bool:
+        """The policy is a boundary (`enforcement: Enforced`), not advice."""
+        return self.enforcement == "Enforced"
+
+    @property
     def order_key(self) -> tuple[int, str]:
         """Lower priority runs first; ties are broken by name."""
         return (self.priority, self.name)

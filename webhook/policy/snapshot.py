@@ -118,6 +118,8 @@ class PolicySnapshot:
     """Whether the API server serves PodGroups, as the cluster controller last found (None: not known)."""
     native_gang_version: str | None = None
     """The kube-scheduler PodGroup version it serves (`webhook.gang.native`), "" for none, None: not known."""
+    enforces: bool = field(init=False, default=False)
+    """Some policy is Enforced: a Pod Placer would pass (made from a template it mutated) is checked again."""
     reads_claims: bool = field(init=False, default=False)
     """Some rule pins pods to their volumes' nodes: a Pod's claims are looked up before its admission."""
     observed: Mapping[str, FieldTree] = field(init=False, default_factory=dict, compare=False, repr=False)
@@ -126,6 +128,7 @@ class PolicySnapshot:
     def __post_init__(self) -> None:
         reads = any(rule.action.pod_only for policy in self.policies for rule in policy.rules)
         object.__setattr__(self, "reads_claims", reads)
+        object.__setattr__(self, "enforces", any(policy.enforced for policy in self.policies))
         fields = (program.fields for policy in self.policies for program in policy.programs())
         object.__setattr__(self, "observed", merged(fields, VARIABLE_NAMES))
 
