@@ -201,6 +201,10 @@ class PodGroupKeeper:
             with self._lock:
                 if outcome == "foreign":
                     self._foreign.add(key)
+                    # A look-again the PodGroup watch asked for while this one ran would have been skipped had
+                    # the workload been known as foreign then; only the PodGroup's deletion calls for one.
+                    if not self._recheck_keys.get(key, True):
+                        del self._recheck_keys[key]
                 else:
                     self._foreign.discard(key)
             if outcome in _SETTLED:
