@@ -55,8 +55,9 @@ def _keep_asking(server: RunningServer, done: Callable[[], bool], timeout: float
 
 
 def _assert_answered(answers: list[tuple[int, bool]], log: str, *, patched: bool) -> None:
-    """Every admission answered 200, but for a request sent on a kept-alive connection at the moment its
-    worker, stopping, closed it as idle (the keep-alive race): at most one per worker stopped."""
+    """Every admission answered 200, but for a request sent as the first on a new connection at the moment
+    the worker that accepted it stopped (a draining worker closes each connection after its response, so
+    the client keeps opening new ones; webhook/server/respawn_drain.py): at most one per worker stopped."""
     broken = answers.count((0, False))
     answered = [answer for answer in answers if answer != (0, False)]
     assert answered and {status for status, _ in answered} == {200}

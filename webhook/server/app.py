@@ -11,6 +11,7 @@ There is no web framework: five fixed routes are a dictionary, and a framework's
 objects cost about as much as a 2-rule admission (docs/serving.md has the figures).
 """
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -31,6 +32,7 @@ from webhook.review import AdmissionRequest
 from webhook.rule_problems import PROBLEM_OUTCOMES
 from webhook.server.decode_budget import DecodeBudget
 from webhook.server.request_body import BodyRefused, BodySource, read_body
+from webhook.server.respawn_drain import WorkerDrain
 from webhook.server.review_endpoint import AfterResponse, Reply, ReviewEndpoints, error_reply
 from webhook.validation import validate_policy_review
 from webhook.workloads import WorkloadTable, default_workload_table
@@ -75,13 +77,19 @@ class PlacerApp:
     """An RSGI application: `await app(scope, protocol)` answers one request."""
 
     def __init__(self, reviews: ReviewEndpoints, pages: dict[str, Page], *, limit: int, read_timeout: float,
-                 after_review: Callable[[], None] | None = None) -> None:
+                 after_review: Callable[[], None] | None = None, drain: WorkerDrain | None = None) -> None:
         self.reviews = reviews
         self.pages = pages
         self.limit = limit
         self.read_timeout = read_timeout
         self.after_review = after_review
         """Called once each review is answered and recorded (the worker's check of its CEL leak budget)."""
+        self.drain = drain or WorkerDrain()
+        """Set while this worker is being replaced: each response then closes its connection (respawn_drain)."""
+
+    def __rsgi_init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        """RSGI's hook, called by granian in the worker with its event loop before the first request."""
+        self.drain.install(loop)
 
     def __call__(self, scope: RequestScope, protocol: HttpProtocol) -> Awaitable[None]:
         return self.serve(scope, protocol)
@@ -99,7 +107,10 @@ class PlacerApp:
         except Exception:
             log.exception("unexpected error serving %s %s", scope.method, scope.path)
             reply = error_reply(500, "internal error")
-        protocol.response_bytes(reply.status, [("content-type", content_type), *reply.headers], reply.body)
+        headers = [("content-type", content_type), *reply.headers]
+        if self.drain.draining and CLOSE[0] not in reply.headers:
+            headers.append(CLOSE[0])
+        protocol.response_bytes(reply.status, headers, reply.body)
         if reply.then is not None:
             try:
                 reply.then()

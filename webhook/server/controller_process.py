@@ -59,6 +59,11 @@ class ControllerProcess:
         self._started_at = self._monotonic()
         log.info("cluster controller started (pid %d)", self._process.pid)
 
+    def pids(self) -> set[int]:
+        """The controller's process id, if it runs: the one child of the main process that is no worker."""
+        process = self._process
+        return {process.pid} if process is not None else set()
+
     def stop(self, timeout: float = 5.0) -> None:
         process, self._process = self._process, None
         if process is None or process.poll() is not None:

@@ -4,7 +4,8 @@ granian (Rust: hyper and rustls on tokio) holds the connections, reads requests 
 connection is a task of its runtime, not a Python thread, so a client that is slow to send or to read holds
 nothing that another request needs. Each worker is a process with one Python thread: its event loop reads
 a review's body asynchronously, then answers it synchronously (`app.PlacerApp`). The main process
-supervises the workers (granian) and the rest (`supervisor`).
+supervises the workers (granian) and the rest (`supervisor`); a worker about to be replaced closes its
+connections after its responses first (`respawn_drain`).
 """
 
 import functools
@@ -22,6 +23,7 @@ from webhook.config import Settings
 from webhook.metrics import MULTIPROC_ENV
 from webhook.server.certificate_watch import CertificateWatch
 from webhook.server.controller_process import ControllerProcess
+from webhook.server.respawn_drain import RespawnWatch
 from webhook.server.supervisor import Supervisor
 from webhook.server.version_watch import ClusterVersionWatch
 from webhook.server.worker_app import build_worker_app
@@ -79,8 +81,10 @@ def serve(settings: Settings) -> None:
     controller = ControllerProcess(settings) if settings.cluster_state is not None else None
     metrics = os.environ.get(MULTIPROC_ENV)
     versions = ClusterVersionWatch(settings.cluster_state) if settings.cluster_state is not None else None
+    respawns = RespawnWatch(settings.workers, max_rss_mib=settings.worker_max_rss_mib,
+                            others=controller.pids if controller is not None else set)
     supervisor = Supervisor(controller, CertificateWatch(settings.tls_cert, settings.tls_key, settings.client_ca),
-                            Path(metrics) if metrics else None, versions)
+                            Path(metrics) if metrics else None, versions, respawns)
     server.on_startup(supervisor.start)
     server.on_shutdown(supervisor.stop)
     server.serve(target_loader=functools.partial(build_worker_app, settings), wrap_loader=False)

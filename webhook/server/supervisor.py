@@ -4,7 +4,9 @@
 - the serving certificate: rotated files get fresh workers that serve them (`certificate_watch`);
 - the metrics files of exited workers, folded into the totals (`metrics_files`);
 - the API server's Kubernetes minor (with `--kube`): workers that check policies against another get
-  replaced (`version_watch`).
+  replaced (`version_watch`);
+- and, every 50 ms in a thread of its own, granian's worker replacements: the worker about to be stopped
+  closes its connections after its responses first (`respawn_drain`).
 
 granian runs the workers: it starts them, replaces one that dies, recycles them past their lifetime or memory
 limit, and on SIGHUP starts new ones beside the old before stopping those gracefully.
@@ -19,6 +21,7 @@ from pathlib import Path
 from webhook.server.certificate_watch import CertificateWatch
 from webhook.server.controller_process import ControllerProcess
 from webhook.server.metrics_files import drop_stale_problem_files, fold_dead_processes
+from webhook.server.respawn_drain import RespawnWatch
 from webhook.server.version_watch import ClusterVersionWatch
 
 log = logging.getLogger(__name__)
@@ -28,8 +31,10 @@ INTERVAL = 1.0
 
 class Supervisor:
     def __init__(self, controller: ControllerProcess | None, certificate: CertificateWatch,
-                 metrics_directory: Path | None, versions: ClusterVersionWatch | None = None) -> None:
+                 metrics_directory: Path | None, versions: ClusterVersionWatch | None = None,
+                 respawns: RespawnWatch | None = None) -> None:
         self.controller = controller
+        self.respawns = respawns
         self.versions = versions
         self.certificate = certificate
         self.metrics_directory = metrics_directory
@@ -44,9 +49,13 @@ class Supervisor:
             log.warning("API server version not discovered yet: policies are checked against Kubernetes %s "
                         "until it is", self.versions.built_with)
         self._thread.start()
+        if self.respawns is not None:
+            self.respawns.start()
 
     def stop(self) -> None:
         """granian's shutdown hook: once the workers have stopped."""
+        if self.respawns is not None:
+            self.respawns.stop()
         self._stopping.set()
         self._thread.join(INTERVAL + 5.0)
         if self.controller is not None:
