@@ -1,10 +1,11 @@
 """The main process tells the worker granian is about to stop to drain, and only that one (respawn_drain)."""
 
+import os
 import signal
 import subprocess
 import sys
 
-from webhook.server.respawn_drain import DRAIN, RESUME, RespawnWatch, child_processes
+from webhook.server.respawn_drain import DRAIN, RESUME, RespawnWatch, children_by_parent, child_processes
 
 
 class Workers:
@@ -85,6 +86,16 @@ def test_child_processes_lists_this_process_children() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
     try:
         assert child.pid in child_processes()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_children_are_found_by_their_parent_field_where_the_kernel_lists_none() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    try:
+        assert child.pid in children_by_parent(os.getpid())
+        assert children_by_parent(os.getpid()) <= child_processes()
     finally:
         child.kill()
         child.wait()

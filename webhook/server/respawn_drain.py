@@ -61,15 +61,32 @@ class WorkerDrain:
 
 
 def child_processes(pid: int | None = None) -> set[int]:
-    """The live children of process `pid` (this one by default), from every thread's `children` list
-    (Linux, proc(5) `/proc/[pid]/task/[tid]/children`)."""
+    """The live children of process `pid` (this one by default): from every thread's `children` list (proc(5),
+    `/proc/[pid]/task/[tid]/children`), or, on a kernel built without it (CONFIG_PROC_CHILDREN), from the
+    parent field of every process's `stat` (a container's PID namespace shows only its own few)."""
     pid = os.getpid() if pid is None else pid
     children: set[int] = set()
+    listed = False
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             children.update(int(child) for child in (task / "children").read_text().split())
+            listed = True
         except OSError:
-            continue  # the thread has ended
+            continue  # the thread has ended, or the kernel has no such list
+    return children if listed else children_by_parent(pid)
+
+
+def children_by_parent(pid: int) -> set[int]:
+    children = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # it has just exited
+        if parent == pid:
+            children.add(int(entry.name))
     return children
 
 
