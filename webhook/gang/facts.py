@@ -9,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.gang.native import not_for_native
+from webhook.gang.native import not_for_native, scheduling_group
+from webhook.gang.native_operators import operator_manages
 from webhook.resources import effective_resources
 from webhook.typing import JSONObject, as_map
 from webhook.workloads import WorkloadKind, controller_owner
@@ -25,6 +26,8 @@ class MemberTemplate:
     labels: dict[str, Any]
     annotations: dict[str, Any]
     requests: dict[str, float]
+    scheduling_group: str | None = None
+    """The kube-scheduler group the template already names (`spec.schedulingGroup`), if any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,13 +80,14 @@ def gang_facts(kind: WorkloadKind, obj: JSONObject, fallback_name: str, *, uniqu
                 labels=as_map(metadata.get("labels")),
                 annotations=as_map(metadata.get("annotations")),
                 requests=totals["requests"],
+                scheduling_group=scheduling_group(view),
             )
         )
     metadata = as_map(obj.get("metadata"))
     name = metadata.get("name") or request_name(metadata.get("generateName"), unique_suffix) or fallback_name
     owner = controller_owner(obj) if kind.kind == "Pod" else None
     return GangFacts(kind.kind, str(name), owner, kind.members(obj), tuple(templates), native_version,
-                     not_for_native(kind.kind, obj))
+                     not_for_native(kind.kind, obj) or operator_manages(kind.kind, obj))
 
 
 def request_name(generate_name: Any, suffix: str) -> str:
