@@ -81,7 +81,7 @@ class OperatorPodGroups:
         self._settled: dict[tuple[str, str], DesiredPodGroup] = {}
         """Per (resource, PodGroup name), what that PodGroup was last made to be (or found to be another's)."""
         self._retry_at: dict[tuple[str, str], float] = {}
-        self.reflectors: list[Reflector] = []
+        self.reflectors: list[WhenResourceServed] = []
         for (group, kind_name) in SHAPES:
             kind = table.lookup(group, kind_name)
             if kind is None:
@@ -146,7 +146,8 @@ class WhenResourceServed(Reflector):
         self._api_client = api
         self._operator_kind = kind
         self._keeper = keeper
-        self._recheck = recheck
+        self.recheck = recheck
+        """Seconds between two discovery reads while the resource is not served."""
         self.version: str | None = None
         first = kind.versions[0]
         super().__init__(api, self._collection(first), _MarkedResources(keeper, kind, first))
@@ -176,7 +177,7 @@ class WhenResourceServed(Reflector):
             try:
                 version = self.served_version()
             except (ApiError, TransportError) as error:
-                log.warning("%s: discovery failed (%s); asking again in %.0fs", self.kind, error, self._recheck)
+                log.warning("%s: discovery failed (%s); asking again in %.0fs", self.kind, error, self.recheck)
                 version = None
             if version is not None:
                 self.version = version
@@ -188,7 +189,7 @@ class WhenResourceServed(Reflector):
                          self._operator_kind.group, version)
                 super().run(stop)
                 return
-            stop.wait(self._recheck)
+            stop.wait(self.recheck)
 
 
 class _MarkedResources:
