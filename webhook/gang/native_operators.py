@@ -31,8 +31,8 @@ Shapes (`SHAPES`):
 | SparkApplication | one per application | driver + executors (`instances`, or dynamic allocation's start) |
 
 A whole Ray cluster is one gang, not one per worker group: the head is what the workers join (a worker group
-without its head runs nothing), and KubeRay's own gang integrations (Volcano, YuniKorn in ray-operator
-`pkg/batchscheduler`) size one group for the head and every group's minimum the same way.
+without its head runs nothing), and KubeRay's own gang integration makes one Volcano PodGroup for the head and
+the workers together (ray-project/ray `doc/source/cluster/kubernetes/k8s-ecosystem/volcano.md`).
 """
 
 from collections.abc import Mapping
@@ -94,10 +94,12 @@ def operator_manages(kind: str, obj: Mapping[str, Any]) -> str | None:
     """Why an operator resource's gang is its operator's already (so Placer leaves it alone), or None.
 
     - KubeRay: the label `ray.io/scheduler-name` hands the cluster to a batch scheduler integration, which
-      makes its own group (ray-operator `pkg/batchscheduler`, `utils.RaySchedulerName`).
-    - Spark: `spec.batchScheduler` does the same (spark-operator api/v1beta2 `SparkApplicationSpec.BatchScheduler`).
-    - Kubeflow: `spec.runPolicy.schedulingPolicy` is read by the training operator's gang scheduling
-      (kubeflow/training-operator `RunPolicy.SchedulingPolicy`, "used by gang-scheduling").
+      makes its own group (ray-project/ray `doc/source/cluster/kubernetes/k8s-ecosystem/volcano.md`: "must
+      include the `ray.io/scheduler-name: volcano` label").
+    - Spark: `spec.batchScheduler` (kubeflow/spark-operator api/v1beta2 `SparkApplicationSpec.BatchScheduler`:
+      "configures which batch scheduler will be used for scheduling").
+    - Kubeflow: `spec.runPolicy.schedulingPolicy` (kubeflow/training-operator pkg/apis/kubeflow.org/v1
+      `RunPolicy.SchedulingPolicy`: "the policy related to scheduling, e.g. gang-scheduling").
     - any member template naming a Workload template for the Job controller (KEP-5547's
       `scheduling.k8s.io/group-template-name`) is handled in the template's own checks.
     """
