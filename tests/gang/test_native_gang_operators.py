@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.helpers import read_yaml, review_for, run, snapshot_of
-from webhook.gang.native_operators import GROUP_ANNOTATION, marked_groups
+from webhook.gang.native_operators import marked_groups
 from webhook.kube.native_operators import desired_groups
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.workloads import default_workload_table
@@ -133,7 +133,7 @@ def test_where_no_pod_group_api_is_served_the_resource_and_its_pods_are_left_as_
         "native gang: the API server serves no PodGroup API: no group named; the pod schedules by itself"]
 
 
-def test_a_pod_that_names_a_group_or_that_no_controller_made_is_left_alone() -> None:
+def test_a_pod_that_names_a_group_is_left_alone_and_one_without_owner_still_joins_its_gang() -> None:
     marked, _ = admitted(jobset(), served("v1alpha2"))
     pod = jobset_pods(marked)[0]
     naming = copy.deepcopy(pod)
@@ -141,11 +141,10 @@ def test_a_pod_that_names_a_group_or_that_no_controller_made_is_left_alone() -> 
     result, mutation = admitted(copy.deepcopy(naming), served("v1alpha2"))
     assert result == naming and mutation.notes == [
         "native gang: spec.schedulingGroup already names mine: left alone"]
-    bare = copy.deepcopy(pod)
-    del bare["metadata"]["ownerReferences"]
-    result, mutation = admitted(copy.deepcopy(bare), served("v1alpha2"))
-    assert "schedulingGroup" not in result["spec"]
-    assert f"{GROUP_ANNOTATION} on a Pod no controller made" in mutation.warnings[0]
+    orphan = copy.deepcopy(pod)  # e.g. a Spark driver where the Spark operator's webhook is off
+    del orphan["metadata"]["ownerReferences"]
+    result, mutation = admitted(copy.deepcopy(orphan), served("v1alpha2"))
+    assert result["spec"]["schedulingGroup"] == {"podGroupName": "tpu-train-leader-0"}
 
 
 @pytest.mark.parametrize("case, change, reason", [

@@ -130,15 +130,13 @@ def job_group(base: str, replicated_job: str, index: int | str) -> str:
 def member_group(pod: Mapping[str, Any]) -> tuple[str | None, str]:
     """The PodGroup a Pod of a marked operator template names, and why; (None, why) when it names none.
 
-    Only a Pod made by a controller (an owner reference with `controller: true`) is considered: the
-    annotation is Placer's own mark on a template, and a PodGroup exists only for what an operator made."""
+    The annotation alone decides, not the Pod's owner: a Spark driver has an owner reference only where the
+    Spark operator's own webhook runs, and a member left out would hold its whole gang Pending forever."""
     metadata = as_map(pod.get("metadata"))
     annotations = as_map(metadata.get("annotations"))
     base = annotations.get(GROUP_ANNOTATION)
     if not isinstance(base, str) or not base:
         return None, ""
-    if controller_reference(dict(pod)) is None:
-        return None, f"{GROUP_ANNOTATION} on a Pod no controller made: no PodGroup is kept for it"
     per = annotations.get(PER_ANNOTATION)
     if per is None:
         return pod_group_name(base), f"{GROUP_ANNOTATION} of its template: one PodGroup per workload"
