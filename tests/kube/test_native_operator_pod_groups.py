@@ -177,3 +177,20 @@ def test_the_controller_makes_the_pod_groups_of_a_watched_jobset_once_its_crd_is
     apiserver.put(JOBSETS, unmarked)
     time.sleep(0.5)
     assert len(apiserver.objects[NATIVE_PODGROUPS]) == 3, "an unmarked JobSet wants nothing"
+
+
+def test_ten_thousand_namespaces_of_jobsets_cost_one_read_and_one_create_per_pod_group_then_nothing() -> None:
+    """No write storm: 10,000 JobSets of 3 child Jobs in 10,000 namespaces cost one GET and one POST per
+    PodGroup in the first round, and a re-list (a watch reconnect) and further rounds nothing."""
+    api = NativeApi()
+    keeper, _, _ = keeper_for(api)
+    jobset = marked_jobset()
+    resources = {f"ns-{index}/tpu-train": {**jobset, "metadata": {**jobset["metadata"], "namespace": f"ns-{index}",
+                                                                   "uid": f"uid-{index}"}} for index in range(10_000)}
+    keeper.replace(JOBSET, "v1alpha2", resources)  # type: ignore[arg-type]
+    keeper.reconcile()
+    assert (api.requests, len(api.writes)) == (60_000, 30_000)
+    keeper.replace(JOBSET, "v1alpha2", resources)  # type: ignore[arg-type]
+    keeper.reconcile()
+    keeper.reconcile()
+    assert (api.requests, len(api.writes)) == (60_000, 30_000)
