@@ -26,6 +26,7 @@ Shapes (`SHAPES`):
 | Workload | Gangs | minCount |
 |---|---|---|
 | JobSet | one per child Job (`<group>-<replicatedJob>-<index>`) | the Job's pods (`parallelism` <= `completions`) |
+| LeaderWorkerSet (once a workload row) | one per group (`<group>-<groupIndex>`) | `leaderWorkerTemplate.size` |
 | PyTorchJob, TFJob, MPIJob | one per job | every replica of every type |
 | RayCluster, RayJob | one per cluster: head and worker groups | 1 + `replicas` (or `minReplicas`) x `numOfHosts` |
 | SparkApplication | one per application | driver + executors (`instances`, or dynamic allocation's start) |
@@ -51,8 +52,12 @@ GROUP_ANNOTATION = "placer.dev/native-pod-group"
 PER_ANNOTATION = "placer.dev/native-pod-group-per"
 """Beside `GROUP_ANNOTATION` where a resource holds several gangs: `job`, one per JobSet child Job."""
 PER_JOB = "job"
+PER_GROUP = "group"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+"""kubernetes-sigs/lws api/leaderworkerset/v1/leaderworkerset_types.go, `GroupIndexLabelKey`: "added to pods to
+record which group this statefulset/pod belong to" (0 to replicas-1, the leader's index)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +67,8 @@ class Shape:
     group: str
     kind: str
     per: str | None
-    """None: one gang per resource; `job`: one per child Job (JobSet)."""
+    """None: one gang per resource; `job`: one per child Job (JobSet); `group`: one per leader and its
+    workers (LeaderWorkerSet)."""
     gangs: str
     """What a gang is, for explain."""
 
@@ -71,6 +77,7 @@ SHAPES: dict[tuple[str, str], Shape] = {
     (shape.group, shape.kind): shape
     for shape in (
         Shape("jobset.x-k8s.io", "JobSet", PER_JOB, "one PodGroup per child Job"),
+        Shape("leaderworkerset.x-k8s.io", "LeaderWorkerSet", PER_GROUP, "one PodGroup per leader and its workers"),
         Shape("kubeflow.org", "PyTorchJob", None, "one PodGroup for every replica of the job"),
         Shape("kubeflow.org", "TFJob", None, "one PodGroup for every replica of the job"),
         Shape("kubeflow.org", "MPIJob", None, "one PodGroup for the launcher and workers"),
@@ -100,6 +107,8 @@ def operator_manages(kind: str, obj: Mapping[str, Any]) -> str | None:
       "configures which batch scheduler will be used for scheduling").
     - Kubeflow: `spec.runPolicy.schedulingPolicy` (kubeflow/training-operator pkg/apis/kubeflow.org/v1
       `RunPolicy.SchedulingPolicy`: "the policy related to scheduling, e.g. gang-scheduling").
+    - LeaderWorkerSet: not the operator's, but `startupPolicy: LeaderReady` starts the workers only once the
+      leader is Ready (kubernetes-sigs/lws `LeaderWorkerSetSpec.StartupPolicy`), which a gang never lets it be.
     - any member template naming a Workload template for the Job controller (KEP-5547's
       `scheduling.k8s.io/group-template-name`) is handled in the template's own checks.
     """
@@ -111,6 +120,9 @@ def operator_manages(kind: str, obj: Mapping[str, Any]) -> str | None:
         return f"the Spark operator's batch scheduler {spec['batchScheduler']} keeps its group (spec.batchScheduler)"
     if kind in ("PyTorchJob", "TFJob", "MPIJob") and as_map(spec.get("runPolicy")).get("schedulingPolicy"):
         return "the training operator's gang scheduling keeps its group (spec.runPolicy.schedulingPolicy)"
+    if kind == "LeaderWorkerSet" and spec.get("startupPolicy") == "LeaderReady":
+        return ("startupPolicy LeaderReady creates the workers once the leader is Ready, so a gang of the leader "
+                "and its workers would wait forever; use LeaderCreated")
     return None
 
 
@@ -148,6 +160,12 @@ def member_group(pod: Mapping[str, Any]) -> tuple[str | None, str]:
                 f"{GROUP_ANNOTATION} of its template, {REPLICATED_JOB_LABEL}={replicated} and "
                 f"{JOB_INDEX_LABEL}={index}: one PodGroup per child Job")
         return None, f"labels {REPLICATED_JOB_LABEL} and {JOB_INDEX_LABEL} missing: no group named"
+    if per == PER_GROUP:
+        group = labels.get(GROUP_INDEX_LABEL)
+        if isinstance(group, str) and group.isdigit():
+            return pod_group_name(f"{base}-{group}"), (
+                f"{GROUP_ANNOTATION} of its template and {GROUP_INDEX_LABEL}={group}: one PodGroup per group")
+        return None, f"label {GROUP_INDEX_LABEL} missing: no group named"
     return None, f"{PER_ANNOTATION}={per} is not a shape Placer knows: no group named"
 
 
@@ -169,8 +187,27 @@ def wanted_groups(kind: WorkloadKind, obj: JSONObject, base: str, fixed: int | N
                 continue
             groups.extend((job_group(base, job["name"], index), size) for index in range(replicas))
         return groups
+    if shape.per == PER_GROUP:
+        size = fixed if fixed is not None else int_at(obj, "spec", "leaderWorkerTemplate", "size")
+        groups_wanted = _lws_groups(obj)
+        if size is None or size < 1 or groups_wanted is None:
+            return []
+        return [(pod_group_name(f"{base}-{index}"), size) for index in range(groups_wanted)]
     size = fixed if fixed is not None else kind.members(obj)
     return [(pod_group_name(base), size)] if size is not None and size > 0 else []
+
+
+def _lws_groups(obj: JSONObject) -> int | None:
+    """How many group indexes a LeaderWorkerSet may use: `replicas` (default 1) plus a rolling update's
+    `maxSurge` (an integer, or a percentage of replicas rounded up, as `RollingUpdateConfiguration` says), so a
+    surge group's pods find their PodGroup too."""
+    replicas = int_at(obj, "spec", "replicas")
+    if replicas is None:
+        return None
+    surge = read_path(obj, ("spec", "rolloutStrategy", "rollingUpdateConfiguration", "maxSurge"))
+    if isinstance(surge, str) and surge.endswith("%") and surge[:-1].isdigit():
+        surge = -(-replicas * int(surge[:-1]) // 100)
+    return replicas + (surge if isinstance(surge, int) and not isinstance(surge, bool) and surge > 0 else 0)
 
 
 def marked_groups(kind: WorkloadKind, obj: JSONObject) -> list[tuple[str, int]] | str:
