@@ -104,7 +104,7 @@ def test_explain_says_which_group_a_pod_gets_and_why() -> None:
     assert pod_mutation.notes == [
         "native gang: spec.schedulingGroup names PodGroup tpu-train-workers-1 (placer.dev/native-pod-group of its "
         "template, jobset.sigs.k8s.io/replicatedjob-name=workers and jobset.sigs.k8s.io/job-index=1: one PodGroup "
-        "per child Job); otherwise created by Job/tpu-train-workers-1 from a template Placer already mutated"]
+        "per child Job); no rule ran: created by Job/tpu-train-workers-1 from a template Placer already mutated"]
 
 
 @pytest.mark.parametrize("case, kind", [

@@ -1,7 +1,9 @@
 """`add-gang-labels` with `scheduler: native`: the member pods name kube-scheduler's PodGroup of the gang.
 
-The template (or Pod) gets `spec.schedulingGroup.podGroupName`, and the workload is marked for the
-controller, which keeps the PodGroup (`webhook.gang.pod_groups`, `webhook.kube.pod_groups`). A pod naming a
+The template gets `spec.schedulingGroup.podGroupName` (an operator's templates get Placer's annotations
+instead, and each pod names its group at its own admission: `webhook.gang.native_operators`), and the
+workload is marked for the controller, which keeps the PodGroup (`webhook.gang.pod_groups`,
+`webhook.kube.pod_groups`, `webhook.kube.native_operators`). A pod naming a
 group that never comes stays Pending with no event at all (captured from kube-apiserver v1.36.2), so the
 field is written only where the group will exist: never when the API server serves no PodGroup API, never
 for a workload Placer cannot keep the group of, never when the size of the gang is unknown. In each of those
@@ -31,8 +33,7 @@ from webhook.gang.pod_groups import (
     POD_GROUP_LABEL,
 )
 from webhook.typing import JSONObject
-
-KEPT_KINDS = ", ".join([*(kind for _, kind in OWNER_KINDS), *(kind for _, kind in SHAPES)])
+from webhook.workloads import default_workload_table
 
 
 def native_gang(template: JSONObject, params: Mapping[str, Any], context: ActionContext, facts: GangFacts,
@@ -94,9 +95,16 @@ def _left_alone(template: JSONObject, context: ActionContext, facts: GangFacts, 
         return (f"the API server serves no PodGroup API (scheduling.k8s.io {' or '.join(VERSIONS)}): admitted "
                 f"unchanged, pods schedule one by one; {GATES_HINT}")
     if context.workload_marks is None:
-        return (f"Placer keeps kube-scheduler PodGroups for {KEPT_KINDS}; this {facts.kind} is admitted unchanged "
+        return (f"Placer keeps kube-scheduler PodGroups for {_kept_kinds()}; this {facts.kind} is admitted unchanged "
                 "(its pods would wait for a group no one creates)")
     if not sized:
         return (f"group size unknown ({facts.kind} does not say how many pods it runs): admitted unchanged; "
                 "set minAvailable")
     return None
+
+
+def _kept_kinds() -> str:
+    """The kinds whose PodGroups Placer keeps: the built-in owners and the operator kinds it handles."""
+    table = default_workload_table()
+    operators = [kind for group, kind in SHAPES if table.lookup(group, kind) is not None]
+    return ", ".join([*(kind for _, kind in OWNER_KINDS), *operators])

@@ -54,7 +54,7 @@ def _name_pod_group(pod: JSONObject, native_version: str | None, mutation: Mutat
                       {"op": "add", "path": "/spec/schedulingGroup", "value": {"podGroupName": name}}]
     note = f"native gang: spec.schedulingGroup names PodGroup {name} ({why})"
     if mutation.passed_through is not None:
-        note = f"{note}; otherwise {mutation.passed_through}"
+        note = f"{note}; no rule ran: {mutation.passed_through}"
         mutation.passed_through = None
     mutation.notes.append(note)
     return mutation
