@@ -19,9 +19,13 @@ import pytest
 
 from tests.conftest import REPO
 from tests.helpers import read_yaml, review_for, run, snapshot_of
+from tests.unit.test_gang_capacity import gpu_nodes, publish
+from webhook.feasibility import PlacementCheck
 from webhook.gang.native_operators import marked_groups
 from webhook.kube.native_operators import desired_groups
+from webhook.pipeline import admit
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
+from webhook.review import parse_review
 from webhook.workloads import default_workload_table
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "cases"
@@ -202,3 +206,24 @@ def test_written_objects_validate_against_the_published_1_36_and_1_37_schemas() 
         kubernetes_validate.validate(pod, kubernetes, strict=True)
         for group in wanted:
             kubernetes_validate.validate(group.body(version), kubernetes, strict=True)
+
+
+def gpu_jobset_admission(reader: Any) -> Any:
+    """The JobSet, every pod asking for one GPU and pinned to the GPU pool, through the whole admission."""
+    given = jobset()
+    for job in given["spec"]["replicatedJobs"]:
+        spec = job["template"]["spec"]["template"]["spec"]
+        spec["nodeSelector"] = {"node-pool": "gpu"}
+        spec["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
+    return admit(parse_review(review_for(given, namespace="training")), served("v1alpha2"), TABLE,
+                 placement=PlacementCheck(reader))
+
+
+def test_a_jobsets_gang_can_never_fit_counts_one_child_job_not_the_whole_jobset(tmp_path: Path) -> None:
+    """Each child Job is its own gang: 4 one-GPU nodes hold any one worker Job (4 pods) though not both (8)."""
+    assert gpu_jobset_admission(publish(tmp_path / "four", gpu_nodes(4, "1"))).over_capacity == 0
+    result = gpu_jobset_admission(publish(tmp_path / "three", gpu_nodes(3, "1")))
+    assert result.over_capacity == 1
+    assert result.response["response"]["warnings"][-1] == (
+        "placer: rule gang-native-operators/operator-gang: gang tpu-train: 4 pods of workers of nvidia.com/gpu 1 "
+        "never fit, 3 matching nodes hold 3")

@@ -126,6 +126,35 @@ def operator_manages(kind: str, obj: Mapping[str, Any]) -> str | None:
     return None
 
 
+def pods_per_gang(kind: str, obj: Mapping[str, Any]) -> dict[str, int] | None:
+    """Per member template, how many of its pods one native gang holds, where a resource holds several gangs
+    (a JobSet's child Job runs one replicated job's pods; an LWS group one leader and `size - 1` workers);
+    None where the resource is one gang. What "can this gang ever fit" must count, not the whole resource."""
+    shape = shape_named(kind)
+    if shape is None or shape.per is None:
+        return None
+    if shape.per == PER_JOB:
+        jobs = read_path(obj, ("spec", "replicatedJobs"))
+        counts = {}
+        for index, job in enumerate(jobs if isinstance(jobs, list) else []):
+            pods = job_pods(as_map(job.get("template"))) if isinstance(job, dict) else None
+            if pods is not None:
+                counts[str(job.get("name") or f"job-{index}")] = pods
+        return counts
+    size = int_at(obj, "spec", "leaderWorkerTemplate", "size")
+    if size is None:
+        return {}
+    if isinstance(read_path(obj, ("spec", "leaderWorkerTemplate", "leaderTemplate")), dict):
+        return {"leader": 1, "worker": size - 1}
+    return {"worker": size}
+
+
+def one_template_per_gang(kind: str) -> bool:
+    """Whether each of the kind's native gangs holds one template's pods only (a JobSet's child Job)."""
+    shape = shape_named(kind)
+    return shape is not None and shape.per == PER_JOB
+
+
 def template_marks(shape: Shape, group: str) -> dict[str, str]:
     """The annotations a member template gets: every pod made from it names its gang from them."""
     marks = {GROUP_ANNOTATION: group}
