@@ -179,8 +179,8 @@ def test_a_template_naming_its_own_group_leaves_the_whole_resource_alone() -> No
 
 
 def test_a_rayjobs_cluster_wants_no_pod_group_of_its_own() -> None:
-    """KubeRay copies a RayJob's labels and annotations onto the RayCluster it makes: the RayJob keeps the one
-    PodGroup, the cluster none (two owners of one name would fight)."""
+    """A RayCluster made by a RayJob, carrying the RayJob's marks (were KubeRay to copy them): the RayJob keeps
+    the one PodGroup, the cluster none (two owners of one name would fight)."""
     cluster = read_yaml(GOLDEN / "gang-native-raycluster" / "expected.yaml")
     cluster["metadata"]["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "batch",
                                                "uid": "u", "controller": True}]

@@ -242,7 +242,7 @@ def _lws_groups(obj: JSONObject) -> int | None:
 def marked_groups(kind: WorkloadKind, obj: JSONObject) -> list[tuple[str, int]] | str:
     """The PodGroups an operator resource marked for native gangs wants (from its own metadata, as the
     controller watches it), or why it wants none. A resource made by another marked resource (a RayJob's
-    RayCluster carries its labels) wants none: its owner's PodGroup is the one its pods name."""
+    RayCluster, should it carry the RayJob's marks) wants none: its owner's PodGroup is the one its pods name."""
     metadata = as_map(obj.get("metadata"))
     base = as_map(metadata.get("labels")).get(POD_GROUP_LABEL)
     annotations = as_map(metadata.get("annotations"))
