@@ -22,6 +22,8 @@ from typing import Any
 from webhook.actions.metadata import rules_applied
 from webhook.engine.mutate import Mutation
 from webhook.gang.facts import GangFacts, MemberTemplate
+from webhook.gang.native import NATIVE
+from webhook.gang.native_operators import one_template_per_gang
 from webhook.node_fit import NodeAnswers, Nodes, node_filter, placement_key, pod_spec_of
 from webhook.policy.snapshot import PolicySnapshot
 from webhook.quantity import InvalidQuantityError, parse_quantity
@@ -89,8 +91,16 @@ def applied_rules(template: Mapping[str, Any], snapshot: PolicySnapshot, actions
 
 def _needed(facts: GangFacts) -> tuple[str, list[tuple[MemberTemplate, int]]]:
     """The gang's group name, and how many pods of each member template it needs at once."""
-    group, size = next(iter(facts.derived.values()))
+    (flavour, _, fixed), (group, size) = next(iter(facts.derived.items()))
     wanted = int(size.value) if size is not None and size.value.isdigit() else None
+    if flavour == NATIVE and facts.per_gang is not None:  # one native gang per replica: one replica's pods
+        per_gang = facts.per_gang
+        needs = [(template, per_gang[template.name]) for template in facts.members if per_gang.get(template.name)]
+        if isinstance(fixed, int) and one_template_per_gang(facts.kind):  # minAvailable sizes each gang
+            needs = [(template, fixed) for template, _ in needs]
+        elif isinstance(fixed, int) and fixed < sum(needed for _, needed in needs):
+            return group.value, []  # which members start is the scheduler's choice
+        return group.value, needs
     if len(facts.members) == 1:  # one template: the gang's size is how many of its pods must run at once
         needed = wanted if wanted is not None else facts.size
         return group.value, [(facts.members[0], needed)] if needed else []

@@ -22,6 +22,7 @@ from tests.kube.fake_apiserver import (
     DEPLOYMENTS,
     DEVICE_CLASSES,
     JOBS,
+    JOBSETS,
     NAMESPACES,
     NODES,
     PODGROUP_API,
@@ -36,6 +37,7 @@ from tests.kube.fake_apiserver import (
     wait_for,
 )
 from tests.kube.marked_workloads import NATIVE_GANG, marked_job
+from tests.kube.test_native_operator_pod_groups import JOBSET_DISCOVERY
 from webhook.certs import issue
 from webhook.cli import _parser
 from webhook.kube.api import KubeApi
@@ -272,6 +274,7 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
     apiserver.put(JOBS, marked_job("native", parallelism=2, policy=NATIVE_GANG))  # kube-scheduler's PodGroup
     elector = LeaseElector(api, namespace="placer-system", name=LEASE_NAME, identity="x", lease_seconds=3)
     serve_discovery(apiserver, "gates-on")  # a v1.36 API server: resource.k8s.io/v1 served, DRA watched
+    apiserver.other.setdefault("/apis/jobset.x-k8s.io", {})["v1alpha2"] = JOBSET_DISCOVERY  # JobSet's CRD
     # the rule counts: this replica's Lease written twice (created, then updated), a gone replica's deleted
     gone = {"metadata": {"name": "placer-rule-counts-gone", "namespace": "placer-system", "resourceVersion": "1",
                          "labels": {COUNTS_KEY: "v1"}, "annotations": {COUNTS_KEY: encode_window(
@@ -306,7 +309,7 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
     apiserver.put(JOBS, job)
     wait_for(lambda: len(apiserver.podgroup_writes) == 5, what="the PodGroup made again")
     wait_for(lambda: all(apiserver.watch_requests(c) for c in (PODGROUPS, DEPLOYMENTS, STATEFULSETS, REPLICASETS,
-                                                              JOBS, CRONJOBS)), what="every workload watch")
+                                                              JOBS, CRONJOBS, JOBSETS)), what="every workload watch")
     apiserver.put_namespace("created-just-now")  # a worker reads a namespace its state does not have yet
     NamespaceLookup(api).resolve(PolicySnapshot.build([], {}, [], None), "created-just-now", None)
     stop.set()
@@ -324,6 +327,11 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
     # server serves v1alpha2, where it is immutable), deleting them for a workload re-created under its name:
     # both in tests/kube/test_native_pod_groups.py.
     granted -= {("scheduling.k8s.io", "podgroups", verb, None) for verb in ("update", "delete")}
+    # The other operators' CRDs are not installed here: their watches start as JobSets' does, once served.
+    granted -= {(group, resource, verb, None) for group, resource in (
+        ("kubeflow.org", "pytorchjobs"), ("kubeflow.org", "tfjobs"), ("kubeflow.org", "mpijobs"),
+        ("ray.io", "rayclusters"), ("ray.io", "rayjobs"), ("sparkoperator.k8s.io", "sparkapplications"))
+        for verb in ("list", "watch")}
     assert used == granted
 
 

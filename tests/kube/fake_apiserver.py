@@ -59,6 +59,8 @@ PODGROUP_API = "/apis/scheduling.x-k8s.io/v1alpha1"
 PODGROUPS = PODGROUP_API + "/podgroups"
 NATIVE_PODGROUP_API = "/apis/scheduling.k8s.io/v1alpha2"
 NATIVE_PODGROUPS = NATIVE_PODGROUP_API + "/podgroups"
+JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/jobsets"
+"""An operator's resource (JobSet's CRD), for the native gangs of operator workloads."""
 """kube-scheduler's own PodGroups (Kubernetes 1.36, `scheduling.k8s.io/v1alpha2`)."""
 _KINDS = {
     POLICIES: ("placer.dev/v1alpha1", "SchedulingPolicy", True),
@@ -75,6 +77,7 @@ _KINDS = {
     CRONJOBS: ("batch/v1", "CronJob", False),
     PODGROUPS: ("scheduling.x-k8s.io/v1alpha1", "PodGroup", True),
     NATIVE_PODGROUPS: ("scheduling.k8s.io/v1alpha2", "PodGroup", False),
+    JOBSETS: ("jobset.x-k8s.io/v1alpha2", "JobSet", False),
     RESOURCE_CLAIM_TEMPLATES: ("resource.k8s.io/v1", "ResourceClaimTemplate", False),
     RESOURCE_CLAIMS: ("resource.k8s.io/v1", "ResourceClaim", False),
     DEVICE_CLASSES: ("resource.k8s.io/v1", "DeviceClass", False),

@@ -15,11 +15,13 @@ from webhook.actions.scheduling import apply_scheduler_name
 from webhook.gang.flavours import FLAVOURS, YUNIKORN_TASK_GROUP_NAME, YUNIKORN_TASK_GROUPS, Flavour, Key
 from webhook.gang.identity import Derived, group_name, group_size
 from webhook.gang.native import NATIVE
-from webhook.gang.pod_groups import MIN_MEMBER_ANNOTATION, POD_GROUP_LABEL
+from webhook.gang.pod_groups import MIN_MEMBER_ANNOTATION, OWNER_KINDS, POD_GROUP_LABEL
 from webhook.gang.yunikorn import task_groups
 from webhook.names import dns1123_subdomain_error, label_value_error
 from webhook.typing import JSONObject, as_map
 
+KEEPS_COSCHEDULING = frozenset(kind for _, kind in OWNER_KINDS)
+"""Kinds whose scheduler-plugins PodGroup Placer keeps (operator resources are marked for native gangs only)."""
 _LABEL_CHARACTERS = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
@@ -72,7 +74,7 @@ def add_gang_labels(template: JSONObject, params: Mapping[str, Any], context: Ac
 def _mark_for_pod_group(params: Mapping[str, Any], context: ActionContext, group: str, kind: str) -> None:
     """Ask the controller for the gang's PodGroup: mark the workload itself (`webhook.gang.pod_groups`)."""
     marks = context.workload_marks
-    if marks is None:
+    if marks is None or kind not in KEEPS_COSCHEDULING:
         context.conflict(
             f"createPodGroup: a {kind} cannot own a PodGroup Placer keeps; create PodGroup {group} yourself")
         return

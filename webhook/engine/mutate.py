@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from webhook.engine.configuration import gang_warnings
 from webhook.engine.enforcement import enforcing, holding, names_its_node, node_name_refusal, refusal_mutation
+from webhook.engine.native_pods import with_native_groups
 from webhook.engine.outcome import DEADLINE_WARNING, DeadlineReached, DenyRequest, Mutation, RuleTrace, unique_messages
 from webhook.engine.passes import Run
 from webhook.engine.patch_assembly import marks_patch, pointer_tokens
@@ -27,7 +28,7 @@ from webhook.engine.selection import (
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, ResourcesOfPod, UnknownNamespace
 from webhook.review import AdmissionRequest
 from webhook.volumes import ClaimPlacement
-from webhook.workloads import WorkloadTable
+from webhook.workloads import WorkloadKind, WorkloadTable
 
 __all__ = [
     "DEADLINE_WARNING", "INJECT_LABEL", "Mutation", "RuleTrace", "mutate", "pass_through_reason", "pointer_tokens",
@@ -51,11 +52,26 @@ def mutate(
     `claims`: for a Pod, where the data of each claim it mounts lives (`pin-to-volume-node`), when known.
     `devices`: completes a pod template's `resources` with the devices it claims through DRA, when known.
     """
-    obj = request.object
     kind = workloads.lookup(request.group, request.kind)
     if kind is None:
         unhandled = f"{request.kind} is not a workload kind Placer handles; admitted unchanged"
         return Mutation(passed_through=unhandled, warnings=[unhandled])
+    mutation = _evaluate(request, snapshot, kind, deadline=deadline, namespace=namespace, claims=claims,
+                         devices=devices)
+    return with_native_groups(request, kind, snapshot.native_gang_version, mutation)
+
+
+def _evaluate(
+    request: AdmissionRequest,
+    snapshot: PolicySnapshot,
+    kind: WorkloadKind,
+    *,
+    deadline: float | None,
+    namespace: NamespaceInfo | UnknownNamespace | None,
+    claims: Mapping[str, ClaimPlacement] | None,
+    devices: ResourcesOfPod | None,
+) -> Mutation:
+    obj = request.object
     if obj is None:
         return Mutation(passed_through="no object")
     pod_only = claims is not None and kind.kind == "Pod" and from_mutated_template(obj)

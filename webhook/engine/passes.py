@@ -21,6 +21,7 @@ from webhook.engine.policy_scope import PolicyScope
 from webhook.engine.rule_run import RuleContexts, act, run_rule
 from webhook.engine.selection import INJECT_LABEL, labelled_disabled
 from webhook.gang.facts import gang_facts, lazy
+from webhook.gang.native_operators import operator_shape
 from webhook.gang.pod_groups import owns_pod_groups
 from webhook.patches import apply_sharing
 from webhook.policy import cel
@@ -74,7 +75,8 @@ class Run:
         self.claims = claims
         self.devices = devices if snapshot.reads_resources else None
         """Completes `resources` of a template that claims devices through DRA (read only if a policy does)."""
-        self.marks: dict[tuple[str, str], str | None] | None = {} if owns_pod_groups(kind) else None
+        self.marks: dict[tuple[str, str], str | None] | None = (
+            {} if owns_pod_groups(kind) or operator_shape(kind) is not None else None)
         self.volume_outcomes: dict[str, str] = mutation.volume_outcomes
         """Marks rules put on the workload's own metadata (see ActionContext.workload_marks)."""
         self.enforced = enforced

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.gang.native import not_for_native
+from webhook.gang.native import not_for_native, scheduling_group
+from webhook.gang.native_operators import operator_manages, pods_per_gang
 from webhook.resources import effective_resources
 from webhook.typing import JSONObject, as_map
 from webhook.workloads import WorkloadKind, controller_owner
@@ -25,6 +26,8 @@ class MemberTemplate:
     labels: dict[str, Any]
     annotations: dict[str, Any]
     requests: dict[str, float]
+    scheduling_group: str | None = None
+    """The kube-scheduler group the template already names (`spec.schedulingGroup`), if any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,9 @@ class GangFacts:
     the API server serves none, None when not known (no cluster connected)."""
     managed: str | None = None
     """Why the workload's pods must not name a group Placer keeps (`native.not_for_native`), if so."""
+    per_gang: dict[str, int] | None = None
+    """Per member template, its pods in one native gang where the workload holds one gang per replica (a
+    JobSet's child Jobs: `native_operators.pods_per_gang`); None where the workload is one gang."""
     derived: dict[Any, Any] = field(default_factory=dict, compare=False)
     """Values derived from these facts (group name and size per flavour and parameters), computed once per
     request however many templates and rules ask: a 1,000-job JobSet asks a thousand times."""
@@ -77,13 +83,15 @@ def gang_facts(kind: WorkloadKind, obj: JSONObject, fallback_name: str, *, uniqu
                 labels=as_map(metadata.get("labels")),
                 annotations=as_map(metadata.get("annotations")),
                 requests=totals["requests"],
+                scheduling_group=scheduling_group(view),
             )
         )
     metadata = as_map(obj.get("metadata"))
     name = metadata.get("name") or request_name(metadata.get("generateName"), unique_suffix) or fallback_name
     owner = controller_owner(obj) if kind.kind == "Pod" else None
     return GangFacts(kind.kind, str(name), owner, kind.members(obj), tuple(templates), native_version,
-                     not_for_native(kind.kind, obj))
+                     not_for_native(kind.kind, obj) or operator_manages(kind.kind, obj),
+                     pods_per_gang(kind.kind, obj))
 
 
 def request_name(generate_name: Any, suffix: str) -> str:

@@ -13,8 +13,10 @@ The native flavour (`scheduler: native`, `webhook.gang.native`) is marked the sa
 `placer.dev/pod-group-api: native`, and its PodGroup is kube-scheduler's (`scheduling.k8s.io`, at the version
 the API server serves) with `spec.schedulingPolicy.gang.minCount`.
 
-Only the built-in controllers are marked: the operators Placer knows (Kubeflow's training operator, KubeRay,
-Spark, JobSet) create their own PodGroups when set up for coscheduling, and two writers would fight.
+For coscheduling only the built-in controllers are marked: the operators Placer knows (Kubeflow's training
+operator, KubeRay, Spark, JobSet) create their own PodGroups when set up for coscheduling, and two writers
+would fight. For native gangs the operator resources are marked too (`webhook.gang.native_operators`); their
+PodGroups are kept by `webhook.kube.native_operators`.
 """
 
 from collections.abc import Mapping

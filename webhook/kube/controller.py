@@ -39,6 +39,7 @@ from webhook.kube.enforce_labels import EnforceLabels
 from webhook.kube.health_round import HealthRound, PodGroupApiCheck
 from webhook.kube.leader import LeaseElector
 from webhook.kube.native_gang import native_gang_not_served, native_version_of
+from webhook.kube.native_operators import OperatorPodGroups
 from webhook.kube.node_events import UnchangedNodeEvents
 from webhook.kube.pod_groups import PodGroupKeeper
 from webhook.kube.policy_health import combine
@@ -245,6 +246,9 @@ class ClusterController:
         self.pod_groups = PodGroupKeeper(api, default_workload_table(), wake=self._wake.set,
                                          observe=(metrics or ControllerMetrics()).observe_pod_group,
                                          monotonic=monotonic, native_version=lambda: self._native_gang_version)
+        self.operator_pod_groups = OperatorPodGroups(
+            api, default_workload_table(), native_version=lambda: self._native_gang_version, wake=self._wake.set,
+            observe=(metrics or ControllerMetrics()).observe_pod_group, monotonic=monotonic)
         self.enforce_labels = EnforceLabels(api, wake=self._wake.set)
         self.reflectors = (
             Reflector(api, POLICIES, self._set_policies),
@@ -254,6 +258,7 @@ class ClusterController:
             Reflector(api, CLAIMS, self.claims),
             Reflector(api, VOLUMES, self.volumes),
             *self.pod_groups.reflectors,
+            *self.operator_pod_groups.reflectors,
             *self._device_claim_reflectors(api, state_directory),
         )
 
@@ -336,6 +341,7 @@ class ClusterController:
             self._health.publish()
         if self._elector is None:
             self.pod_groups.reconcile()  # no election (--no-status): every replica keeps them, idempotently
+            self.operator_pod_groups.reconcile()
             return
         now = self._monotonic()
         if now >= self._next_election:
@@ -348,6 +354,7 @@ class ClusterController:
         if self._elector.is_leader:
             self._report(policies)
             self.pod_groups.reconcile()
+            self.operator_pod_groups.reconcile()
             self.enforce_labels.reconcile(good.document for _, good in self._last_good.values() if good.document)
 
     def _publish(self, policies: Store, priority_classes: Store | None) -> None:
