@@ -37,7 +37,7 @@ from tests.kube.fake_apiserver import (
     wait_for,
 )
 from tests.kube.marked_workloads import NATIVE_GANG, marked_job
-from tests.kube.test_native_operator_pod_groups import JOBSET_DISCOVERY
+from tests.kube.test_native_operator_pod_groups import JOBSET_DISCOVERY, LWS_DISCOVERY
 from webhook.certs import issue
 from webhook.cli import _parser
 from webhook.kube.api import KubeApi
@@ -275,6 +275,7 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
     elector = LeaseElector(api, namespace="placer-system", name=LEASE_NAME, identity="x", lease_seconds=3)
     serve_discovery(apiserver, "gates-on")  # a v1.36 API server: resource.k8s.io/v1 served, DRA watched
     apiserver.other.setdefault("/apis/jobset.x-k8s.io", {})["v1alpha2"] = JOBSET_DISCOVERY  # JobSet's CRD
+    apiserver.other.setdefault("/apis/leaderworkerset.x-k8s.io", {})["v1"] = LWS_DISCOVERY  # and LWS's
     # the rule counts: this replica's Lease written twice (created, then updated), a gone replica's deleted
     gone = {"metadata": {"name": "placer-rule-counts-gone", "namespace": "placer-system", "resourceVersion": "1",
                          "labels": {COUNTS_KEY: "v1"}, "annotations": {COUNTS_KEY: encode_window(

@@ -2,9 +2,8 @@
 label LWS puts on every pod of a group (kubernetes-sigs/lws api/leaderworkerset/v1/leaderworkerset_types.go:
 `GroupIndexLabelKey = "leaderworkerset.sigs.k8s.io/group-index"`).
 
-LeaderWorkerSet is not yet a row of Placer's workload table (no webhook rule sends it), so these tests give
-the table the row it would have: the leader template once per group, the worker template `size - 1` times
-(the worker template is the leader's too when there is no leader template), as the LWS API describes them.
+Placer's workload table has the leader template once per group and the worker template `size - 1` times (the
+worker template is the leader's too when there is no leader template), as the LWS API describes them.
 """
 
 import copy
@@ -18,31 +17,15 @@ from tests.helpers import review_for, snapshot_of
 from webhook.engine.mutate import mutate
 from webhook.gang.native_operators import marked_groups
 from webhook.review import parse_review
-from webhook.typing import JSONObject
-from webhook.workloads import WorkloadKind, WorkloadTable, all_kinds
-from webhook.workloads.operators import operator_kind
-from webhook.workloads.slots import TemplateSlot, int_at, read_path
+from webhook.workloads import default_workload_table
 
 POLICY = ("apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: lws}\nspec:\n  rules:\n"
           "  - {name: gang, action: add-gang-labels, parameters: {scheduler: native}}\n")
 
 
-def lws_templates(obj: JSONObject) -> list[TemplateSlot]:
-    replicas = int_at(obj, "spec", "replicas")
-    size = int_at(obj, "spec", "leaderWorkerTemplate", "size")
-    groups = None if replicas is None or size is None else replicas
-    workers = None if replicas is None or size is None else replicas * (size - 1)
-    template = ("spec", "leaderWorkerTemplate")
-    if isinstance(read_path(obj, (*template, "leaderTemplate")), dict):
-        return [TemplateSlot("leader", (*template, "leaderTemplate"), members=groups),
-                TemplateSlot("worker", (*template, "workerTemplate"), members=workers)]
-    total = None if groups is None or workers is None else groups + workers
-    return [TemplateSlot("worker", (*template, "workerTemplate"), members=total)]
-
-
-LWS: WorkloadKind = operator_kind("leaderworkerset.x-k8s.io", "LeaderWorkerSet", ("v1",), lws_templates,
-                                  "leaderworkerset.sigs.k8s.io/name")
-TABLE = WorkloadTable([*all_kinds(), LWS])
+LWS = default_workload_table().lookup("leaderworkerset.x-k8s.io", "LeaderWorkerSet")
+assert LWS is not None
+TABLE = default_workload_table()
 
 
 def lws(**spec: Any) -> dict[str, Any]:
@@ -98,3 +81,36 @@ def test_leader_ready_startup_is_left_alone_and_says_why() -> None:
     assert result == given
     assert any("startupPolicy LeaderReady creates the workers once the leader is Ready" in warning
                for warning in mutation.warnings)
+
+
+def test_a_leader_worker_set_without_a_leader_template_runs_its_leaders_from_the_worker_template() -> None:
+    given = lws()
+    del given["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+    marked, _ = admitted(given)
+    assert marked_groups(LWS, marked) == [("vllm-0", 4), ("vllm-1", 4)]
+    assert [slot.members for slot in LWS.templates(marked)] == [8]
+
+
+def test_defaults_are_lws_own_one_group_of_one_pod() -> None:
+    given = lws()
+    del given["spec"]["replicas"], given["spec"]["leaderWorkerTemplate"]["size"]
+    assert [slot.members for slot in LWS.templates(given)] == [1, 0]
+
+
+def test_other_gang_schedulers_are_refused_on_a_leader_worker_set_with_the_reason() -> None:
+    policy = POLICY.replace("scheduler: native", "scheduler: coscheduling")
+    given = lws()
+    mutation = mutate(parse_review(review_for(copy.deepcopy(given), namespace="serving")), snapshot_of(policy), TABLE)
+    assert mutation.patch == []
+    assert any("each group (a leader and its workers) is a gang of its own" in warning
+               for warning in mutation.warnings), mutation.warnings
+
+
+def test_placement_rules_reach_both_templates() -> None:
+    policy = ("apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: pool}\nspec:\n  rules:\n"
+              "  - {name: pool, action: add-node-selector, parameters: {pool: gpu}}\n")
+    obj = lws()
+    mutation = mutate(parse_review(review_for(copy.deepcopy(obj), namespace="serving")), snapshot_of(policy), TABLE)
+    placed = jsonpatch.apply_patch(obj, mutation.patch)
+    for name in ("leaderTemplate", "workerTemplate"):
+        assert placed["spec"]["leaderWorkerTemplate"][name]["spec"]["nodeSelector"] == {"pool": "gpu"}

@@ -59,9 +59,10 @@ PODGROUP_API = "/apis/scheduling.x-k8s.io/v1alpha1"
 PODGROUPS = PODGROUP_API + "/podgroups"
 NATIVE_PODGROUP_API = "/apis/scheduling.k8s.io/v1alpha2"
 NATIVE_PODGROUPS = NATIVE_PODGROUP_API + "/podgroups"
-JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/jobsets"
-"""An operator's resource (JobSet's CRD), for the native gangs of operator workloads."""
 """kube-scheduler's own PodGroups (Kubernetes 1.36, `scheduling.k8s.io/v1alpha2`)."""
+JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/jobsets"
+LEADERWORKERSETS = "/apis/leaderworkerset.x-k8s.io/v1/leaderworkersets"
+"""Operators' resources (the JobSet and LeaderWorkerSet CRDs), for the native gangs of operator workloads."""
 _KINDS = {
     POLICIES: ("placer.dev/v1alpha1", "SchedulingPolicy", True),
     NAMESPACES: ("v1", "Namespace", False),
@@ -78,6 +79,7 @@ _KINDS = {
     PODGROUPS: ("scheduling.x-k8s.io/v1alpha1", "PodGroup", True),
     NATIVE_PODGROUPS: ("scheduling.k8s.io/v1alpha2", "PodGroup", False),
     JOBSETS: ("jobset.x-k8s.io/v1alpha2", "JobSet", False),
+    LEADERWORKERSETS: ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", False),
     RESOURCE_CLAIM_TEMPLATES: ("resource.k8s.io/v1", "ResourceClaimTemplate", False),
     RESOURCE_CLAIMS: ("resource.k8s.io/v1", "ResourceClaim", False),
     DEVICE_CLASSES: ("resource.k8s.io/v1", "DeviceClass", False),

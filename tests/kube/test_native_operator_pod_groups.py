@@ -37,6 +37,10 @@ JOBSET_DISCOVERY = {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion
                     "resources": [{"name": "jobsets", "singularName": "jobset", "namespaced": True,
                                    "kind": "JobSet", "verbs": ["get", "list", "watch", "create", "update"]}]}
 """What kube-apiserver answers for a CRD's group version once JobSet's CRD is installed."""
+LWS_DISCOVERY = {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "leaderworkerset.x-k8s.io/v1",
+                 "resources": [{"name": "leaderworkersets", "singularName": "leaderworkerset", "namespaced": True,
+                                "kind": "LeaderWorkerSet", "verbs": ["get", "list", "watch", "create", "update"]}]}
+"""The same for LeaderWorkerSet's CRD."""
 
 
 def marked_jobset(uid: str = "uid-1", workers: int = 2) -> dict[str, Any]:

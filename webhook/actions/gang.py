@@ -22,6 +22,9 @@ from webhook.typing import JSONObject, as_map
 
 KEEPS_COSCHEDULING = frozenset(kind for _, kind in OWNER_KINDS)
 """Kinds whose scheduler-plugins PodGroup Placer keeps (operator resources are marked for native gangs only)."""
+PER_GROUP_KINDS = frozenset({"LeaderWorkerSet"})
+"""Kinds whose gangs are its groups, not the whole resource: one label on the shared templates cannot say which
+group a pod is in, so only the native flavour (each pod names its group at creation) handles them."""
 _LABEL_CHARACTERS = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
@@ -40,6 +43,10 @@ def add_gang_labels(template: JSONObject, params: Mapping[str, Any], context: Ac
     this = facts.template(context.template)
     if this is not None and not this.gang_member:
         return False  # e.g. a RayJob's submitter: it starts after the gang and is not counted in it
+    if facts.kind in PER_GROUP_KINDS and flavour.name != NATIVE:
+        context.conflict(f"{facts.kind}: each group (a leader and its workers) is a gang of its own, which only "
+                         f"scheduler native names per group; {flavour.name} keys left out")
+        return False
     derived_key = (flavour.name, params.get("groupName"), params.get("minAvailable"))
     if derived_key not in facts.derived:
         group = group_name(flavour, params.get("groupName"), facts)

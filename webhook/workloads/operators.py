@@ -1,4 +1,4 @@
-"""Operator custom resources as workloads: Kubeflow training jobs, Ray, JobSet.
+"""Operator custom resources as workloads: Kubeflow training jobs, Ray, JobSet, LeaderWorkerSet.
 
 Each of them embeds real PodTemplateSpecs, one per role, so every slot is patched in place. What differs is
 where the templates are and how many pods each one runs, which is the operator's own defaulting:
@@ -11,6 +11,10 @@ where the templates are and how many pods each one runs, which is the operator's
   `submitterPodTemplate` runs after the cluster is up: actions apply to it, but it is not a gang member.
 - JobSet (`jobset.x-k8s.io/v1alpha2`): per replicated job, `replicas` (default 1) Jobs of `parallelism`
   pods (default 1, never more than `completions`).
+- LeaderWorkerSet (`leaderworkerset.x-k8s.io/v1`): `replicas` (default 1) groups of `size` pods (default
+  1): a leader from `leaderTemplate` (the worker template when there is none) and `size - 1` workers from
+  `workerTemplate` (kubernetes-sigs/lws api/leaderworkerset/v1/leaderworkerset_types.go,
+  `LeaderWorkerTemplate`; defaults in `leaderworkerset_webhook.go` `Default`).
 """
 
 from collections.abc import Callable
@@ -23,6 +27,8 @@ from webhook.workloads.slots import Count, TemplateSlot, WorkloadKind, int_at, o
 KUBEFLOW_JOB_NAME = "training.kubeflow.org/job-name"
 RAY_CLUSTER = "ray.io/cluster"
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+"""kubernetes-sigs/lws leaderworkerset_types.go `SetNameLabelKey`: on every pod of the set."""
 KUBEFLOW_VERSIONS = ("v1", "v2beta1")
 """training-operator serves v1 (PyTorchJob, TFJob, MPIJob); mpi-operator serves MPIJob as v2beta1."""
 RAY_HEAD_GROUP = "headgroup"
@@ -128,6 +134,29 @@ def jobset_templates(obj: JSONObject) -> list[TemplateSlot]:
     return slots
 
 
+def lws_templates(obj: JSONObject) -> list[TemplateSlot]:
+    """The leader template once per group and the worker template `size - 1` times; a set without a leader
+    template runs its leaders from the worker template too."""
+    replicas = _defaulted(obj, ("spec", "replicas"), minimum=0)
+    size = _defaulted(obj, ("spec", "leaderWorkerTemplate", "size"), minimum=1)
+    template = ("spec", "leaderWorkerTemplate")
+    groups = None if replicas is None or size is None else replicas
+    workers = None if replicas is None or size is None else replicas * (size - 1)
+    if isinstance(read_path(obj, (*template, "leaderTemplate")), dict):
+        return [TemplateSlot("leader", (*template, "leaderTemplate"), members=groups),
+                TemplateSlot("worker", (*template, "workerTemplate"), members=workers)]
+    total = None if groups is None or workers is None else groups + workers
+    return [TemplateSlot("worker", (*template, "workerTemplate"), members=total)]
+
+
+def _defaulted(obj: JSONObject, path: tuple[str, ...], *, minimum: int) -> int | None:
+    """A count LWS defaults to 1 when absent (its webhook's `Default`); None when it is no valid count."""
+    value = read_path(obj, path)
+    if value is None:
+        return 1
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= minimum else None
+
+
 def operator_kind(
     group: str,
     kind: str,
@@ -150,7 +179,7 @@ def operator_kind(
 
 
 def operator_kinds() -> list[WorkloadKind]:
-    """Kubeflow, Ray and JobSet rows; SparkApplication lives in `webhook.workloads.spark`."""
+    """Kubeflow, Ray, JobSet and LeaderWorkerSet rows; SparkApplication lives in `webhook.workloads.spark`."""
     return [
         operator_kind(
             "kubeflow.org",
@@ -169,4 +198,5 @@ def operator_kinds() -> list[WorkloadKind]:
         # A RayJob's cluster is named `<rayjob>-<random>`: its pods' selector is not known at admission.
         operator_kind("ray.io", "RayJob", ("v1",), rayjob_templates, None),
         operator_kind("jobset.x-k8s.io", "JobSet", ("v1alpha2",), jobset_templates, JOBSET_NAME),
+        operator_kind("leaderworkerset.x-k8s.io", "LeaderWorkerSet", ("v1",), lws_templates, LWS_NAME),
     ]
