@@ -186,7 +186,7 @@ def _rule_results(traces: Iterable[RuleTrace], patch: JSONPatch,
         if errors:
             yield RuleResult(policy, rule, "error", "; ".join(_detail(trace) for trace in errors))
         elif changed and replaced:
-            yield RuleResult(policy, rule, "fail", f"rule {policy}/{rule}: " + "; ".join(
+            yield RuleResult(policy, rule, "fail", f"{_value_prefix(policy, rule)}" + "; ".join(
                 f"{item.describe()} (written by Placer)" for item in replaced))
         elif changed:
             yield RuleResult(policy, rule, "fail", _drift_message(changed, patch))
@@ -198,6 +198,16 @@ def _rule_results(traces: Iterable[RuleTrace], patch: JSONPatch,
         elif "skipped" in outcomes:
             skipped = [trace for trace in rule_traces if trace.outcome == "skipped"]
             yield RuleResult(policy, rule, "skip", "; ".join(_detail(trace) for trace in skipped))
+
+
+def _value_prefix(policy: str, rule: str) -> str:
+    return f"rule {policy}/{rule}: "
+
+
+def stale_values(result: RuleResult) -> str | None:
+    """For a `fail` because a value Placer wrote differs from the rule's current one, what differs."""
+    prefix = _value_prefix(result.policy, result.rule)
+    return result.message[len(prefix):] if result.result == "fail" and result.message.startswith(prefix) else None
 
 
 def _detail(trace: RuleTrace) -> str:
