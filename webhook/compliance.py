@@ -35,7 +35,7 @@ from typing import Literal
 
 from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.engine.mutate import RuleTrace
-from webhook.engine.value_drift import Ledger, ValueCheck, ValueDifference, ledger_for
+from webhook.engine.value_drift import Ledger, ValueCheck, ValueDifference
 from webhook.pipeline import admit
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import PolicySnapshot
@@ -131,7 +131,7 @@ def evaluate(stored: JSONObject, snapshot: PolicySnapshot, workloads: WorkloadTa
         return _skipped(workload, policies, reason)
     create = as_create(stored)
     kind = workloads.lookup(workload.api_version.rpartition("/")[0], workload.kind)
-    ledger = ledger_for(kind, create) if kind is not None else Ledger()
+    ledger = Ledger(kind, create)
     checking = (values if values is not None and values.source is snapshot else ValueCheck(snapshot)).judging(ledger)
     admission = admit(_request(create, workload), checking, workloads)
     mutation = admission.mutation

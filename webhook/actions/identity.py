@@ -28,6 +28,7 @@ from webhook.actions.scheduling import DEFAULT_SCHEDULER
 from webhook.actions.tolerations import toleration_from
 from webhook.gang.flavours import FLAVOURS
 from webhook.gang.native import NATIVE
+from webhook.json_copy import copy_json
 from webhook.typing import JSONObject
 
 
@@ -51,15 +52,59 @@ class Place:
 Locate = Callable[[JSONObject, Mapping[str, Any]], list[Place]]
 
 
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """How to find an action's values, and the parts of a template it writes (`metadata.labels`,
+    `spec.tolerations`; a scalar of `spec` needs `spec` itself, which is copied one level deep)."""
+
+    locate: Locate
+    writes: tuple[tuple[str, ...], ...]
+    by_parameters: bool = False
+    """What the action writes depends on its parameters alone (not on the template nor the workload), so
+    one answer serves every template."""
+    """Paths of what the action may change: the last part of a longer path is copied whole, a map alone on
+    its path (`spec`) one level deep."""
+
+
 def places(action: str, template: JSONObject, params: Mapping[str, Any]) -> list[Place]:
     """The values `action` with `params` would own in `template`, where there are any."""
-    locate = LOCATORS.get(action)
-    return locate(template, params) if locate is not None else []
+    identity = IDENTITIES.get(action)
+    return identity.locate(template, params) if identity is not None else []
 
 
 def comparable(action: str) -> bool:
     """Whether the action's value can be found again in a template."""
-    return action in LOCATORS
+    return action in IDENTITIES
+
+
+def by_parameters(action: str) -> bool:
+    """Whether what the action writes depends on its parameters alone (see Identity.by_parameters)."""
+    return IDENTITIES[action].by_parameters
+
+
+def scratch_copy(action: str, template: JSONObject) -> JSONObject:
+    """A copy of `template` the action may change freely: the maps on the way to what it writes copied one
+    level, and what it writes copied one level too (its entries shared: actions append to lists and set
+    keys of maps, they change no entry) or, for `spec.affinity`, whole (requirements are ANDed into each
+    existing term). The rest, containers and volumes first, is shared."""
+    copied = dict(template)
+    for path in IDENTITIES[action].writes:
+        source, target = template, copied
+        for depth, key in enumerate(path):
+            found = source.get(key)
+            shared = target.get(key) is found
+            if depth == len(path) - 1 and key == "affinity":
+                target[key] = copy_json(found)
+                break
+            if isinstance(found, dict):
+                if shared:
+                    target[key] = dict(found)
+                source, target = found, target[key]
+            else:
+                if isinstance(found, list):
+                    target[key] = list(found)
+                break
+    return copied
 
 
 def remove(found: Iterable[Place]) -> None:
@@ -181,17 +226,22 @@ def _gang(template: JSONObject, params: Mapping[str, Any]) -> list[Place]:
     return found
 
 
-LOCATORS: Mapping[str, Locate] = {
-    "add-node-selector": _keyed("spec", "nodeSelector", label="nodeSelector"),
-    "add-labels": _keyed("metadata", "labels", label="labels"),
-    "add-annotations": _keyed("metadata", "annotations", label="annotations"),
-    "set-scheduler-name": _field("schedulerName", unset=(DEFAULT_SCHEDULER,)),
-    "set-priority-class": _field("priorityClassName"),
-    "add-toleration": _toleration,
-    "add-topology-spread": _spread,
-    "add-node-affinity": _node_affinity,
-    "add-pod-affinity": _pod_term("podAffinity"),
-    "add-pod-anti-affinity": _pod_term("podAntiAffinity"),
-    "add-gang-labels": _gang,
+SPEC = ("spec",)
+"""`spec` copied one level: enough for an action that sets or removes scalars of the spec."""
+LABELS, ANNOTATIONS = ("metadata", "labels"), ("metadata", "annotations")
+
+IDENTITIES: Mapping[str, Identity] = {
+    "add-node-selector": Identity(_keyed("spec", "nodeSelector", label="nodeSelector"), (("spec", "nodeSelector"),),
+                                  by_parameters=True),
+    "add-labels": Identity(_keyed(*LABELS, label="labels"), (LABELS,)),
+    "add-annotations": Identity(_keyed(*ANNOTATIONS, label="annotations"), (ANNOTATIONS,), by_parameters=True),
+    "set-scheduler-name": Identity(_field("schedulerName", unset=(DEFAULT_SCHEDULER,)), (SPEC,), by_parameters=True),
+    "set-priority-class": Identity(_field("priorityClassName"), (SPEC,)),
+    "add-toleration": Identity(_toleration, (("spec", "tolerations"),), by_parameters=True),
+    "add-topology-spread": Identity(_spread, (("spec", "topologySpreadConstraints"),)),
+    "add-node-affinity": Identity(_node_affinity, (("spec", "affinity"),)),
+    "add-pod-affinity": Identity(_pod_term("podAffinity"), (("spec", "affinity"),)),
+    "add-pod-anti-affinity": Identity(_pod_term("podAntiAffinity"), (("spec", "affinity"),)),
+    "add-gang-labels": Identity(_gang, (LABELS, ANNOTATIONS, SPEC)),
 }
 """Action name -> how to find its values (a constant table, like the action registry)."""

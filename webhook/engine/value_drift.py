@@ -30,12 +30,13 @@ holds what one judgement found; a `ValueCheck` serves one thread).
 import dataclasses
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from webhook.actions.base import ActionContext, ActionSkipped, ActionSpec, Apply, working_copy
-from webhook.actions.identity import comparable, places, remove
+from webhook.actions.base import ActionContext, ActionSkipped, ActionSpec, Apply
+from webhook.actions.identity import by_parameters, comparable, places, remove, scratch_copy
 from webhook.actions.metadata import rules_applied
+from webhook.json_copy import copy_json
 from webhook.policy.model import Policy, Rule
 from webhook.policy.snapshot import PolicySnapshot
 from webhook.typing import JSONObject, as_map
@@ -63,44 +64,49 @@ class ValueDifference:
         return where + describe_difference(self.slot, self.found, self.wanted, placers=self.placers)
 
 
-@dataclass(slots=True)
 class Ledger:
-    """What one judgement needs and finds: whose values the templates hold, and each difference."""
+    """What one judgement needs and finds: whose values the templates hold, and each difference.
 
-    applied: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    """Per template name, the rules its `placer.dev/applied` annotation lists."""
-    manifests: Mapping[str, JSONObject] = field(default_factory=dict)
-    """Per template name, the template as the user's last-applied configuration has it."""
-    found: list[ValueDifference] = field(default_factory=list)
+    The marks and the user's manifest are read only when a value differs (most judgements find none)."""
+
+    def __init__(self, kind: WorkloadKind | None = None, obj: JSONObject | None = None) -> None:
+        self._kind = kind
+        self._obj = obj or {}
+        self._applied: dict[str, frozenset[str]] | None = None
+        self._manifests: dict[str, JSONObject] | None = None
+        self.found: list[ValueDifference] = []
 
     def placers(self, template: str, rule: str, action: str, params: Mapping[str, Any]) -> bool:
         """Whether the value in `rule`'s place on `template` is Placer's (see the module's docstring)."""
-        if rule not in self.applied.get(template, frozenset()):
+        if rule not in self.applied().get(template, frozenset()):
             return False
-        manifest = self.manifests.get(template)
+        manifest = self.manifests().get(template)
         return manifest is None or not places(action, manifest, params)
 
+    def applied(self) -> Mapping[str, frozenset[str]]:
+        """Per template name, the rules its `placer.dev/applied` annotation lists."""
+        if self._applied is None:
+            self._applied = {name: frozenset(rules_applied(view)) for name, view in self._views(self._obj)}
+        return self._applied
 
-def ledger_for(kind: WorkloadKind, obj: JSONObject) -> Ledger:
-    """The marks of each template of `obj`, and the user's own manifest of it when kubectl recorded one."""
-    applied = {}
-    for slot in kind.templates(obj):
-        raw = slot.read(obj)
-        if raw is not None:
-            applied[slot.name] = frozenset(rules_applied(slot.view(obj, raw)))
-    manifests = {}
-    text = as_map(as_map(obj.get("metadata")).get("annotations")).get(LAST_APPLIED)
-    if isinstance(text, str):
-        try:
-            manifest = json.loads(text)
-        except ValueError:
-            manifest = None
-        if isinstance(manifest, dict):
-            for slot in kind.templates(manifest):
-                raw = slot.read(manifest)
-                if raw is not None:
-                    manifests[slot.name] = slot.view(manifest, raw)
-    return Ledger(applied, manifests)
+    def manifests(self) -> Mapping[str, JSONObject]:
+        """Per template name, the template as the user's last-applied configuration has it."""
+        if self._manifests is None:
+            self._manifests = {}
+            text = as_map(as_map(self._obj.get("metadata")).get("annotations")).get(LAST_APPLIED)
+            try:
+                manifest = json.loads(text) if isinstance(text, str) else None
+            except ValueError:
+                manifest = None
+            if isinstance(manifest, dict):
+                self._manifests = dict(self._views(manifest))
+        return self._manifests
+
+    def _views(self, obj: JSONObject) -> list[tuple[str, JSONObject]]:
+        if self._kind is None:
+            return []
+        return [(slot.name, slot.view(obj, raw)) for slot in self._kind.templates(obj)
+                if (raw := slot.read(obj)) is not None]
 
 
 class ValueCheck:
@@ -130,14 +136,31 @@ class ValueCheck:
 
     def _comparing(self, policy: Policy, rule: Rule, spec: ActionSpec) -> Apply:
         rule_name = f"{policy.name}/{rule.name}"
+        remembered: list[dict[str, Any]] = []
+        """For an action whose values depend on its parameters alone, with the rule's own (not computed)
+        parameters: what it writes, asked once."""
+        static = by_parameters(spec.name)
 
         def apply(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:
             held = places(spec.name, template, params)
             if not held:
                 return spec.apply(template, params, context)
-            wanted = _written_now(spec, template, params, context)
+            found = {place.slot: place.value for place in held}
+            if static and remembered and params is rule.parameters:
+                wanted: dict[str, Any] | None = remembered[0]
+                if wanted == found:
+                    return spec.apply(template, params, context)  # finds its values there: changes nothing
+            else:
+                asked = _Question(spec, template, params, context)
+                wanted = asked.wanted
+                if static and wanted is not None and params is rule.parameters:
+                    remembered.append(wanted)
+                if wanted == found:
+                    asked.keep()  # the rule writes exactly what is there: on the template it would do nothing
+                    return False
+                asked.undo()
             differing = [(place, wanted[place.slot]) for place in held
-                         if place.slot in wanted and place.value != wanted[place.slot]]
+                         if wanted is not None and place.slot in wanted and place.value != wanted[place.slot]]
             if not differing:
                 return spec.apply(template, params, context)
             ours = self.ledger.placers(context.template, rule_name, spec.name, params)
@@ -146,31 +169,45 @@ class ValueCheck:
                 for place, value in differing)
             if ours:
                 for place, value in differing:
-                    place.replace(value)
+                    place.replace(copy_json(value))
             return spec.apply(template, params, context) or ours
         return apply
 
 
-def _written_now(spec: ActionSpec, template: JSONObject, params: Mapping[str, Any],
-                 context: ActionContext) -> dict[str, Any]:
-    """By place, what the action writes on a copy of `template` with its places emptied. Leaves `context` as it
-    was (its conflicts, the tolerations and workload marks it collects): this run is only a question."""
-    scratch = working_copy(template)
-    remove(places(spec.name, scratch, params))
-    conflicts, tolerations = context.conflicts, list(context.placer_tolerations)
-    marks = dict(context.workload_marks) if context.workload_marks is not None else None
-    context.conflicts = []
-    try:
-        spec.apply(scratch, params, context)
-    except ActionSkipped:
-        return {}
-    finally:
-        context.conflicts = conflicts
-        context.placer_tolerations[:] = tolerations
-        if marks is not None and context.workload_marks is not None:
+class _Question:
+    """What the action writes on a copy of a template with its places emptied (`wanted`, by place; None
+    when the action skips there). Then either `keep()`, which adopts what the run did to the context (its
+    conflicts, the tolerations and workload marks it collects) as the run on the template would have done,
+    or `undo()`, which leaves the context as it was."""
+
+    __slots__ = ("_conflicts", "_context", "_marks", "_tolerations", "wanted")
+
+    def __init__(self, spec: ActionSpec, template: JSONObject, params: Mapping[str, Any],
+                 context: ActionContext) -> None:
+        scratch = scratch_copy(spec.name, template)
+        remove(places(spec.name, scratch, params))
+        self._context = context
+        self._conflicts, self._tolerations = context.conflicts, list(context.placer_tolerations)
+        marks = context.workload_marks
+        self._marks = dict(marks) if marks is not None else None
+        context.conflicts = []
+        self.wanted: dict[str, Any] | None = None
+        try:
+            spec.apply(scratch, params, context)
+        except ActionSkipped:
+            return
+        self.wanted = {place.slot: place.value for place in places(spec.name, scratch, params)}
+
+    def keep(self) -> None:
+        self._context.conflicts = self._conflicts + self._context.conflicts
+
+    def undo(self) -> None:
+        context = self._context
+        context.conflicts = self._conflicts
+        context.placer_tolerations[:] = self._tolerations
+        if self._marks is not None and context.workload_marks is not None:
             context.workload_marks.clear()
-            context.workload_marks.update(marks)
-    return {place.slot: place.value for place in places(spec.name, scratch, params)}
+            context.workload_marks.update(self._marks)
 
 
 def describe_difference(slot: str, found: Any, wanted: Any, *, placers: bool = True) -> str:
