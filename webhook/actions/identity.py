@@ -59,9 +59,9 @@ class Identity:
 
     locate: Locate
     writes: tuple[tuple[str, ...], ...]
-    by_parameters: bool = False
-    """What the action writes depends on its parameters alone (not on the template nor the workload), so
-    one answer serves every template."""
+    by_parameters: Callable[[Mapping[str, Any]], bool] | None = None
+    """Given the parameters, whether what the action writes depends on them alone (not on the template nor
+    the workload), so that one answer serves every template."""
     """Paths of what the action may change: the last part of a longer path is copied whole, a map alone on
     its path (`spec`) one level deep."""
 
@@ -77,9 +77,19 @@ def comparable(action: str) -> bool:
     return action in IDENTITIES
 
 
-def by_parameters(action: str) -> bool:
-    """Whether what the action writes depends on its parameters alone (see Identity.by_parameters)."""
-    return IDENTITIES[action].by_parameters
+def by_parameters(action: str, params: Mapping[str, Any]) -> bool:
+    """Whether what the action writes depends on `params` alone (see Identity.by_parameters)."""
+    decides = IDENTITIES[action].by_parameters
+    return decides is not None and decides(params)
+
+
+def _always(params: Mapping[str, Any]) -> bool:
+    return True
+
+
+def _selector_given(params: Mapping[str, Any]) -> bool:
+    """A spread or pod term with its own labelSelector: the workload's own pods are not looked at."""
+    return bool(params.get("labelSelector"))
 
 
 def scratch_copy(action: str, template: JSONObject) -> JSONObject:
@@ -232,16 +242,17 @@ LABELS, ANNOTATIONS = ("metadata", "labels"), ("metadata", "annotations")
 
 IDENTITIES: Mapping[str, Identity] = {
     "add-node-selector": Identity(_keyed("spec", "nodeSelector", label="nodeSelector"), (("spec", "nodeSelector"),),
-                                  by_parameters=True),
+                                  by_parameters=_always),
     "add-labels": Identity(_keyed(*LABELS, label="labels"), (LABELS,)),
-    "add-annotations": Identity(_keyed(*ANNOTATIONS, label="annotations"), (ANNOTATIONS,), by_parameters=True),
-    "set-scheduler-name": Identity(_field("schedulerName", unset=(DEFAULT_SCHEDULER,)), (SPEC,), by_parameters=True),
+    "add-annotations": Identity(_keyed(*ANNOTATIONS, label="annotations"), (ANNOTATIONS,), by_parameters=_always),
+    "set-scheduler-name": Identity(_field("schedulerName", unset=(DEFAULT_SCHEDULER,)), (SPEC,), by_parameters=_always),
     "set-priority-class": Identity(_field("priorityClassName"), (SPEC,)),
-    "add-toleration": Identity(_toleration, (("spec", "tolerations"),), by_parameters=True),
-    "add-topology-spread": Identity(_spread, (("spec", "topologySpreadConstraints"),)),
+    "add-toleration": Identity(_toleration, (("spec", "tolerations"),), by_parameters=_always),
+    "add-topology-spread": Identity(_spread, (("spec", "topologySpreadConstraints"),), by_parameters=_selector_given),
     "add-node-affinity": Identity(_node_affinity, (("spec", "affinity"),)),
-    "add-pod-affinity": Identity(_pod_term("podAffinity"), (("spec", "affinity"),)),
-    "add-pod-anti-affinity": Identity(_pod_term("podAntiAffinity"), (("spec", "affinity"),)),
+    "add-pod-affinity": Identity(_pod_term("podAffinity"), (("spec", "affinity"),), by_parameters=_selector_given),
+    "add-pod-anti-affinity": Identity(_pod_term("podAntiAffinity"), (("spec", "affinity"),),
+                                      by_parameters=_selector_given),
     "add-gang-labels": Identity(_gang, (LABELS, ANNOTATIONS, SPEC)),
 }
 """Action name -> how to find its values (a constant table, like the action registry)."""

@@ -139,7 +139,7 @@ class ValueCheck:
         remembered: list[dict[str, Any]] = []
         """For an action whose values depend on its parameters alone, with the rule's own (not computed)
         parameters: what it writes, asked once."""
-        static = by_parameters(spec.name)
+        static = not rule.parameter_expressions and by_parameters(spec.name, rule.parameters)
 
         def apply(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:
             held = places(spec.name, template, params)
