@@ -75,6 +75,9 @@ class Ledger:
         self._applied: dict[str, frozenset[str]] | None = None
         self._manifests: dict[str, JSONObject] | None = None
         self.found: list[ValueDifference] = []
+        self.asked: set[tuple[str, str]] = set()
+        """(template, rule) already compared: on the engine's later passes over a template, the values in
+        place are the ones this judgement already compared or the rules wrote."""
 
     def placers(self, template: str, rule: str, action: str, params: Mapping[str, Any]) -> bool:
         """Whether the value in `rule`'s place on `template` is Placer's (see the module's docstring)."""
@@ -142,6 +145,10 @@ class ValueCheck:
         static = not rule.parameter_expressions and by_parameters(spec.name, rule.parameters)
 
         def apply(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:
+            asked_before = self.ledger.asked
+            if (context.template, rule_name) in asked_before:
+                return spec.apply(template, params, context)
+            asked_before.add((context.template, rule_name))
             held = places(spec.name, template, params)
             if not held:
                 return spec.apply(template, params, context)
