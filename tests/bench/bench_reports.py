@@ -31,9 +31,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import yaml
-
 import jsonpatch
+import yaml
 
 from tests.conftest import REPO, fixture_request
 from tests.helpers import compile_policies

@@ -138,8 +138,10 @@ def test_a_value_placer_wrote_under_the_rules_earlier_version_fails_and_is_repla
     stored = admitted(deployment(), earlier)
     assert judged(stored, earlier)[0] == "pass", "in step with the version it was admitted under"
 
+    untouched = copy.deepcopy(stored)
     result, said, verdict = judged(stored, now)
     assert (result, said) == ("fail", f"rule placement/{after['name']}: {message} (written by Placer)")
+    assert stored == untouched, "judging never changes the stored object"
     patched = jsonpatch.apply_patch(stored, verdict.patch)
     name, value = field
     assert template_spec(patched)[name] == value, "the stale value is replaced, not joined by a second one"
@@ -230,3 +232,23 @@ def test_a_gangs_queue_and_size_written_earlier_fail_with_the_keys_that_differ()
     annotations = jsonpatch.apply_patch(stored, verdict.patch)["spec"]["template"]["metadata"]["annotations"]
     assert annotations["scheduling.volcano.sh/queue-name"] == "prod"
     assert annotations["scheduling.volcano.sh/group-min-member"] == "2"
+
+
+def test_an_operator_resources_projected_templates_are_compared_and_patched_in_its_own_fields() -> None:
+    """A SparkApplication's driver and executor are not pod templates: the engine sees them through a
+    projection, and the replacement goes back into `spec.driver` and `spec.executor`."""
+    spark = {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
+             "metadata": {"name": "pi", "namespace": "team-a"},
+             "spec": {"type": "Scala", "mode": "cluster", "image": "spark:3.5", "mainClass": "Pi",
+                      "driver": {"cores": 1}, "executor": {"instances": 2, "cores": 1}}}
+    earlier = snapshot(rule("pool", "add-node-selector", **{"node-pool": "spark"}))
+    now = snapshot(rule("pool", "add-node-selector", **{"node-pool": "spark-v2"}))
+    stored = admitted(spark, earlier)
+    result, message, verdict = judged(stored, now)
+    assert result == "fail"
+    assert message == ('rule placement/pool: template driver: nodeSelector[node-pool] is "spark"; the rule now '
+                       'writes "spark-v2" (written by Placer); template executor: nodeSelector[node-pool] is '
+                       '"spark"; the rule now writes "spark-v2" (written by Placer)')
+    assert sorted(op["path"] for op in verdict.patch) == ["/spec/driver/nodeSelector/node-pool",
+                                                          "/spec/executor/nodeSelector/node-pool"]
+    assert judged(jsonpatch.apply_patch(stored, verdict.patch), now)[0] == "pass"
