@@ -29,7 +29,7 @@ it is `fail` (the message says what differs; the patch replaces it), the workloa
 """
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -139,7 +139,7 @@ def evaluate(stored: JSONObject, snapshot: PolicySnapshot, workloads: WorkloadTa
         return Verdict(workload, _for_every_rule(policies, "error", "internal error evaluating the policies"))
     if mutation.passed_through is not None:
         return _skipped(workload, policies, mutation.passed_through)
-    results = list(_rule_results(mutation.traces, mutation.patch, _unique(ledger.found)))
+    results = list(_rule_results(mutation.traces, mutation.patch, _unique(ledger.found), ledger.adding))
     if mutation.refused and mutation.denial is not None:
         # An Enforced policy would refuse this workload if it were created now: it runs outside the boundary.
         enforced = _enforced(policies)
@@ -171,9 +171,10 @@ def _unique(found: list[ValueDifference]) -> list[ValueDifference]:
     return list(unique.values())
 
 
-def _rule_results(traces: Iterable[RuleTrace], patch: JSONPatch,
-                  values: list[ValueDifference]) -> Iterable[RuleResult]:
-    """One result per (policy, rule) that matched: error beats fail beats skip beats pass."""
+def _rule_results(traces: Iterable[RuleTrace], patch: JSONPatch, values: list[ValueDifference],
+                  adding: Set[tuple[str, str]]) -> Iterable[RuleResult]:
+    """One result per (policy, rule) that matched: error beats fail beats skip beats pass. `values`: what
+    differs in the rules' places; `adding`: the rules that also add what a template lacks."""
     grouped: dict[tuple[str, str], list[RuleTrace]] = {}
     for trace in traces:
         grouped.setdefault((trace.policy, trace.rule), []).append(trace)
@@ -186,8 +187,9 @@ def _rule_results(traces: Iterable[RuleTrace], patch: JSONPatch,
         if errors:
             yield RuleResult(policy, rule, "error", "; ".join(_detail(trace) for trace in errors))
         elif changed and replaced:
+            also = "; it also adds what the workload lacks (see the patch)" if (policy, rule) in adding else ""
             yield RuleResult(policy, rule, "fail", f"{_value_prefix(policy, rule)}" + "; ".join(
-                f"{item.describe()} (written by Placer)" for item in replaced))
+                f"{item.describe()} (written by Placer)" for item in replaced) + also)
         elif changed:
             yield RuleResult(policy, rule, "fail", _drift_message(changed, patch))
         elif "applied" in outcomes and kept:

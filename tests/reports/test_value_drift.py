@@ -252,3 +252,15 @@ def test_an_operator_resources_projected_templates_are_compared_and_patched_in_i
     assert sorted(op["path"] for op in verdict.patch) == ["/spec/driver/nodeSelector/node-pool",
                                                           "/spec/executor/nodeSelector/node-pool"]
     assert judged(jsonpatch.apply_patch(stored, verdict.patch), now)[0] == "pass"
+
+
+def test_a_rule_that_also_adds_a_key_says_so_and_its_patch_carries_both() -> None:
+    earlier = snapshot(rule("pool", "add-node-selector", **{"node-pool": "general"}))
+    now = snapshot(rule("pool", "add-node-selector", **{"node-pool": "general-v2", "disk": "ssd"}))
+    stored = admitted(deployment(), earlier)
+    result, message, verdict = judged(stored, now)
+    assert (result, message) == ("fail", 'rule placement/pool: nodeSelector[node-pool] is "general"; the rule now '
+                                         'writes "general-v2" (written by Placer); it also adds what the workload '
+                                         'lacks (see the patch)')
+    patched = jsonpatch.apply_patch(stored, verdict.patch)
+    assert template_spec(patched)["nodeSelector"] == {"node-pool": "general-v2", "disk": "ssd"}

@@ -75,6 +75,8 @@ class Ledger:
         self._applied: dict[str, frozenset[str]] | None = None
         self._manifests: dict[str, JSONObject] | None = None
         self.found: list[ValueDifference] = []
+        self.adding: set[tuple[str, str]] = set()
+        """(policy, rule) that, besides replacing a value of Placer's, adds one the template lacks."""
         self.asked: set[tuple[str, str]] = set()
         """(template, rule) already compared: on the engine's later passes over a template, the values in
         place are the ones this judgement already compared or the rules wrote."""
@@ -174,10 +176,13 @@ class ValueCheck:
             self.ledger.found.extend(
                 ValueDifference(policy.name, rule.name, context.template, place.slot, place.value, value, ours)
                 for place, value in differing)
-            if ours:
-                for place, value in differing:
-                    place.replace(copy_json(value))
-            return spec.apply(template, params, context) or ours
+            if not ours:
+                return spec.apply(template, params, context)
+            for place, value in differing:
+                place.replace(copy_json(value))
+            if spec.apply(template, params, context):
+                self.ledger.adding.add((policy.name, rule.name))
+            return True
         return apply
 
 
