@@ -22,18 +22,20 @@ Results are per workload and rule, in the Policy Working Group's vocabulary (`Po
   controller: judged on the owner).
 Rules that do not match the workload give no result: a report lists what the policies ask of it.
 
-Known limit: an action that keeps a value already there (`add-node-selector` on a key the template sets,
-`add-topology-spread` on a topologyKey with a constraint) passes on a workload that holds another value in
-its place, as admission would leave it.
+A rule that keeps a value already in its place (actions only add) is also asked what it writes now
+(`webhook.engine.value_drift`): a value Placer wrote under an earlier version of the rule that differs from
+it is `fail` (the message says what differs; the patch replaces it), the workload's own value is `pass`
+(the message says the rule would write another, which is kept).
 """
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Literal
 
 from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.engine.mutate import RuleTrace
+from webhook.engine.value_drift import Ledger, ValueCheck, ValueDifference
 from webhook.pipeline import admit
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import PolicySnapshot
@@ -114,10 +116,12 @@ def as_create(stored: JSONObject) -> JSONObject:
     return {**{key: value for key, value in stored.items() if key not in ("status", "metadata")}, "metadata": metadata}
 
 
-def evaluate(stored: JSONObject, snapshot: PolicySnapshot, workloads: WorkloadTable) -> Verdict:
+def evaluate(stored: JSONObject, snapshot: PolicySnapshot, workloads: WorkloadTable,
+             values: ValueCheck | None = None) -> Verdict:
     """Run the admission engine on `stored` as its CREATE and classify each matching rule.
 
-    `snapshot` must know the workload's namespace (its labels decide which policies select it)."""
+    `snapshot` must know the workload's namespace (its labels decide which policies select it). `values`:
+    `ValueCheck(snapshot)`, made once for many workloads judged against the same snapshot."""
     workload = reference_of(stored)
     policies = [policy for policy in snapshot.policies
                 if policy.applies_to_namespace(snapshot.namespace(workload.namespace).labels)]
@@ -125,13 +129,17 @@ def evaluate(stored: JSONObject, snapshot: PolicySnapshot, workloads: WorkloadTa
     if workload.kind == "Pod" and owner is not None:
         reason = f"managed by its controller {owner.get('kind')}/{owner.get('name')}: judged on the owner"
         return _skipped(workload, policies, reason)
-    admission = admit(_request(as_create(stored), workload), snapshot, workloads)
+    create = as_create(stored)
+    kind = workloads.lookup(workload.api_version.rpartition("/")[0], workload.kind)
+    ledger = Ledger(kind, create)
+    checking = (values if values is not None and values.source is snapshot else ValueCheck(snapshot)).judging(ledger)
+    admission = admit(_request(create, workload), checking, workloads)
     mutation = admission.mutation
     if admission.result == "error":
         return Verdict(workload, _for_every_rule(policies, "error", "internal error evaluating the policies"))
     if mutation.passed_through is not None:
         return _skipped(workload, policies, mutation.passed_through)
-    results = list(_rule_results(mutation.traces, mutation.patch))
+    results = list(_rule_results(mutation.traces, mutation.patch, _unique(ledger.found), ledger.adding))
     if mutation.refused and mutation.denial is not None:
         # An Enforced policy would refuse this workload if it were created now: it runs outside the boundary.
         enforced = _enforced(policies)
@@ -155,8 +163,18 @@ def _enforced(policies: Iterable[Policy]) -> list[Policy]:
     return [policy for policy in policies if policy.enforced]
 
 
-def _rule_results(traces: Iterable[RuleTrace], patch: JSONPatch) -> Iterable[RuleResult]:
-    """One result per (policy, rule) that matched: error beats fail beats skip beats pass."""
+def _unique(found: list[ValueDifference]) -> list[ValueDifference]:
+    """Each difference once (the engine may pass over a template more than once)."""
+    unique: dict[tuple[str, str, str, str, bool], ValueDifference] = {}
+    for item in found:
+        unique.setdefault((item.policy, item.rule, item.template, item.slot, item.placers), item)
+    return list(unique.values())
+
+
+def _rule_results(traces: Iterable[RuleTrace], patch: JSONPatch, values: list[ValueDifference],
+                  adding: Set[tuple[str, str]]) -> Iterable[RuleResult]:
+    """One result per (policy, rule) that matched: error beats fail beats skip beats pass. `values`: what
+    differs in the rules' places; `adding`: the rules that also add what a template lacks."""
     grouped: dict[tuple[str, str], list[RuleTrace]] = {}
     for trace in traces:
         grouped.setdefault((trace.policy, trace.rule), []).append(trace)
@@ -164,15 +182,34 @@ def _rule_results(traces: Iterable[RuleTrace], patch: JSONPatch) -> Iterable[Rul
         outcomes = {trace.outcome for trace in rule_traces}
         errors = [trace for trace in rule_traces if trace.outcome == "error"]
         changed = [trace for trace in rule_traces if trace.outcome == "applied" and trace.changed]
+        replaced = [item for item in values if (item.policy, item.rule) == (policy, rule) and item.placers]
+        kept = [item for item in values if (item.policy, item.rule) == (policy, rule) and not item.placers]
         if errors:
             yield RuleResult(policy, rule, "error", "; ".join(_detail(trace) for trace in errors))
+        elif changed and replaced:
+            also = "; it also adds what the workload lacks (see the patch)" if (policy, rule) in adding else ""
+            yield RuleResult(policy, rule, "fail", f"{_value_prefix(policy, rule)}" + "; ".join(
+                f"{item.describe()} (written by Placer)" for item in replaced) + also)
         elif changed:
             yield RuleResult(policy, rule, "fail", _drift_message(changed, patch))
+        elif "applied" in outcomes and kept:
+            yield RuleResult(policy, rule, "pass", "the workload keeps its own value: " + "; ".join(
+                item.describe() for item in kept))
         elif "applied" in outcomes:
             yield RuleResult(policy, rule, "pass", "applying the rule now changes nothing")
         elif "skipped" in outcomes:
             skipped = [trace for trace in rule_traces if trace.outcome == "skipped"]
             yield RuleResult(policy, rule, "skip", "; ".join(_detail(trace) for trace in skipped))
+
+
+def _value_prefix(policy: str, rule: str) -> str:
+    return f"rule {policy}/{rule}: "
+
+
+def stale_values(result: RuleResult) -> str | None:
+    """For a `fail` because a value Placer wrote differs from the rule's current one, what differs."""
+    prefix = _value_prefix(result.policy, result.rule)
+    return result.message[len(prefix):] if result.result == "fail" and result.message.startswith(prefix) else None
 
 
 def _detail(trace: RuleTrace) -> str:

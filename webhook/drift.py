@@ -2,7 +2,9 @@
 
 Each workload of the kinds Placer mutates (operator resources included) is judged by `webhook.compliance`:
 the admission engine run on the stored object as its CREATE. A workload is out of step when applying the
-policies now would change it. Listing only reads (lists and gets).
+policies now would change it, or when a value Placer wrote under an earlier version of a rule differs from
+the one the rule writes now (`webhook.engine.value_drift`; its patch replaces that value, a user's own value
+is never touched). Listing only reads (lists and gets).
 
 `--apply` brings the chosen workloads in step: first every patch is sent as a server-side dry run
 (`dryRun=All`: admission and validation run, nothing is stored; API reference, "Dry-run":
@@ -28,7 +30,8 @@ from typing import Any, TextIO
 
 import jsonpatch
 
-from webhook.compliance import Verdict, evaluate
+from webhook.compliance import Verdict, evaluate, stale_values
+from webhook.engine.value_drift import ValueCheck
 from webhook.kube.api import ApiError, KubeApi, TransportError
 from webhook.kube.connection import ConnectionSetupError, connect
 from webhook.kube.live import LiveError, cluster_snapshot, read_namespaces, resolve_kind
@@ -70,7 +73,8 @@ def judge_cluster(api: KubeApi, snapshot: PolicySnapshot, namespace: str | None,
     namespaces = {**snapshot.namespaces, **read_namespaces(api, sorted(name for name in names if name))}
     serving = dataclasses.replace(snapshot, namespaces=namespaces)
     workloads = default_workload_table()
-    return [Judged(served, obj, evaluate(obj, serving, workloads)) for served, obj in listed]
+    values = ValueCheck(serving)
+    return [Judged(served, obj, evaluate(obj, serving, workloads, values)) for served, obj in listed]
 
 
 def chosen(judged: list[Judged], targets: Sequence[str]) -> list[Judged]:
@@ -119,7 +123,9 @@ def render_text(judged: list[Judged], out: TextIO) -> None:
         out.write(f"{verdict.workload.title}\n")
         for result in verdict.results:
             if result.result in ("fail", "error"):
-                detail = "out of step" if result.result == "fail" else f"error: {result.message}"
+                stale = stale_values(result)
+                detail = ("out of step" + (f": {stale}" if stale else "") if result.result == "fail"
+                          else f"error: {result.message}")
                 out.write(f"  {result.policy}/{result.rule}: {detail}\n")
         if verdict.patch:
             out.write(f"  patch: {json.dumps(verdict.patch)}\n")

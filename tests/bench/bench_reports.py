@@ -15,6 +15,10 @@ namespace count (each in a process of its own):
 - team policy change (selects 1/10 of the namespaces): CPU seconds, workloads judged, reports written;
 - org-wide policy change (every namespace): the same;
 - one workload changed: the same.
+
+`--in-step` stores every workload as Placer leaves it under the policies (the patch of its first judgement
+applied), so that each matching rule finds its own value in place: what a cluster whose workloads all came
+through Placer costs, where every rule also compares the value in place with the one it writes now.
 """
 
 import argparse
@@ -27,14 +31,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import jsonpatch
 import yaml
 
 from tests.conftest import REPO, fixture_request
 from tests.helpers import compile_policies
+from webhook.compliance import evaluate
 from webhook.kube.api import ApiError
 from webhook.kube.background import BackgroundReports
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
+from webhook.workloads import default_workload_table
 
 ORG_WIDE = (REPO / "policies" / "org-wide-policy.yaml").read_text()
 
@@ -118,21 +125,34 @@ def timed(work: Callable[[], Any]) -> tuple[float, Any]:
     return cpu() - started, value
 
 
-def measure(namespaces: int, workloads: int, team_policies: int) -> dict[str, Any]:
+def measure(namespaces: int, workloads: int, team_policies: int, in_step: bool = False) -> dict[str, Any]:
     cluster = Cluster(namespaces, team_policies)
     api = CountingApi()
     background = BackgroundReports(api, REPO / "does-not-matter", cluster, leading=lambda: True,  # type: ignore[arg-type]
                                    period=1e9)
     names = sorted(cluster.namespaces)
     template = stored_deployment(names[0], 0)
+    placed: dict[str, dict[str, Any]] = {}
+
+    def as_placer_leaves_it(namespace: str) -> dict[str, Any]:
+        """The template as admitted under the policies that select `namespace` (one per team label)."""
+        team = cluster.namespaces[namespace].labels["team"]
+        if team not in placed:
+            obj = copy.deepcopy(template)
+            obj["metadata"]["namespace"] = namespace
+            snapshot, _ = cluster()
+            cluster.changed = True
+            placed[team] = jsonpatch.apply_patch(obj, evaluate(obj, snapshot, default_workload_table()).patch)
+        return placed[team]
+
     before = rss_mb()
     for index in range(workloads):
-        obj = copy.deepcopy(template)
         namespace = names[index % len(names)]
+        obj = copy.deepcopy(as_placer_leaves_it(namespace) if in_step else template)
         obj["metadata"].update(name=f"web-{index}", namespace=namespace, uid=f"uid-{index}")
         background.book.put(namespace, f"Deployment/{namespace}/web-{index}", obj)
     kept_mb = rss_mb() - before
-    row: dict[str, Any] = {"namespaces": namespaces, "workloads": workloads,
+    row: dict[str, Any] = {"namespaces": namespaces, "workloads": workloads, "in_step": in_step,
                            "memory_mb": round(kept_mb, 1), "bytes_per_workload": int(kept_mb * 2**20 / workloads)}
 
     def phase(name: str, change: Callable[[], None]) -> None:
@@ -164,14 +184,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--namespaces", default="1000,10000")
     parser.add_argument("--workloads", type=int, default=50_000)
     parser.add_argument("--policies", type=int, default=10, help="team policies besides the org-wide one")
+    parser.add_argument("--in-step", action="store_true", help="workloads stored as Placer leaves them")
     args = parser.parse_args(argv)
     counts = [int(value) for value in args.namespaces.split(",")]
     if len(counts) == 1:
-        print(json.dumps(measure(counts[0], args.workloads, args.policies)), flush=True)
+        print(json.dumps(measure(counts[0], args.workloads, args.policies, args.in_step)), flush=True)
         return
     for count in counts:  # each in a fresh process: memory a previous row freed would hide this one's growth
         subprocess.run([sys.executable, "-m", "tests.bench.bench_reports", "--namespaces", str(count),
-                        "--workloads", str(args.workloads), "--policies", str(args.policies)], check=True)
+                        "--workloads", str(args.workloads), "--policies", str(args.policies),
+                        *(["--in-step"] if args.in_step else [])], check=True)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from webhook.compliance import RuleResult, Verdict, evaluate
+from webhook.engine.value_drift import ValueCheck
 from webhook.kube.api import ApiError, KubeApi, TransportError
 from webhook.kube.reflector import Reflector, Resource
 from webhook.kube.reports import (
@@ -136,6 +137,8 @@ class BackgroundReports:
         self._labels: dict[str, Mapping[str, str]] = {}
         self._counts: dict[str, RuleCounts] = {}
         """Per namespace, what the cluster report needs of its report."""
+        self._values: ValueCheck | None = None
+        """The snapshot's rules comparing the values in their places, made again when the snapshot changes."""
         self._next_full = 0.0
         self._next_scan = 0.0
         self.judged = 0
@@ -216,6 +219,9 @@ class BackgroundReports:
         if not dirty:
             return 0
         workloads = default_workload_table()
+        if self._values is None or self._values.source is not snapshot:
+            self._values = ValueCheck(snapshot)
+        values = self._values
         touched: set[str] = set()
         shared: dict[RuleResult, RuleResult] = {}
         """One copy of each distinct result this round (workloads of one template share their messages)."""
@@ -226,7 +232,7 @@ class BackgroundReports:
             if record is None:
                 continue
             results = tuple(shared.setdefault(result, result)
-                            for result in evaluate(record.unpacked(), snapshot, workloads).results)
+                            for result in evaluate(record.unpacked(), snapshot, workloads, values).results)
             if results != record.results:
                 record.results, record.found = results, self._clock()
             self.judged += 1
