@@ -113,9 +113,12 @@ class ShareShards:
                     self._settle(other, None, expire_only=True)
 
     def pending(self) -> int:
-        """Admissions this worker counts that the published counts do not show yet."""
+        """Admissions this worker counts that the published counts do not show yet (read now)."""
         with self._lock:
-            return sum(len(queue) for queue in self._pending.values())
+            keys = list(self._pending)
+        entries = {key: self._shards.entry(key) for key in keys}
+        with self._lock:
+            return sum(len(self._settle(key, entry)) for key, entry in entries.items())
 
     def _settle(self, key: str, entry: Entry | None, *, expire_only: bool = False) -> deque[Pending]:
         """End the pending admissions of `key` the published entry now holds, or too old; the rest."""
