@@ -1,5 +1,6 @@
 """The spot share's pod counts: the controller against the fake API server, and a worker's reader of them."""
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ import pytest
 from tests.kube.fake_apiserver import PODS, FakeApiServer, wait_for
 from tests.kube.test_controller import Running, start
 from webhook.capacity_share import CLASS_LABEL, ShareCounts
+from webhook.cli import kubectl_main
 from webhook.kube.api import KubeApi
 from webhook.policy.share_shards import ShareShards, shares_directory
 
@@ -139,3 +141,22 @@ def test_an_admission_counts_until_its_pod_is_published(apiserver: FakeApiServer
     assert reader.counts("team-a", RS) == ShareCounts(2, 1, True)
     apiserver.put(PODS, pod("web-1", deleting=True))  # a pod going does not bring an admission back
     wait_for(lambda: reader.counts("team-a", RS) == ShareCounts(1, 1, True), what="web-1 terminating")
+
+
+def test_kubectl_placer_shares_lists_each_workloads_live_share(
+        apiserver: FakeApiServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for index in range(3):
+        apiserver.put(PODS, pod(f"web-7d4b9c-s{index}"))
+    for index in range(2):
+        apiserver.put(PODS, pod(f"web-7d4b9c-d{index}", capacity_class="on-demand"))
+    apiserver.put(PODS, pod("web-7d4b9c-old", deleting=True))
+    apiserver.put(PODS, pod("web-7d4b9c-x", namespace="team-b", owner=OTHER_RS, capacity_class="on-demand"))
+    assert kubectl_main(["shares", "-n", "team-a", "--kubeconfig", str(kubeconfig)]) == 0
+    assert capsys.readouterr().out == (
+        "NAMESPACE   WORKLOAD                SPOT   ON-DEMAND   SPOT %   ENDING\n"
+        "team-a      ReplicaSet/web-7d4b9c   3      2           60       1\n")
+    assert apiserver.list_requests("/api/v1/namespaces/team-a/pods")[0]["labelSelector"] == CLASS_LABEL
+    assert kubectl_main(["shares", "-A", "-o", "json", "--kubeconfig", str(kubeconfig)]) == 0
+    listed = json.loads(capsys.readouterr().out)["workloads"]
+    assert [(w["namespace"], w["spot"], w["onDemand"], w["spotPercent"]) for w in listed] == [
+        ("team-a", 3, 2, 60.0), ("team-b", 0, 1, 0.0)]
