@@ -111,6 +111,21 @@ class LaggedSink:
             apply()
 
 
+class Worker:
+    """A worker process: it answers one admission at a time (the engine runs in its event loop, with no
+    await between reading the counts and recording the class), while pods are created concurrently."""
+
+    def __init__(self, ledger: ShareShards) -> None:
+        self.ledger = ledger
+        self.lock = threading.Lock()
+
+    def admit(self, owner: str, max_percent: int) -> CapacityClass:
+        with self.lock:
+            capacity_class = decide(self.ledger.counts(NAMESPACE, owner), max_percent)
+            self.ledger.admitted(NAMESPACE, owner, capacity_class)
+            return capacity_class
+
+
 class Replica:
     """One Placer replica: its controller's pod watch and state directory, and its workers' readers."""
 
@@ -118,7 +133,7 @@ class Replica:
         self.api = KubeApi(connect(kubeconfig), timeouts=Timeouts(connect=2, read=5, watch_idle=30))
         self.sink = PodShareSink(ShardWriter(shares_directory(state)))
         self.reflector = Reflector(self.api, POD_RESOURCE, LaggedSink(self.sink, lag))
-        self.workers = [ShareShards(state) for _ in range(workers)]
+        self.workers = [Worker(ShareShards(state)) for _ in range(workers)]
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.reflector.run, args=(self.stop,), daemon=True)
         self.thread.start()
@@ -158,10 +173,9 @@ def burst(apiserver: FakeApiServer, replicas: list[Replica], owner: str, pods: i
         size = min(batch, remaining)
         start = threading.Barrier(size)
 
-        def admit(worker: ShareShards, start: threading.Barrier = start) -> None:
+        def admit(worker: Worker, start: threading.Barrier = start) -> None:
             start.wait()
-            capacity_class = decide(worker.counts(NAMESPACE, owner), max_percent)
-            worker.admitted(NAMESPACE, owner, capacity_class)
+            capacity_class = worker.admit(owner, max_percent)
             time.sleep(latency)
             apiserver.put(PODS, labelled_pod(f"web-{next(names):05d}", owner, capacity_class))
 
@@ -184,7 +198,7 @@ def run_burst(apiserver: FakeApiServer, kubeconfig: Path, workdir: Path, *, pods
                 for index in range(replica_count)]
     try:
         for replica in replicas:  # every replica has listed what is there
-            wait_until(lambda r=replica: r.sink.synced and all(w.known() for w in r.workers))
+            wait_until(lambda r=replica: r.sink.synced and all(w.ledger.known() for w in r.workers))
         started = time.monotonic()
         burst(apiserver, replicas, owner, pods, max_percent, random.Random(seed), latency)
         took = time.monotonic() - started

@@ -44,7 +44,7 @@ def running(api: KubeApi, apiserver: FakeApiServer, tmp_path: Path) -> Iterator[
 
 
 def counts(running: Running, namespace: str = "team-a", owner: str = RS) -> ShareCounts:
-    """What a worker sees (a fresh reader: nothing cached, nothing admitted)."""
+    """What another worker of the replica sees (a fresh reader: nothing cached, nothing admitted itself)."""
     return ShareShards(running.state).counts(namespace, owner)
 
 
@@ -132,7 +132,9 @@ def test_an_admission_counts_until_its_pod_is_published(apiserver: FakeApiServer
     reader.admitted("team-a", RS, "spot")
     reader.admitted("team-a", RS, "on-demand")
     assert reader.counts("team-a", RS) == ShareCounts(2, 1, True), "this worker's admissions count at once"
-    assert counts(running) == ShareCounts(1, 0, True), "another worker does not see them"
+    assert counts(running) == ShareCounts(2, 1, True), "the replica's other workers see them too"
+    other_replica = ShareShards(running.state.parent / "elsewhere")
+    assert other_replica.counts("team-a", RS) == ShareCounts(0, 0, False), "another replica's state does not"
     apiserver.put(PODS, pod("web-1"))
     wait_for(lambda: reader.pending() == 1, what="the spot pod published")
     assert reader.counts("team-a", RS) == ShareCounts(2, 1, True)

@@ -1,11 +1,13 @@
 """A worker's spot-share reader over published entries: pending admissions end when the published counts
 show their pod, when the entry starts a new life, or after a bounded time."""
 
+import os
+import time
 from pathlib import Path
 
 from webhook.capacity_share import ShareCounts
 from webhook.policy.shards import ShardWriter
-from webhook.policy.share_shards import ShareShards, shares_directory
+from webhook.policy.share_shards import ShareShards, pending_directory, shares_directory
 
 KEY = "team-a/rs-1"
 
@@ -81,3 +83,32 @@ def test_a_new_life_of_the_entry_counts_from_zero(tmp_path: Path) -> None:
     publish(writer, spot=4, on_demand=3, seen_spot=4, seen_on_demand=3, since="c2.1")
     assert reader.counts("team-a", "rs-1") == ShareCounts(4, 3, True) and reader.pending() == 0
 
+
+
+def test_the_workers_of_a_replica_see_each_others_admissions(tmp_path: Path) -> None:
+    """Two workers: each counts the other's admissions at once, and one new pod ends one admission of the
+    two, the oldest, whichever worker answered it."""
+    writer = ShardWriter(shares_directory(tmp_path))
+    publish(writer, spot=0, on_demand=1, seen_spot=0, seen_on_demand=1)
+    clock = Clock()
+    first = ShareShards(tmp_path, clock=clock, worker="w1")
+    second = ShareShards(tmp_path, clock=clock, worker="w2")
+    first.admitted("team-a", "rs-1", "spot")
+    clock.now += 0.001
+    second.admitted("team-a", "rs-1", "spot")
+    assert first.counts("team-a", "rs-1") == second.counts("team-a", "rs-1") == ShareCounts(2, 1, True)
+    publish(writer, spot=1, on_demand=1, seen_spot=1, seen_on_demand=1)
+    assert first.counts("team-a", "rs-1") == second.counts("team-a", "rs-1") == ShareCounts(2, 1, True)
+    assert first.pending() == second.pending() == 1
+
+
+def test_a_gone_workers_file_is_removed(tmp_path: Path) -> None:
+    clock = Clock()
+    gone = ShareShards(tmp_path, clock=clock, worker="recycled")
+    gone.admitted("team-a", "rs-1", "spot")
+    path = pending_directory(tmp_path) / "recycled.json"
+    old = time.time() - 61
+    os.utime(path, (old, old))
+    reader = ShareShards(tmp_path, clock=clock, worker="w1", pending_seconds=30.0)
+    assert reader.counts("team-a", "rs-1") == ShareCounts(0, 0, False)
+    assert not path.exists()
