@@ -16,14 +16,16 @@ by one at a time, once the counts are published) it takes until the share is wit
 Two starts: from no pods, and from 4 on-demand pods left by a scale-down that removed the spot pods first
 (pod-deletion-cost), the case with the most headroom.
 
-`scale`: `--pods` labelled pods over `--namespaces` namespaces (ReplicaSets of 5 pods), listed by the
-controller's pod sink from the fake API server, then `--events` watch events (status updates, creations,
-deletions). Printed: time to a complete publish, the sink's memory (tracemalloc), CPU per pod event (decode
-included, as the reflector does it), the shard bytes, and a worker's lookup cost.
+`scale`: `--pods` labelled pods (the captured ReplicaSet pod of tests/fixtures/requests, running) over
+`--namespaces` namespaces, ReplicaSets of 5 pods, handed to the controller's pod sink as its reflector does
+(list pages of 500 decoded, each pod kept as its projection, then `--events` watch events decoded and
+applied: status updates, creations, deletions). Printed: time and CPU to a complete publish, the sink's memory
+(tracemalloc, a second list), CPU per pod event, the shard bytes, and a worker's lookup cost.
 """
 
 import argparse
 import contextlib
+import copy
 import heapq
 import itertools
 import logging
@@ -34,12 +36,13 @@ import tempfile
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from tests.conftest import fixture_request
 from tests.kube.fake_apiserver import PODS, FakeApiServer
 from webhook.capacity_share import CLASS_LABEL, CapacityClass, ShareCounts
 from webhook.certs import issue
@@ -252,17 +255,41 @@ def burst_main(args: argparse.Namespace) -> None:
 
 # -- scale ----------------------------------------------------------------------------------------------------
 
+RUNNING_STATUS: dict[str, Any] = {
+    "phase": "Running", "hostIP": "172.18.0.3", "hostIPs": [{"ip": "172.18.0.3"}], "podIP": "10.244.1.17",
+    "podIPs": [{"ip": "10.244.1.17"}], "qosClass": "Burstable", "startTime": "2026-11-25T10:00:00Z",
+    "conditions": [{"type": kind, "status": "True", "lastProbeTime": None,
+                    "lastTransitionTime": "2026-11-25T10:00:02Z"}
+                   for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
+                                "PodScheduled")],
+    "containerStatuses": [{"name": "web", "ready": True, "restartCount": 0, "started": True,
+                           "image": "registry.example/web:2.1", "imageID": f"registry.example/web@sha256:{'ab' * 32}",
+                           "containerID": f"containerd://{'cd' * 32}",
+                           "state": {"running": {"startedAt": "2026-11-25T10:00:01Z"}},
+                           "lastState": {}, "volumeMounts": [{"name": "kube-api-access-x7k2p",
+                                                              "mountPath": "/var/run/secrets/kubernetes.io/"
+                                                                           "serviceaccount", "readOnly": True,
+                                                              "recursiveReadOnly": "Disabled"}]}],
+}
 
-def scale_objects(namespaces: int, pods: int) -> Iterator[dict[str, Any]]:
-    per_workload = 5
-    for index in range(pods):
-        workload = index // per_workload
-        namespace = f"ns-{workload % namespaces:05d}"
-        capacity_class = "spot" if index % per_workload < 3 else "on-demand"
-        obj = labelled_pod(f"web-{index:06d}", f"rs-{workload:06d}", capacity_class, namespace)
-        obj["metadata"]["uid"] = f"pod-{index:06d}"
-        obj["metadata"]["resourceVersion"] = str(1000 + index)
-        yield obj
+
+def stored_pod(index: int, namespaces: int, per_workload: int = 5) -> dict[str, Any]:
+    """The captured ReplicaSet pod (tests/fixtures/requests), as the API server stores it once running, with
+    the class Placer gave it: 3 spot and 2 on-demand pods per ReplicaSet."""
+    workload = index // per_workload
+    capacity_class = "spot" if index % per_workload < 3 else "on-demand"
+    obj = copy.deepcopy(fixture_request("pod-rs-owned-generatename-create-real")["request"]["object"])
+    metadata = obj["metadata"]
+    metadata.update(name=f"web-{workload:06d}-{index:06d}", namespace=f"ns-{workload % namespaces:05d}",
+                    uid=f"00000000-0000-4000-8000-{index:012d}", resourceVersion=str(1000 + index),
+                    creationTimestamp="2026-11-25T10:00:00Z")
+    metadata["labels"][CLASS_LABEL] = capacity_class
+    metadata["ownerReferences"][0]["uid"] = f"00000000-0000-4000-9000-{workload:012d}"
+    metadata["annotations"] = {"controller.kubernetes.io/pod-deletion-cost": "-100" if capacity_class == "spot"
+                               else "100"}
+    obj["spec"]["nodeName"] = f"node-{index % 500}"
+    obj["status"] = copy.deepcopy(RUNNING_STATUS)
+    return obj
 
 
 def cpu() -> float:
@@ -270,48 +297,55 @@ def cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def list_into(sink: PodShareSink, pages: list[bytes]) -> None:
+    """What Reflector._list does: each page decoded, each item kept as the sink's projection, then replace."""
+    kept: dict[str, Any] = {}
+    for page in pages:
+        for item in orjson.loads(page)["items"]:
+            metadata = item["metadata"]
+            kept[f"{metadata['namespace']}/{metadata['name']}"] = sink.keep(metadata["name"], item)
+    sink.replace(kept)
+
+
 def scale_main(args: argparse.Namespace) -> None:
-    """The sink as the controller's reflector drives it: list pages kept (`keep`), `replace`, then events,
-    each decoded from its bytes as the watch delivers it."""
     with tempfile.TemporaryDirectory(prefix="placer-spot-scale-") as temporary:
         state = Path(temporary)
-        pods = list(scale_objects(args.namespaces, args.pods))
+        pods = [stored_pod(index, args.namespaces) for index in range(args.pods)]
         pages = [orjson.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "99"},
                                "items": pods[start:start + 500]}) for start in range(0, len(pods), 500)]
-        average = sum(len(page) for page in pages) / len(pods)
+        size = sum(len(page) for page in pages) / len(pods)
         del pods
-        tracemalloc.start()
         started, cpu_started = time.monotonic(), cpu()
         sink = PodShareSink(ShardWriter(shares_directory(state)))
-        kept: dict[str, Any] = {}
-        for page in pages:  # what Reflector._list does with each page
-            for item in orjson.loads(page)["items"]:
-                metadata = item["metadata"]
-                kept[f"{metadata['namespace']}/{metadata['name']}"] = sink.keep(metadata["name"], item)
-        sink.replace(kept)
+        list_into(sink, pages)
         publish_seconds, publish_cpu = time.monotonic() - started, cpu() - cpu_started
-        del kept, pages
-        current, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-        shard_bytes = sum(path.stat().st_size for path in shares_directory(state).glob("*.json"))
+        shards = list(shares_directory(state).glob("*.json"))
         labelled, workloads = sink.size()
-        print(f"{labelled} labelled pods ({average / 1024:.1f} KiB each as listed) in {workloads} workloads over "
+        print(f"{labelled} labelled pods ({size / 1024:.1f} KiB each as listed) in {workloads} ReplicaSets over "
               f"{args.namespaces} namespaces")
-        print(f"complete publish (list decoded, counted, {len(list(shares_directory(state).glob('*.json')))} shards "
-              f"written): {publish_seconds:.2f} s wall, {publish_cpu:.2f} s CPU")
-        print(f"sink memory after the list: {current / 2**20:.1f} MiB held (peak while listing "
-              f"{peak / 2**20:.1f} MiB, the pages included); shards on disk {shard_bytes / 2**20:.2f} MiB")
+        print(f"complete publish (pages decoded, pods counted, {len(shards)} shards written): "
+              f"{publish_seconds:.2f} s wall, {publish_cpu:.2f} s CPU")
+        tracemalloc.start()
+        measured = PodShareSink(ShardWriter(shares_directory(state / "memory")))
+        list_into(measured, pages)
+        held, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        del measured
+        print(f"controller memory for the counts: {held / 2**20:.1f} MiB held after the list (peak "
+              f"{peak / 2**20:.1f} MiB while listing, one 500-pod page decoded at a time); shards on disk "
+              f"{sum(path.stat().st_size for path in shards) / 2**20:.2f} MiB")
         rng = random.Random(7)
         events = []
         for index in range(args.events):
             pod_index = rng.randrange(args.pods)
-            workload = pod_index // 5
-            obj = labelled_pod(f"web-{pod_index:06d}", f"rs-{workload:06d}",
-                               "spot" if pod_index % 5 < 3 else "on-demand", f"ns-{workload % args.namespaces:05d}")
-            obj["metadata"]["uid"] = f"pod-{pod_index:06d}"
             kind = ("MODIFIED", "MODIFIED", "MODIFIED", "DELETED", "ADDED")[index % 5]
-            if kind == "MODIFIED":
-                obj["status"]["conditions"][0]["lastProbeTime"] = f"2026-11-25T10:{index % 60:02d}:00Z"
+            obj = stored_pod(pod_index if kind != "ADDED" else args.pods + index, args.namespaces)
+            if kind == "ADDED":  # a new pod of an existing ReplicaSet
+                obj["metadata"]["ownerReferences"][0]["uid"] = f"00000000-0000-4000-9000-{pod_index // 5:012d}"
+                obj["metadata"]["namespace"] = f"ns-{(pod_index // 5) % args.namespaces:05d}"
+                obj["status"] = {"phase": "Pending"}
+            else:
+                obj["status"]["conditions"][2]["lastTransitionTime"] = f"2026-11-25T11:{index % 60:02d}:00Z"
             obj["metadata"]["resourceVersion"] = str(200_000 + index)
             events.append((kind, orjson.dumps({"type": kind, "object": obj})))
         cpu_started = cpu()
@@ -326,19 +360,19 @@ def scale_main(args: argparse.Namespace) -> None:
                 sink.upsert(name, event["object"])
         per_event = (cpu() - cpu_started) / len(events)
         print(f"{len(events)} watch events (3/5 status updates, 1/5 deletions, 1/5 creations): "
-              f"{per_event * 1e6:.0f} µs CPU each, {sink.published - writes_before} shard writes")
+              f"{per_event * 1e6:.0f} µs CPU each (decoding included), {sink.published - writes_before} shard writes")
         reader = ShareShards(state)
-        keys = [(f"ns-{w % args.namespaces:05d}", f"rs-{w:06d}") for w in rng.sample(range(workloads), 2000)]
-        for namespace, owner in keys:  # first reads parse shards
-            reader.counts(namespace, owner)
-        started = time.perf_counter()
-        rounds = 5
-        for _ in range(rounds):
-            for namespace, owner in keys:
+        keys = [(f"ns-{w % args.namespaces:05d}", f"00000000-0000-4000-9000-{w:012d}")
+                for w in rng.sample(range(workloads), min(2000, workloads))]
+        hot = keys[:1] * len(keys)
+        for label, chosen in (("one workload (a burst: its shard parsed)", hot),
+                              ("2,000 workloads at random (most shards parsed again)", keys)):
+            for namespace, owner in chosen[:10]:
                 reader.counts(namespace, owner)
-        lookup = (time.perf_counter() - started) / (rounds * len(keys))
-        print(f"worker lookup (ShareShards.counts, shard unchanged): {lookup * 1e6:.1f} µs; "
-              f"process max RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+            started = time.perf_counter()
+            for namespace, owner in chosen:
+                reader.counts(namespace, owner)
+            print(f"worker lookup, {label}: {(time.perf_counter() - started) / len(chosen) * 1e6:.1f} µs")
 
 
 def main(argv: list[str] | None = None) -> None:
