@@ -12,6 +12,8 @@ from tests.kube.test_controller import Running, start
 from webhook.capacity_share import CLASS_LABEL, ShareCounts
 from webhook.cli import kubectl_main
 from webhook.kube.api import KubeApi
+from webhook.kube.spot_ledger import PodShareSink
+from webhook.policy.shards import ShardWriter, write_atomically
 from webhook.policy.share_shards import ShareShards, shares_directory
 
 RS = "0b5e2c1a-7a0e-4c55-9a3c-5d2b6a1f0001"
@@ -162,3 +164,35 @@ def test_kubectl_placer_shares_lists_each_workloads_live_share(
     listed = json.loads(capsys.readouterr().out)["workloads"]
     assert [(w["namespace"], w["spot"], w["onDemand"], w["spotPercent"]) for w in listed] == [
         ("team-a", 3, 2, 60.0), ("team-b", 0, 1, 0.0)]
+
+
+def test_an_event_whose_shard_write_failed_is_applied_once_when_sent_again(tmp_path: Path) -> None:
+    """ENOSPC on the state directory: the event raises (the reflector sends it again); applied again, it
+    counts the pod once and writes the entry then. A pod deleted before its creation reached the disk leaves
+    no entry behind."""
+    failing = {"on": False}
+
+    def write(path: Path, data: bytes) -> None:
+        if failing["on"]:
+            raise OSError(28, "No space left on device")
+        write_atomically(path, data)
+
+    sink = PodShareSink(ShardWriter(shares_directory(tmp_path), write=write))
+    sink.replace({})
+    stored = {**pod("web-0"), "metadata": {**pod("web-0")["metadata"], "uid": "u-0"}}
+    failing["on"] = True
+    with pytest.raises(OSError):
+        sink.upsert("team-a/web-0", stored)
+    assert ShareShards(tmp_path).counts("team-a", RS) == ShareCounts(0, 0, True), "nothing on disk yet"
+    failing["on"] = False
+    sink.upsert("team-a/web-0", stored)  # the same event, sent again
+    assert ShareShards(tmp_path).counts("team-a", RS) == ShareCounts(1, 0, True)
+    assert sink.counts("team-a", RS) == (1, 0)
+    other = {**pod("web-1", owner=OTHER_RS), "metadata": {**pod("web-1", owner=OTHER_RS)["metadata"], "uid": "u-1"}}
+    failing["on"] = True
+    with pytest.raises(OSError):
+        sink.upsert("team-a/web-1", other)
+    sink.remove("team-a/web-1")  # its creation never reached the disk: nothing to write, nothing fails
+    failing["on"] = False
+    assert ShareShards(tmp_path).counts("team-a", OTHER_RS) == ShareCounts(0, 0, True)
+    assert sink.size() == (1, 1)
