@@ -19,8 +19,9 @@ Two starts: from no pods, and from 4 on-demand pods left by a scale-down that re
 `scale`: `--pods` labelled pods (the captured ReplicaSet pod of tests/fixtures/requests, running) over
 `--namespaces` namespaces, ReplicaSets of 5 pods, handed to the controller's pod sink as its reflector does
 (list pages of 500 decoded, each pod kept as its projection, then `--events` watch events decoded and
-applied: status updates, creations, deletions). Printed: time and CPU to a complete publish, the sink's memory
-(tracemalloc, a second list), CPU per pod event, the shard bytes, and a worker's lookup cost.
+applied: status updates, creations, deletions), the state directory in memory (/dev/shm) as the Deployment's
+is. Printed: time and CPU to a complete publish, the sink's memory (tracemalloc, a second list), CPU per pod
+event, the shard bytes, a worker's lookup cost, and what pending admissions cost.
 """
 
 import argparse
@@ -29,6 +30,7 @@ import copy
 import heapq
 import itertools
 import logging
+import os
 import random
 import resource
 import statistics
@@ -55,6 +57,8 @@ from webhook.policy.shards import ShardWriter
 from webhook.policy.share_shards import ShareShards, shares_directory
 
 NAMESPACE = "team-a"
+MEMORY_DIRECTORY = "/dev/shm" if os.path.isdir("/dev/shm") else None
+"""Where the state directory goes: memory, as the Deployment's `emptyDir: {medium: Memory}` keeps it."""
 
 
 def decide(counts: ShareCounts, max_percent: int) -> CapacityClass:
@@ -308,7 +312,7 @@ def list_into(sink: PodShareSink, pages: list[bytes]) -> None:
 
 
 def scale_main(args: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory(prefix="placer-spot-scale-") as temporary:
+    with tempfile.TemporaryDirectory(prefix="placer-spot-scale-", dir=MEMORY_DIRECTORY) as temporary:
         state = Path(temporary)
         pods = [stored_pod(index, args.namespaces) for index in range(args.pods)]
         pages = [orjson.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "99"},
@@ -373,6 +377,18 @@ def scale_main(args: argparse.Namespace) -> None:
             for namespace, owner in chosen:
                 reader.counts(namespace, owner)
             print(f"worker lookup, {label}: {(time.perf_counter() - started) / len(chosen) * 1e6:.1f} µs")
+        namespace, owner = keys[0]
+        others = [ShareShards(state, worker=f"other-{index}") for index in range(3)]
+        started = time.perf_counter()
+        for index in range(300):  # a burst on one workload, over a replica's 4 workers
+            (others[index % 3] if index % 4 else reader).admitted(namespace, owner, "spot" if index % 5 < 3
+                                                                  else "on-demand")
+        admitted = (time.perf_counter() - started) / 300
+        started = time.perf_counter()
+        for _ in range(300):
+            reader.counts(namespace, owner)
+        print(f"with 300 pending admissions of 4 workers on that workload: admitted {admitted * 1e6:.0f} µs "
+              f"(one pending file written), lookup {(time.perf_counter() - started) / 300 * 1e6:.0f} µs")
 
 
 def main(argv: list[str] | None = None) -> None:

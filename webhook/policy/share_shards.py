@@ -106,8 +106,10 @@ class ShareShards:
         self._pending_seconds = pending_seconds
         self._clock = clock
         self._known = False
-        self._mine: list[Pending] = []
-        self._others: dict[str, tuple[Stamp, list[Pending]]] = {}
+        self._mine: dict[str, list[Pending]] = {}
+        """This worker's admissions by workload key."""
+        self._others: dict[str, tuple[Stamp, dict[str, list[Pending]]]] = {}
+        """The other workers' files (by file name): what was read, by workload key."""
         self._sequence = itertools.count()
         self._lock = threading.Lock()
 
@@ -136,39 +138,44 @@ class ShareShards:
         now = self._clock()
         with self._lock:
             oldest = now - self._pending_seconds
-            self._mine = [pending for pending in self._mine if pending.at >= oldest]
-            self._mine.append(Pending(key, capacity_class, _since(entry), _number(entry, SEEN_KEYS[capacity_class]),
-                                      now, f"{self._worker}.{next(self._sequence):012d}"))
+            kept = {k: fresh for k, queue in self._mine.items() if (fresh := [p for p in queue if p.at >= oldest])}
+            kept.setdefault(key, []).append(Pending(key, capacity_class, _since(entry),
+                                                    _number(entry, SEEN_KEYS[capacity_class]), now,
+                                                    f"{self._worker}.{next(self._sequence):012d}"))
+            self._mine = kept
+            records = [pending.encode() for queue in kept.values() for pending in queue]
             try:
                 self._pending_directory.mkdir(parents=True, exist_ok=True)
-                write_atomically(self._path, encode_json({"pending": [p.encode() for p in self._mine]}))
+                write_atomically(self._path, encode_json({"pending": records}))
             except OSError as error:  # the other workers will not see it; this one still does
                 log.warning("pending spot-share admissions not written (%s): only this worker counts them", error)
 
     def pending(self) -> int:
         """Admissions of this replica's workers that the published counts do not show yet (read now)."""
         with self._lock:
-            every = self._pending_of(None)
-        keys = {pending.key for pending in every}
-        entries = {key: self._shards.entry(key) for key in keys}
-        return sum(len(_unsettled([p for p in every if p.key == key], entries[key])) for key in keys)
+            keys = set(self._mine).union(*(by_key for _, by_key in self._read_others().values()))
+            pending_of = {key: self._pending_of(key, read=False) for key in keys}
+        return sum(len(_unsettled(pending, self._shards.entry(key))) for key, pending in pending_of.items())
 
-    def _pending_of(self, key: str | None) -> list[Pending]:
-        """This replica's admissions of `key` (None: all) not older than the bound, oldest first."""
+    def _pending_of(self, key: str, *, read: bool = True) -> list[Pending]:
+        """This replica's admissions of `key` not older than the bound, oldest first (`read`: the other
+        workers' files looked at now, else as last read)."""
         oldest = self._clock() - self._pending_seconds
-        found = [pending for pending in self._mine if key is None or pending.key == key]
-        for _, others in self._read_others().values():
-            found.extend(pending for pending in others if key is None or pending.key == key)
-        return sorted((p for p in found if p.at >= oldest), key=lambda p: (p.at, p.order))
+        others = self._read_others() if read else self._others
+        found = [pending for pending in self._mine.get(key, ()) if pending.at >= oldest]
+        for _, by_key in others.values():
+            found.extend(pending for pending in by_key.get(key, ()) if pending.at >= oldest)
+        found.sort(key=lambda p: (p.at, p.order))
+        return found
 
-    def _read_others(self) -> dict[str, tuple[Stamp, list[Pending]]]:
+    def _read_others(self) -> dict[str, tuple[Stamp, dict[str, list[Pending]]]]:
         """The other workers' pending files, parsed again only when replaced; files of workers gone for
         twice the bound (a recycled worker) are removed."""
         try:
             listing = list(os.scandir(self._pending_directory))
         except FileNotFoundError:
             return {}
-        seen: dict[str, tuple[Stamp, list[Pending]]] = {}
+        seen: dict[str, tuple[Stamp, dict[str, list[Pending]]]] = {}
         stale = time.time() - 2 * self._pending_seconds
         for item in listing:
             if item.name == self._path.name or not item.name.endswith(".json"):
@@ -188,14 +195,19 @@ class ShareShards:
         return seen
 
 
-def _read(path: str) -> list[Pending]:
+def _read(path: str) -> dict[str, list[Pending]]:
+    """A worker's pending file, by workload key."""
     try:
         with open(path, "rb") as pending_file:
             raw = orjson.loads(pending_file.read())
     except (OSError, ValueError):
-        return []  # gone meanwhile, or being replaced: read again when its stamp changes
-    records = raw.get("pending") if isinstance(raw, dict) else None
-    return [p for p in (Pending.decode(item) for item in records or []) if p is not None]
+        return {}  # gone meanwhile, or being replaced: read again when its stamp changes
+    by_key: dict[str, list[Pending]] = {}
+    for item in (raw.get("pending") if isinstance(raw, dict) else None) or []:
+        pending = Pending.decode(item)
+        if pending is not None:
+            by_key.setdefault(pending.key, []).append(pending)
+    return by_key
 
 
 def _unsettled(pending: Iterable[Pending], entry: Entry | None) -> list[Pending]:
