@@ -2,9 +2,12 @@
 show their pod, when the entry starts a new life, or after a bounded time."""
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+from tests.conftest import REPO
 from webhook.capacity_share import ShareCounts
 from webhook.policy.shards import ShardWriter
 from webhook.policy.share_shards import ShareShards, pending_directory, shares_directory
@@ -112,3 +115,15 @@ def test_a_gone_workers_file_is_removed(tmp_path: Path) -> None:
     reader = ShareShards(tmp_path, clock=clock, worker="w1", pending_seconds=30.0)
     assert reader.counts("team-a", "rs-1") == ShareCounts(0, 0, False)
     assert not path.exists()
+
+
+def test_another_worker_process_admission_counts_here(tmp_path: Path) -> None:
+    """Workers are processes: what one admits (its file, its monotonic clock, one clock for the machine) counts
+    in another at once."""
+    ShardWriter(shares_directory(tmp_path)).replace({})
+    code = ("import sys; from pathlib import Path; from webhook.policy.share_shards import ShareShards; "
+            "ShareShards(Path(sys.argv[1])).admitted('team-a', 'rs-1', 'spot')")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, cwd=REPO, timeout=60)
+    here = ShareShards(tmp_path)
+    assert here.counts("team-a", "rs-1") == ShareCounts(1, 0, True)
+    assert here.pending() == 1
