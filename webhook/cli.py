@@ -28,6 +28,7 @@ from webhook.engine.enforcement import lint_lines
 from webhook.export.admission_policy import export_policies, report_lines
 from webhook.export.versions import API_VERSIONS, parse_version
 from webhook.field_targets import add_target_flags, compiler_from_flags
+from webhook.kube import share_listing
 from webhook.kube.api import KubeApi, TransportError
 from webhook.kube.connection import ConnectionSetupError, connect, in_cluster
 from webhook.kube.live import LiveError, cluster_snapshot, read_namespaces, read_nodes, read_object
@@ -383,8 +384,9 @@ def kubectl_main(argv: Sequence[str] | None = None) -> int:
     explain.add_argument("--kubeconfig", metavar="FILE")
     explain.add_argument("-o", "--output", default="explain", choices=["explain", "yaml", "json", "patch"])
     drift.add_parser(commands)
+    share_listing.add_parser(commands)
     args = parser.parse_args(argv)
-    if args.command == "drift":
+    if args.command in ("drift", "shares"):
         return int(args.run(args))
     forwarded = ["apply", "--kube", "-o", args.output, *args.targets]
     forwarded += [item for path in args.filename for item in ("-f", path)]

@@ -27,6 +27,7 @@ from tests.kube.fake_apiserver import (
     NODES,
     PODGROUP_API,
     PODGROUPS,
+    PODS,
     PRIORITY_CLASSES,
     REPLICASETS,
     RESOURCE_CLAIM_TEMPLATES,
@@ -292,7 +293,7 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
     thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
     thread.start()
     wait_for(lambda: apiserver.status_patches, what="a status write")
-    wait_for(lambda: all(apiserver.watch_requests(c) for c in (NODES, PRIORITY_CLASSES, CLAIMS, VOLUMES,
+    wait_for(lambda: all(apiserver.watch_requests(c) for c in (NODES, PRIORITY_CLASSES, CLAIMS, VOLUMES, PODS,
                                                                 RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS,
                                                                 DEVICE_CLASSES)),
              what="every watch")

@@ -46,6 +46,7 @@ PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 NODES = "/api/v1/nodes"
 CLAIMS = "/api/v1/persistentvolumeclaims"
 VOLUMES = "/api/v1/persistentvolumes"
+PODS = "/api/v1/pods"
 DEPLOYMENTS = "/apis/apps/v1/deployments"
 STATEFULSETS = "/apis/apps/v1/statefulsets"
 DAEMONSETS = "/apis/apps/v1/daemonsets"
@@ -70,6 +71,7 @@ _KINDS = {
     NODES: ("v1", "Node", False),
     CLAIMS: ("v1", "PersistentVolumeClaim", False),
     VOLUMES: ("v1", "PersistentVolume", False),
+    PODS: ("v1", "Pod", False),
     DEPLOYMENTS: ("apps/v1", "Deployment", False),
     STATEFULSETS: ("apps/v1", "StatefulSet", False),
     DAEMONSETS: ("apps/v1", "DaemonSet", False),

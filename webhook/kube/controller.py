@@ -13,6 +13,9 @@ written to its shard at once, from the watch thread; one whose projection
 did not change (a node's status heartbeat) writes nothing. Admissions never wait for any of this: they
 read the last published state, which keeps serving while the API server is away.
 
+Pods Placer gave a capacity class are watched too (label-selected, `webhook.kube.spot_ledger`): each
+workload's live pods by class, published for the spot share's admissions.
+
 Run by the main process of `placer serve --kube` as `python -m webhook.kube.controller --state DIRECTORY`.
 """
 
@@ -46,6 +49,7 @@ from webhook.kube.policy_health import combine
 from webhook.kube.recent_counts import RecentCounts
 from webhook.kube.reflector import Reflector, Resource, Store
 from webhook.kube.replica_reports import PUBLISH_INTERVAL, ReplicaPublisher
+from webhook.kube.spot_ledger import PODS, PodShareSink
 from webhook.kube.status import PolicyOutcome
 from webhook.kube.status_writer import CompiledPolicy, StatusWriter
 from webhook.logs import configure_logging
@@ -72,6 +76,7 @@ from webhook.policy.field_check import FieldChecks
 from webhook.policy.namespace_shards import entry_of
 from webhook.policy.node_facts import node_facts
 from webhook.policy.shards import Entry, ShardWriter
+from webhook.policy.share_shards import shares_directory
 from webhook.volumes import claim_entry, volume_entry
 from webhook.workloads import default_workload_table
 
@@ -88,6 +93,9 @@ NODE_WATCH_PACE = 0.1
 are the busiest watch, and what Placer reads of a node (labels, taints, allocatable, cordon) may well
 arrive a tenth of a second later. Those updates that change none of it are not even decoded
 (`node_events`)."""
+POD_WATCH_PACE = 0.1
+"""Labelled pods' events are read in bursts too: their status updates (conditions, container states) are
+many, and a new pod counted a tenth of a second later is within the watch lag the spot share allows for."""
 LEASE_NAME = "placer-status-writer"
 RESTART_TO_FOLLOW_THE_API_SERVER = 3
 """Exit code when discovery changed what the watches depend on: the supervisor of `placer serve` starts it again,
@@ -226,6 +234,7 @@ class ClusterController:
         self.nodes = ProjectedSink("nodes", ShardWriter(nodes_directory(state_directory)), _node_entry)
         self.claims = ProjectedSink("claims", ShardWriter(claims_directory(state_directory)), _claim_entry)
         self.volumes = ProjectedSink("volumes", ShardWriter(volumes_directory(state_directory)), _volume_entry)
+        self.pod_shares = PodShareSink(ShardWriter(shares_directory(state_directory)))
         self.node_events = UnchangedNodeEvents()
         self._priority_classes: Store | None = None
         self._compiled: dict[str, CompiledPolicy] = {}
@@ -257,6 +266,7 @@ class ClusterController:
             Reflector(api, NODES, self.nodes, pace=NODE_WATCH_PACE, unchanged=self.node_events),
             Reflector(api, CLAIMS, self.claims),
             Reflector(api, VOLUMES, self.volumes),
+            Reflector(api, PODS, self.pod_shares, pace=POD_WATCH_PACE),
             *self.pod_groups.reflectors,
             *self.operator_pod_groups.reflectors,
             *self._device_claim_reflectors(api, state_directory),

@@ -16,6 +16,9 @@ server carries one watch per replica instead of one per worker. The directory ho
 - `resource-claim-templates/`, `resource-claims/` and `device-classes/`: what `resources` counts of the DRA
   devices a pod claims (`webhook.policy.device_shards`), in shards the same way, where resource.k8s.io is
   served.
+- `spot-shares/`: the live pods per workload and capacity class (`webhook.kube.spot_ledger`), read by the
+  spot share's admissions (`webhook.policy.share_shards`), in shards the same way; `spot-pending/`: what
+  each worker admitted that they do not show yet, one file per worker, written by the workers themselves.
 - `apis.json`: the API server's version and the API versions it serves (`webhook.kube.discovery`).
 
 Every file is replaced by rename, so a reader sees the old file or the new one, never a part. The controller
