@@ -19,8 +19,8 @@ def test_mypy_strict_is_clean() -> None:
 LAYERS = [
     {"typing", "names", "quantity", "selectors", "resources", "patches", "config", "logs", "metrics", "certs",
      "json_bytes", "json_copy", "node_fit", "volumes", "dra", "counter_file", "rule_problems",
-     "review", "__init__"},
-    {"workloads"}, {"gang"}, {"actions"}, {"policy"}, {"engine"}, {"gang_capacity"}, {"feasibility", "claims"},
+     "review", "__init__", "capacity_share", "share_counts"},
+    {"workloads"}, {"gang"}, {"actions"}, {"policy"}, {"engine"}, {"gang_capacity"}, {"pool_fit"}, {"feasibility", "claims"},
     {"pipeline", "offline", "validation", "suites", "export", "compliance"},
     {"kube"}, {"server", "dev", "drift"}, {"cli", "__main__", "field_targets"},
 ]
