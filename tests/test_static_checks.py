@@ -20,7 +20,8 @@ LAYERS = [
     {"typing", "names", "quantity", "selectors", "resources", "patches", "config", "logs", "metrics", "certs",
      "json_bytes", "json_copy", "node_fit", "volumes", "dra", "counter_file", "rule_problems",
      "review", "__init__", "capacity_share", "share_counts"},
-    {"workloads"}, {"gang"}, {"actions"}, {"policy"}, {"engine"}, {"gang_capacity"}, {"pool_fit"}, {"feasibility", "claims"},
+    {"workloads"}, {"gang"}, {"actions"}, {"policy"}, {"engine"}, {"gang_capacity"}, {"pool_fit"},
+    {"feasibility", "claims"},
     {"pipeline", "offline", "validation", "suites", "export", "compliance"},
     {"kube"}, {"server", "dev", "drift"}, {"cli", "__main__", "field_targets"},
 ]
