@@ -44,7 +44,8 @@ class ShareDecision:
                 else "no pod counts yet (decided as for a workload with no pods)")
         wanted = self.counts.spot + 1
         verdict = "within" if self.capacity_class == "spot" else "over"
-        return (f"{self.capacity_class}: the workload has {seen}; {wanted} spot of {self.pods} pods is {verdict} "
+        pods = f"{self.pods} pod" + ("s" if self.pods != 1 else "")
+        return (f"{self.capacity_class}: the workload has {seen}; {wanted} spot of {pods} is {verdict} "
                 f"the maximum of {self.allowed} ({self.max_percent}% of {self.pods})")
 
 
