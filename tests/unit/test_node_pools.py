@@ -105,3 +105,11 @@ def test_a_pool_with_no_node_at_all_is_named(tmp_path: Path) -> None:
     nodes = {"other-1": {"labels": {"karpenter.sh/nodepool": "system"}}}
     warning = admission(policy(POOLS), publish(tmp_path, nodes)).response["response"]["warnings"][-1]
     assert "(general: no node; burst: no node)" in warning
+
+
+def test_an_on_demand_pod_in_a_cluster_of_spot_nodes_is_a_warning_naming_the_rule(tmp_path: Path) -> None:
+    nodes = {"spot-1": {"labels": {"karpenter.sh/capacity-type": "spot"}}}
+    result = admission(policy("{name: share, action: spot-share, parameters: {capacity: karpenter, "
+                              "maxSpotPercentage: 0}}"), publish(tmp_path, nodes))
+    assert result.response["response"]["allowed"] is True and result.unplaceable == 1
+    assert result.response["response"]["warnings"][-1].startswith("placer: rule cost/share: no node can host the pods")

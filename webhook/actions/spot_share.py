@@ -48,8 +48,9 @@ def spot_share(template: JSONObject, params: Mapping[str, Any], context: ActionC
                              "the template is left as it is")
         return False
     spec = as_map(template.get("spec"))
-    if share.owner_kind == "DaemonSet" or spec.get("nodeName"):
-        raise ActionSkipped("the pod's node is chosen already (DaemonSet pod, or spec.nodeName)")
+    if share.owner_kind == "DaemonSet" or spec.get("nodeName"):  # not a choice: a note, not a warning
+        context.notes.append(f"{SPOT_SHARE}: the pod's node is chosen already (DaemonSet pod, or spec.nodeName)")
+        return False
     preset = preset_from(params)
     max_percent = params.get("maxSpotPercentage")
     if max_percent is None:
