@@ -360,3 +360,29 @@ def test_an_overshoot_is_corrected_by_the_next_admissions() -> None:
     assert decide(counts, 60).capacity_class == "on-demand"
     after = ShareCounts(spot, pods - spot + 1, complete=True)
     assert spot <= 60 * (pods + 1) // 100 and decide(after, 60).capacity_class == "on-demand"
+
+
+def test_a_rule_reading_the_class_makes_a_second_pass_and_the_pod_is_still_recorded_once() -> None:
+    """A later rule that matches only spot pods runs on the pass after spot-share labelled the pod: the
+    class decided in the first pass stands, and the ledger hears of it (once)."""
+    text = policy("{capacity: karpenter, maxSpotPercentage: 60}") + (
+        "  - {name: spot-mark, condition: \"pod.metadata.?labels['placer.dev/capacity-class'].orValue('') == "
+        "'spot'\", action: add-annotations, parameters: {example.com/interruptible: 'yes'}}\n")
+    ledger = Recording(ShareCounts(0, 1, True))
+    obj = pod()
+    body = review_for(obj)
+    body["request"]["dryRun"] = False
+    result = admit(parse_review(body), snapshot_of(text, namespaces=[NamespaceInfo(NAMESPACE)]),
+                   default_workload_table(), ledger=ledger)
+    out = patched(result, obj)
+    assert out["metadata"]["annotations"]["example.com/interruptible"] == "yes"
+    assert ledger.recorded == [(NAMESPACE, "rs-uid-1", "spot")]
+    notes = [note for note in result.mutation.notes if note.startswith("spot-share:")]
+    assert len(notes) == 1 and "spot: the workload has 0 spot and 1 on-demand live pods" in notes[0]
+
+
+def test_a_pod_choosing_by_selector_is_a_fixed_point() -> None:
+    obj = pod(spec={"nodeSelector": {"karpenter.sh/capacity-type": "on-demand"}})
+    first = patched(admitted_pod("{capacity: karpenter, maxSpotPercentage: 100}", obj), obj)
+    assert first["metadata"]["labels"][CLASS_LABEL] == "on-demand"
+    assert admitted_pod("{capacity: karpenter, maxSpotPercentage: 100}", first).mutation.patch == []

@@ -55,15 +55,15 @@ def spot_share(template: JSONObject, params: Mapping[str, Any], context: ActionC
     max_percent = params.get("maxSpotPercentage")
     if max_percent is None:
         max_percent = COST_TARGETS[params["costTarget"]]
-    decision = _decision(template, spec, preset, share, max_percent)
-    chose_itself = not decision.decided and labelled_class(as_map(template.get("metadata")).get("labels")) is None
-    share.decision = decision
-    context.notes.append(f"{SPOT_SHARE}: {share.describe_owner()}: {decision.reason()}")
-    if decision.decided and not decision.counts.complete and share.owner is not None:
-        context.conflict(f"pod counts of {share.describe_owner()} not known yet: decided as for a workload with "
-                         f"no pods ({decision.capacity_class})")
+    decision = share.decision  # decided by an earlier pass (which wrote the label) or rule: decided once
+    if decision is None:
+        decision = share.decision = _decision(template, spec, preset, share, max_percent)
+        context.notes.append(f"{SPOT_SHARE}: {share.describe_owner()}: {decision.reason()}")
+        if decision.decided and not decision.counts.complete and share.owner is not None:
+            context.conflict(f"pod counts of {share.describe_owner()} not known yet: decided as for a workload "
+                             f"with no pods ({decision.capacity_class})")
     changed = _mark(template, decision.capacity_class, context)
-    if not chose_itself:  # a pod whose nodeSelector picks its class needs no affinity for it
+    if preset.key not in as_map(spec.get("nodeSelector")):  # a pod whose selector picks its class needs no more
         changed = _place(template, decision.capacity_class, preset, params, context) or changed
     return changed
 
