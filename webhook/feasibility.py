@@ -21,8 +21,9 @@ from webhook.gang_capacity import GangCapacityCheck, applied_rules
 from webhook.node_fit import Fit, NodeAnswers, Nodes, node_fit, placement_key, pod_spec_of
 from webhook.policy.node_facts import NodeFactsReader
 from webhook.policy.snapshot import PolicySnapshot
+from webhook.pool_fit import pool_warnings
 
-PLACING_ACTIONS = frozenset({"add-node-selector", "add-node-affinity", "pin-to-volume-node"})
+PLACING_ACTIONS = frozenset({"add-node-selector", "add-node-affinity", "pin-to-volume-node", "spot-share"})
 """Actions that narrow where a pod may land (tolerations and the rest only widen it or leave it)."""
 CACHED_ANSWERS = 1024
 
@@ -50,8 +51,8 @@ class PlacementCheck:
         if not nodes:
             return Findings()  # no node known (yet): nothing to say
         version = self._nodes.version
-        return Findings(self.warnings(mutation, snapshot, nodes, version),
-                        self._gangs.warnings(mutation, snapshot, nodes, version))
+        unplaceable = self.warnings(mutation, snapshot, nodes, version) + pool_warnings(mutation, snapshot, nodes)
+        return Findings(unplaceable, self._gangs.warnings(mutation, snapshot, nodes, version))
 
     def warnings(self, mutation: Mutation, snapshot: PolicySnapshot, nodes: Nodes, version: int) -> list[str]:
         """One warning per template that Placer left with no node to land on."""

@@ -31,9 +31,10 @@ from webhook.policy.documents import (
 from webhook.policy.files import FilePolicySource
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.review import AdmissionRequest, decode_json
+from webhook.share_counts import CountedShares
 from webhook.typing import JSONObject, as_map
 from webhook.volumes import claim_entry, volume_entry
-from webhook.workloads import default_workload_table
+from webhook.workloads import controller_reference, default_workload_table
 
 DEFAULT_NAMESPACE = "default"
 
@@ -132,6 +133,7 @@ def apply_manifests(
     snapshot = dataclasses.replace(snapshot, namespaces=namespaces, default_priority_class=default_class)
     report.snapshot = snapshot
     workloads = default_workload_table()
+    shares = CountedShares()  # each Pod admitted counts, as if created, for the next ones of its workload
     for index, (origin, obj) in enumerate(manifests):
         metadata = as_map(obj.get("metadata"))
         namespace = snapshot.namespace(str(metadata.get("namespace") or default_namespace))
@@ -140,7 +142,9 @@ def apply_manifests(
         request = _request_for(obj, namespace.name, operation, index)
         serving = dataclasses.replace(snapshot, namespaces={**namespaces, namespace.name: namespace})
         devices = claims.devices_for(request, snapshot, workloads)
-        mutation = mutate(request, serving, workloads, claims=claims.for_admission(request, snapshot), devices=devices)
+        mutation = mutate(request, serving, workloads, claims=claims.for_admission(request, snapshot), devices=devices,
+                          ledger=shares)
+        _count_pod(shares, request, mutation)
         if devices is not None:  # a claim Placer does not know: a warning, and a note for explain
             mutation.warnings.extend(devices.notes)
             mutation.notes.extend(devices.notes)
@@ -151,6 +155,14 @@ def apply_manifests(
         if mutation.denial:
             report.problems.append(f"{result.title}: denied: {mutation.denial}")
     return report
+
+
+def _count_pod(shares: CountedShares, request: AdmissionRequest, mutation: Mutation) -> None:
+    """Count the Pod as created with the class it got (or came with), when it belongs to a workload."""
+    owner = controller_reference(request.object or {})
+    uid = owner.get("uid") if owner is not None else None
+    if mutation.share is not None and isinstance(uid, str) and uid and not mutation.denial:
+        shares.admitted(request.namespace or DEFAULT_NAMESPACE, uid, mutation.share.capacity_class)
 
 
 class _DeclaredVolumes:

@@ -5,6 +5,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from webhook.capacity_share import ShareLedger
 from webhook.claims import AdmissionDevices, ClaimLookup
 from webhook.config import OptIn
 from webhook.engine.enforcement import ENFORCE_LABEL
@@ -14,7 +15,7 @@ from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, UnknownNamesp
 from webhook.review import AdmissionRequest, build_response
 from webhook.typing import JSONObject, JSONPatch
 from webhook.volumes import ClaimPlacement
-from webhook.workloads import WorkloadTable
+from webhook.workloads import WorkloadTable, controller_reference
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,12 @@ def admit(
     resolve_namespace: NamespaceResolver | None = None,
     placement: PlacementCheck | None = None,
     claims: ClaimLookup | None = None,
+    ledger: ShareLedger | None = None,
 ) -> Admission:
-    """Decide one admission. Fails open: only a policy with `failurePolicy: Fail` can deny."""
+    """Decide one admission. Fails open: only a policy with `failurePolicy: Fail` can deny.
+
+    `ledger`: the live pod counts of each workload by capacity class (`spot-share`); None means no counts,
+    and each Pod is decided as the first of its workload, with a warning saying so."""
     namespace = _namespace(request, snapshot, workloads, deadline, resolve_namespace)
     if opt_in == "label-or-annotation" and not _opted_in(namespace or snapshot.namespace(request.namespace)):
         return Admission(request, _respond(request), "skipped", Mutation(passed_through="namespace not opted in"))
@@ -56,7 +61,7 @@ def admit(
         placements = _claims(claims, snapshot, request)
         devices = _devices(claims, snapshot, request, workloads)
         mutation = mutate(request, snapshot, workloads, deadline=deadline, namespace=namespace, claims=placements,
-                          devices=devices)
+                          devices=devices, ledger=ledger)
         if devices is not None:  # a claim Placer does not know: a warning, and a note for explain
             mutation.warnings.extend(devices.notes)
             mutation.notes.extend(devices.notes)
@@ -72,8 +77,25 @@ def admit(
     audit = {"applied": ",".join(mutation.applied)} if mutation.applied else None
     findings = _placement_warnings(placement, mutation, snapshot, request)
     response = _respond(request, patch=mutation.patch, warnings=mutation.warnings, audit_annotations=audit)
+    _record_share(ledger, request, mutation)
     return Admission(request, response, "patched" if mutation.patch else "unchanged", mutation,
                      len(findings.unplaceable), len(findings.over_capacity))
+
+
+def _record_share(ledger: ShareLedger | None, request: AdmissionRequest, mutation: Mutation) -> None:
+    """Tell the ledger of the class this admission gave a Pod of a workload, until its published counts hold
+    the Pod. Not for a dry run (no Pod is created), nor for a class the Pod came with (counted once it lives)."""
+    decision = mutation.share
+    if ledger is None or decision is None or not decision.decided or request.dry_run or not request.object:
+        return
+    owner = controller_reference(request.object)
+    uid = owner.get("uid") if owner is not None else None
+    if not isinstance(uid, str) or not uid:
+        return  # a bare Pod is a workload of one: nothing to count
+    try:
+        ledger.admitted(request.namespace or "", uid, decision.capacity_class)
+    except Exception:  # the response stands; the next admissions see the pod once the controller counts it
+        log.exception("ledger could not record admission %s", request.uid)
 
 
 def _claims(

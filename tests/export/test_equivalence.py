@@ -101,7 +101,7 @@ def test_a_case_with_nothing_to_export_says_why_for_every_rule(name: str) -> Non
     reasons = [rule.reason for export in exports for rule in export.rules]
     assert reasons and all(reason for reason in reasons)
     assert all(any(word in reason for word in ("add-gang-labels", "resources", "parameterExpressions",
-                                               "pin-to-volume-node"))
+                                               "pin-to-volume-node", "spot-share", "prefer-node-pools"))
                for reason in reasons), reasons
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from webhook.actions.pod_share import PodShare
 from webhook.gang.facts import GangFacts
 from webhook.json_copy import copy_json
 from webhook.selectors import LabelSelector
@@ -101,6 +102,10 @@ class ActionContext:
     placer_tolerations: list[JSONObject] = field(default_factory=list)
     """Tolerations the rules of the selected policies add (`add-toleration`): `restrict-tolerations` always
     lets them pass. Shared by every rule of a request, so a computed one counts once added."""
+    share: PodShare | None = None
+    """On a Pod at its creation, its workload's spot share (`spot-share`); None on a workload's template."""
+    notes: list[str] = field(default_factory=list)
+    """What explain should say of a rule that needs no warning (the request's `Mutation.notes`)."""
 
     def conflict(self, message: str, **placement: Any) -> None:
         """Report a conflict; `placement` (field, wanted, found, path, member) makes it refusable."""

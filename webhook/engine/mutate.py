@@ -9,6 +9,8 @@ Pure: no I/O, no clock other than the deadline, no metrics.
 
 from collections.abc import Mapping
 
+from webhook.actions.pod_share import PodShare
+from webhook.capacity_share import ShareLedger
 from webhook.engine.configuration import gang_warnings
 from webhook.engine.enforcement import enforcing, holding, names_its_node, node_name_refusal, refusal_mutation
 from webhook.engine.native_pods import with_native_groups
@@ -28,7 +30,7 @@ from webhook.engine.selection import (
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, ResourcesOfPod, UnknownNamespace
 from webhook.review import AdmissionRequest
 from webhook.volumes import ClaimPlacement
-from webhook.workloads import WorkloadKind, WorkloadTable
+from webhook.workloads import WorkloadKind, WorkloadTable, controller_reference
 
 __all__ = [
     "DEADLINE_WARNING", "INJECT_LABEL", "Mutation", "RuleTrace", "mutate", "pass_through_reason", "pointer_tokens",
@@ -44,6 +46,7 @@ def mutate(
     namespace: NamespaceInfo | UnknownNamespace | None = None,
     claims: Mapping[str, ClaimPlacement] | None = None,
     devices: ResourcesOfPod | None = None,
+    ledger: ShareLedger | None = None,
 ) -> Mutation:
     """Evaluate the snapshot's policies against the request's object and return the patch to send.
 
@@ -51,13 +54,15 @@ def mutate(
     (a namespace the snapshot does not know has no labels, which is right when no cluster is connected).
     `claims`: for a Pod, where the data of each claim it mounts lives (`pin-to-volume-node`), when known.
     `devices`: completes a pod template's `resources` with the devices it claims through DRA, when known.
+    `ledger`: the live pod counts per workload, for `spot-share` on a Pod's creation; None: no counts (each
+    Pod is decided as the first of its workload, with a warning).
     """
     kind = workloads.lookup(request.group, request.kind)
     if kind is None:
         unhandled = f"{request.kind} is not a workload kind Placer handles; admitted unchanged"
         return Mutation(passed_through=unhandled, warnings=[unhandled])
     mutation = _evaluate(request, snapshot, kind, deadline=deadline, namespace=namespace, claims=claims,
-                         devices=devices)
+                         devices=devices, ledger=ledger)
     return with_native_groups(request, kind, snapshot.native_gang_version, mutation)
 
 
@@ -70,11 +75,13 @@ def _evaluate(
     namespace: NamespaceInfo | UnknownNamespace | None,
     claims: Mapping[str, ClaimPlacement] | None,
     devices: ResourcesOfPod | None,
+    ledger: ShareLedger | None,
 ) -> Mutation:
     obj = request.object
     if obj is None:
         return Mutation(passed_through="no object")
-    pod_only = claims is not None and kind.kind == "Pod" and from_mutated_template(obj)
+    share = _pod_share(request, snapshot, ledger) if kind.kind == "Pod" else None
+    pod_only = (claims is not None or share is not None) and kind.kind == "Pod" and from_mutated_template(obj)
     reason = pass_through_reason(request, kind, obj, pod_only_rules=pod_only)
     opted_out = reason is not None and pass_through_reason(
         request, kind, obj, pod_only_rules=pod_only, honour_opt_out=False) != reason
@@ -129,6 +136,7 @@ def _evaluate(
         devices=devices,
         applied_before=applied_rules(obj) if pod_only else (),
         enforced=enforced,
+        share=share,
     )
     try:
         patch = run.settle(obj)
@@ -148,4 +156,12 @@ def _evaluate(
         mutation.gang = facts
     mutation.applied = list(dict.fromkeys(mutation.applied))
     mutation.warnings = unique_messages(mutation.warnings)
+    mutation.share = share.decision if share is not None else None
     return mutation
+
+
+def _pod_share(request: AdmissionRequest, snapshot: PolicySnapshot, ledger: ShareLedger | None) -> PodShare | None:
+    """A Pod's workload share, when some rule decides spot shares and the Pod is being created."""
+    if not snapshot.reads_shares or request.operation != "CREATE" or request.object is None:
+        return None
+    return PodShare(request.namespace or "", controller_reference(request.object), ledger)

@@ -6,6 +6,7 @@ explain, metrics and logs."""
 from dataclasses import dataclass, field
 from typing import Literal
 
+from webhook.actions.pod_share import ShareDecision
 from webhook.gang.facts import GangFacts
 from webhook.policy.model import Policy, Rule
 from webhook.typing import JSONObject, JSONPatch
@@ -53,6 +54,8 @@ class Mutation:
     gang: GangFacts | None = None
     """The workload's gang facts when a rule labelled it for a gang scheduler (their `derived` holds each
     flavour's group name and size), for the gang capacity check."""
+    share: ShareDecision | None = None
+    """The capacity class `spot-share` gave a Pod, and why: the pipeline tells the ledger of it."""
 
 
 class DenyRequest(Exception):

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 
 from webhook.actions.base import ActionContext, working_copy
 from webhook.actions.metadata import APPLIED_ANNOTATION
+from webhook.actions.pod_share import PodShare
 from webhook.actions.restrictions import RESTRICT_TOLERATIONS
 from webhook.actions.tolerations import toleration_from
 from webhook.engine.activation import pod_variable, workload_variable
@@ -55,8 +56,10 @@ class Run:
         devices: ResourcesOfPod | None = None,
         applied_before: tuple[str, ...] = (),
         enforced: frozenset[str] = frozenset(),
+        share: PodShare | None = None,
     ) -> None:
-        """`applied_before`: rules an earlier admission applied to this template (a Pod's template), kept
+        """`share`: a Pod's workload spot share at its creation (`spot-share`). `applied_before`: rules an
+        earlier admission applied to this template (a Pod's template), kept
         first in the applied annotation when this one adds more. `enforced`: the Enforced policies that hold
         this request (`webhook.engine.enforcement`)."""
         self.request = request
@@ -73,6 +76,7 @@ class Run:
         self.protected = kind.selector_label_keys(obj)
         self.default_priority_class = snapshot.default_priority_class if kind.kind == "Pod" else None
         self.claims = claims
+        self.share = share
         self.devices = devices if snapshot.reads_resources else None
         """Completes `resources` of a template that claims devices through DRA (read only if a policy does)."""
         self.marks: dict[tuple[str, str], str | None] | None = (
@@ -215,7 +219,7 @@ class Run:
                 False, own_pods, self.protected, slot.name, self.gang, workload_marks=self.marks,
                 claims=self.claims if kind.kind == "Pod" else None, volume_outcomes=self.volume_outcomes,
                 default_priority_class=self.default_priority_class,
-                placer_tolerations=self.placer_tolerations,
+                placer_tolerations=self.placer_tolerations, share=self.share, notes=self.mutation.notes,
             ),
             enforced=self.enforced, original=original, old=self.old_views.get(slot.name),
             prefix=field_prefix(slot), refusals=self.refusals,

@@ -38,6 +38,8 @@ ENFORCED_REASON = ("enforcement: Enforced: a MutatingAdmissionPolicy cannot refu
                    "only when no node creates it); an Enforced policy stays with the webhook")
 VOLUME_REASON = ("pin-to-volume-node: the node a pod's claims are on comes from PersistentVolumeClaims and "
                  "PersistentVolumes, which a MutatingAdmissionPolicy cannot read (it sees only the request)")
+SHARE_REASON = ("spot-share: a pod's capacity class depends on the live pods of its workload, which a "
+                "MutatingAdmissionPolicy cannot read (it sees only the request)")
 CREATES_REASON = ("; createPodGroup: a MutatingAdmissionPolicy only changes the object under admission, it "
                   "cannot create objects (the PodGroup)")
 NATIVE_REASON = ("; scheduler native: a MutatingAdmissionPolicy only changes the object under admission, it cannot "
@@ -181,6 +183,8 @@ class Exporter:
         """The rule's parameters, those computed in CEL as `Cel` (rewritten); NotExportable when the rule is not."""
         if rule.action.name == "pin-to-volume-node":
             raise NotExportable(VOLUME_REASON)
+        if rule.action.name == "spot-share":
+            raise NotExportable(SHARE_REASON)
         if rule.action.name == "add-gang-labels":
             if rule.parameters.get("scheduler") == "native":
                 raise NotExportable(GANG_REASON + NATIVE_REASON)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.actions.spot_share import SPOT_SHARE
 from webhook.policy.cel import VARIABLE_NAMES
 from webhook.policy.errors import PolicyError
 from webhook.policy.field_reads import FieldTree, merged, prune
@@ -122,12 +123,16 @@ class PolicySnapshot:
     """Some policy is Enforced: a Pod Placer would pass (made from a template it mutated) is checked again."""
     reads_claims: bool = field(init=False, default=False)
     """Some rule pins pods to their volumes' nodes: a Pod's claims are looked up before its admission."""
+    reads_shares: bool = field(init=False, default=False)
+    """Some rule decides spot shares: a Pod made from a template Placer mutated still gets its class."""
     observed: Mapping[str, FieldTree] = field(init=False, default_factory=dict, compare=False, repr=False)
     """What any policy's expressions observe of each CEL variable (`field_reads`)."""
 
     def __post_init__(self) -> None:
         reads = any(rule.action.pod_only for policy in self.policies for rule in policy.rules)
         object.__setattr__(self, "reads_claims", reads)
+        shares = any(rule.action.name == SPOT_SHARE for policy in self.policies for rule in policy.rules)
+        object.__setattr__(self, "reads_shares", shares)
         object.__setattr__(self, "enforces", any(policy.enforced for policy in self.policies))
         fields = (program.fields for policy in self.policies for program in policy.programs())
         object.__setattr__(self, "observed", merged(fields, VARIABLE_NAMES))

@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from webhook.capacity_share import ShareLedger
 from webhook.claims import ClaimLookup
 from webhook.config import Settings
 from webhook.feasibility import PlacementCheck
@@ -154,6 +155,7 @@ def create_app(
     namespaces: NamespaceLookup | None = None,
     placement: PlacementCheck | None = None,
     claims: ClaimLookup | None = None,
+    ledger: ShareLedger | None = None,
     after_review: Callable[[], None] | None = None,
 ) -> PlacerApp:
     """Build the application around a snapshot holder that a policy source keeps current."""
@@ -171,6 +173,7 @@ def create_app(
             resolve_namespace=namespaces.resolve if namespaces is not None else None,
             placement=placement,
             claims=claims,
+            ledger=ledger,
         )
         return AfterResponse(admission.response, _record(metrics, admission_log, admission,
                                                          time.monotonic() - started))

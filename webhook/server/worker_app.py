@@ -26,6 +26,7 @@ from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.field_check import FieldChecks
 from webhook.policy.files import FilePolicySource
 from webhook.policy.node_facts import NodeFactsReader
+from webhook.policy.share_shards import ShareShards
 from webhook.policy.snapshot import PolicySnapshot, SnapshotHolder
 from webhook.policy.sources import PolicyReloader, PolicySource
 from webhook.policy.versions import DEFAULT
@@ -58,11 +59,12 @@ def build_worker_app(settings: Settings) -> PlacerApp:
     publish(holder.current)
     reloader.start()
     log.info("worker %d ready with %d policies", os.getpid(), len(holder.current.policies))
-    placement, claims = None, None
+    placement, claims, shares = None, None, None
     if settings.cluster_state is not None:
         nodes = NodeFactsReader(nodes_directory(settings.cluster_state))
         placement = PlacementCheck(nodes)
         claims = ClaimLookup(VolumeShards(settings.cluster_state), nodes)
+        shares = ShareShards(settings.cluster_state)  # in the worker: its pending file is named after it
     return create_app(
         holder=holder,
         settings=settings,
@@ -71,6 +73,7 @@ def build_worker_app(settings: Settings) -> PlacerApp:
         namespaces=_namespace_lookup(settings, metrics),
         placement=placement,
         claims=claims,
+        ledger=shares,
         after_review=LeakRecycling(compiler.leaks),
     )
 
