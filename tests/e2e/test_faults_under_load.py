@@ -1,5 +1,5 @@
 """Faults while a closed-loop client keeps admissions coming: certificate rotation, policy rewrites, a killed
-worker. Each test counts the failed requests the client saw and prints them (`-s` shows the figures).
+worker. Each test counts the failed requests the client saw and prints them (`-n 0 -s` shows the figures).
 
 Every test runs in a short variant in the default suite and a long one behind the `slow` marker
 (`pytest -m slow`).

@@ -15,6 +15,8 @@ from tests.helpers import decode_patch
 from webhook.certs import issue
 
 pytestmark = pytest.mark.e2e
+WORKERS = 2
+"""`running_server`'s."""
 
 POLICY = """apiVersion: placer.dev/v1alpha1
 kind: SchedulingPolicy
@@ -59,21 +61,24 @@ def test_policy_files_are_reloaded_and_a_broken_file_keeps_its_last_good_content
     _atomic_write(policies / "pool.yaml", POLICY % "blue")
     with running_server(tmp_path, certificates, policies=policies) as server:
         assert _pool(server) == "blue"
+        # Every worker polls on its own and logs each read once: a line per worker says it has read the change.
+        reloads = server.log_text().count("policies reloaded")
         _atomic_write(policies / "pool.yaml", POLICY % "green")
-        assert _wait_for(lambda: all(_pool(server) == "green" for _ in range(4))), "new policy never served"
-        time.sleep(3)  # every worker polls on its own: let each one see the good version before breaking it
+        assert _wait_for(lambda: server.log_text().count("policies reloaded") >= reloads + WORKERS), \
+            "not every worker reloaded"
+        assert all(_pool(server) == "green" for _ in range(4)), "new policy never served"
 
         _atomic_write(policies / "pool.yaml", "spec: [unclosed")
-        time.sleep(3)
+        assert _wait_for(lambda: server.log_text().count("keeping its last good content") >= WORKERS), \
+            "not every worker read the broken file"
         assert all(_pool(server) == "green" for _ in range(4)), "broken file dropped the last good policy"
-        assert "keeping its last good content" in server.log_text()
 
         broken_cel = (POLICY % "red").replace("parameters:", "condition: 'replica > 1'\n    parameters:")
         _atomic_write(policies / "pool.yaml", broken_cel)
-        time.sleep(3)
+        assert _wait_for(lambda: server.log_text().count("its last good version keeps serving") >= WORKERS), \
+            "not every worker read the policy that no longer compiles"
         assert all(_pool(server) == "green" for _ in range(4)), "policy that no longer compiles stopped serving"
         assert "undeclared reference to 'replica'" in server.log_text()
-        assert "its last good version keeps serving" in server.log_text()
 
 
 def test_client_ca_requires_a_client_certificate(tmp_path: Path, certificates: Any) -> None:

@@ -57,7 +57,9 @@ def test_dev_kube_installs_by_url_serves_and_removes_what_it_made(
     try:
         mutating = wait_for(lambda: apiserver.other.get(MUTATING_PATH, {}).get("placer-dev"), timeout=60,
                             what="the MutatingWebhookConfiguration")
-        validating = apiserver.other[VALIDATING_PATH]["placer-dev"]
+        # created after the mutating one (deploy/base/webhooks.yaml's order)
+        validating = wait_for(lambda: apiserver.other.get(VALIDATING_PATH, {}).get("placer-dev"), timeout=10,
+                              what="the ValidatingWebhookConfiguration")
         assert CRD_NAME in apiserver.other[CRD_PATH]
         assert "placer-system" in apiserver.objects[NAMESPACES]
 

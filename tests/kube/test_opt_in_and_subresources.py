@@ -5,6 +5,7 @@ passes through; subresource requests pass through unchanged.
 The requests are the captured Pod create and update (kube-apiserver v1.34), moved to other namespaces.
 """
 
+import contextlib
 import copy
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,20 +43,46 @@ def selector_of(response: dict[str, Any]) -> Any:
     return next((op["value"] for op in ops if op["path"] == "/spec/nodeSelector"), None)
 
 
-@pytest.fixture
-def serving(apiserver: FakeApiServer, kubeconfig: Path, certificates: Any, tmp_path: Path) -> Iterator[RunningServer]:
+@contextlib.contextmanager
+def serving_cluster(apiserver: FakeApiServer, kubeconfig: Path, certificates: Any,
+                    workdir: Path) -> Iterator[RunningServer]:
     apiserver.put_namespace("by-label", {"placer.dev/inject": "enabled"})
     apiserver.put_namespace("by-annotation", annotations={"placer.dev/inject": "enabled"})
     apiserver.put_namespace("not-opted-in", {"team": "web"})
     apiserver.put_namespace("opted-out", {"placer.dev/inject": "disabled"})
     apiserver.put_policy(POLICY)
-    empty = tmp_path / "no-policies"
+    empty = workdir / "no-policies"
     empty.mkdir()
-    with running_server(tmp_path, certificates, policies=empty, extra=[
+    with running_server(workdir, certificates, policies=empty, extra=[
             "--kube", "--kubeconfig", str(kubeconfig), "--opt-in", "label-or-annotation"]) as server:
         wait_for(lambda: selector_of(answer(server, pod_create_in("by-label"))) == {"pool": "general"},
                  what="the cluster's policy and namespaces served")
         yield server
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(certificates: Any, tmp_path_factory: pytest.TempPathFactory,
+                   ) -> Iterator[tuple[FakeApiServer, RunningServer]]:
+    """One API server and one Placer for the tests that only read what is served (or add a namespace of
+    their own): starting `placer serve --kube` and its first sync is most of each test's time."""
+    workdir = tmp_path_factory.mktemp("opt-in")
+    apiserver = FakeApiServer().serve(certificates.cert, certificates.key)
+    try:
+        kubeconfig = apiserver.kubeconfig(workdir / "kubeconfig", certificates.ca_cert)
+        with serving_cluster(apiserver, kubeconfig, certificates, workdir) as server:
+            yield apiserver, server
+    finally:
+        apiserver.shutdown()
+
+
+@pytest.fixture
+def serving(shared_cluster: tuple[FakeApiServer, RunningServer]) -> RunningServer:
+    return shared_cluster[1]
+
+
+@pytest.fixture
+def shared_apiserver(shared_cluster: tuple[FakeApiServer, RunningServer]) -> FakeApiServer:
+    return shared_cluster[0]
 
 
 def test_label_or_annotation_mode_serves_a_namespace_opted_in_by_its_label_alone(
@@ -69,16 +96,16 @@ def test_label_or_annotation_mode_serves_a_namespace_opted_in_by_its_label_alone
 
 
 def test_label_or_annotation_mode_passes_through_a_namespace_placer_cannot_find(
-        apiserver: FakeApiServer, serving: RunningServer) -> None:
+        shared_apiserver: FakeApiServer, serving: RunningServer) -> None:
     """Not in the watch's state and 404 from the API server: not known to have opted in, so passed through
     (allowed, no patch, no warning). One created just now, not yet delivered by the watch, is read from the
     API server and served by its label."""
     for _ in range(4):
         response = answer(serving, pod_create_in("no-such-namespace"))
         assert "patch" not in response and not response.get("warnings")
-    assert any(path == "/api/v1/namespaces/no-such-namespace" for _, path, _ in apiserver.requests), "looked up"
-    apiserver.silenced = ("just-created",)
-    apiserver.put_namespace("just-created", {"placer.dev/inject": "enabled"})
+    assert any(path == "/api/v1/namespaces/no-such-namespace" for _, path, _ in shared_apiserver.requests), "looked up"
+    shared_apiserver.silenced = ("just-created",)
+    shared_apiserver.put_namespace("just-created", {"placer.dev/inject": "enabled"})
     assert selector_of(answer(serving, pod_create_in("just-created"))) == {"pool": "general"}
 
 
@@ -96,8 +123,11 @@ def test_a_subresource_request_passes_through_unchanged(serving: RunningServer, 
         assert "patch" not in response and not response.get("warnings")
 
 
-def test_the_policy_of_the_cluster_is_what_serves(apiserver: FakeApiServer, serving: RunningServer) -> None:
-    """The server under test serves the cluster's SchedulingPolicy (not a leftover): deleting it stops it."""
-    apiserver.delete(POLICIES, "pool")
-    wait_for(lambda: all(selector_of(answer(serving, pod_create_in("by-label"))) is None for _ in range(6)),
-             what="the deletion served")
+def test_the_policy_of_the_cluster_is_what_serves(apiserver: FakeApiServer, kubeconfig: Path, certificates: Any,
+                                                  tmp_path: Path) -> None:
+    """The server under test serves the cluster's SchedulingPolicy (not a leftover): deleting it stops it.
+    (A server of its own: the shared one keeps serving the policy.)"""
+    with serving_cluster(apiserver, kubeconfig, certificates, tmp_path) as serving:
+        apiserver.delete(POLICIES, "pool")
+        wait_for(lambda: all(selector_of(answer(serving, pod_create_in("by-label"))) is None for _ in range(6)),
+                 what="the deletion served")
