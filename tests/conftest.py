@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from webhook.certs import issue
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(os.environ.get("PLACER_FIXTURES", REPO / "tests" / "fixtures"))
 
@@ -34,6 +36,4 @@ def fixtures_dir() -> Path:
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A CA and a localhost serving certificate, made once per module: key generation is slow."""
-    from webhook.certs import issue
-
     return issue(tmp_path_factory.mktemp("certs"), ["localhost", "127.0.0.1"], common_name="localhost")

@@ -140,7 +140,8 @@ def wrk(url: str, body: Path, connections: int, duration: float) -> dict[str, An
     script = body.with_suffix(".lua")
     script.write_text(f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
                       f'wrk.body = io.open("{body}", "rb"):read("*a")\n')
-    output = subprocess.run(["wrk", "-t", str(min(connections, 2)), "-c", str(connections), "-d", f"{max(1, round(duration))}s",
+    seconds = f"{max(1, round(duration))}s"
+    output = subprocess.run(["wrk", "-t", str(min(connections, 2)), "-c", str(connections), "-d", seconds,
                              "--latency", "-s", str(script), url], capture_output=True, text=True, check=True).stdout
     def latency(label: str) -> float:
         match = re.search(rf"^\s+{label}%\s+([\d.]+)(us|ms|s)\s*$", output, re.M)

@@ -186,7 +186,7 @@ def heartbeat_phase(apiserver: FakeApiServer, pids: dict[str, int], nodes: int, 
         cpu = {role: (cpu_seconds([pid]) - cpu_before[role]) / elapsed * 60 for role, pid in pids.items()}
         return count, elapsed, cpu
 
-    first_count, first_elapsed, first_cpu = beats(period, 0)
+    first_count, _, first_cpu = beats(period, 0)
     count, elapsed, cpu = beats(duration, first_count)
     return {"events_per_s": round(count / elapsed), "cpu_s_per_min": {k: round(v, 2) for k, v in cpu.items()},
             "core_share_pct": round(sum(cpu.values()) / 60 * 100, 2),
@@ -287,7 +287,7 @@ def print_row(row: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--namespaces", default="1,1000,10000", help="namespace counts (1: only the Pod's)")
-    parser.add_argument("--nodes", default="0", help="node counts (each row: every namespace count × node count)")
+    parser.add_argument("--nodes", default="0", help="node counts (each row: every namespace count times node count)")
     parser.add_argument("--churn", type=float, default=10.0, help="namespace relabels per second")
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of churn per row")
     parser.add_argument("--policies", type=int, default=50, help="SchedulingPolicies besides the 2-rule one")

@@ -2,6 +2,7 @@
 instructions are read; the install it performs is the one `.ci/run` performs on every run.)"""
 
 import re
+import sys
 
 from tests.conftest import REPO
 from webhook.cli import _parser
@@ -10,8 +11,8 @@ from webhook.cli import _parser
 def _stages() -> list[list[tuple[str, str]]]:
     stages: list[list[tuple[str, str]]] = []
     text = re.sub(r"\\\n", " ", (REPO / "Dockerfile").read_text())
-    for line in text.splitlines():
-        line = line.strip()
+    for raw in text.splitlines():
+        line = raw.strip()
         if not line or line.startswith("#"):
             continue
         instruction, _, argument = line.partition(" ")
@@ -49,8 +50,6 @@ def test_runs_as_a_numeric_non_root_user_serving_8443_with_placer_serve() -> Non
 
 def test_the_image_runs_the_python_ci_tests_and_installs_from_the_one_lock() -> None:
     """The image's Python is the one the tests run on, and its install is pinned by the lock CI uses."""
-    import sys
-
     stages = _stages()
     bases = [dict(stage)["FROM"].split()[0] for stage in stages]
     assert all(base.startswith(f"python:{sys.version_info.major}.{sys.version_info.minor}-") for base in bases)

@@ -10,9 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from cel_expr_python import cel
+from cel_expr_python.ext import ext_strings
 
 from tests.conftest import REPO
 from tests.kube.discovery_captures import serve_discovery
@@ -382,17 +385,12 @@ def _crd_schema(rendered: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 def _schema_errors(schema: dict[str, Any], obj: Any) -> list[str]:
     """JSON-schema errors plus the CRD's x-kubernetes-validations, evaluated with CEL as the API server does."""
-    import jsonschema
-
     errors = [error.message for error in jsonschema.Draft7Validator(schema).iter_errors(obj)]
     errors.extend(_cel_validation_errors(schema, obj))
     return errors
 
 
 def _cel_validation_errors(schema: dict[str, Any], value: Any) -> Iterator[str]:
-    from cel_expr_python import cel
-    from cel_expr_python.ext import ext_strings
-
     for validation in schema.get("x-kubernetes-validations") or []:
         env = cel.NewEnv(variables={"self": cel.Type.Map(cel.Type.STRING, cel.Type.DYN)},
                          extensions=[ext_strings.ExtStrings()])

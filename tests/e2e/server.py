@@ -14,6 +14,8 @@ from pathlib import Path
 
 import requests
 
+from tests.conftest import REPO
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -104,8 +106,6 @@ def _wait_ready(server: RunningServer, timeout: float = 20.0) -> None:
 
 
 def copy_policies(destination: Path) -> Path:
-    from tests.conftest import REPO
-
     target = destination / "policies"
     shutil.copytree(REPO / "policies", target)
     return target

@@ -61,7 +61,8 @@ def test_deployment_in_production_namespace_gets_the_org_policy(server: RunningS
         "tolerations"
     ]
     assert template["metadata"]["annotations"]["placer.dev/applied"].startswith("org-wide-policy/production-isolation")
-    assert review["response"]["auditAnnotations"]["applied"] == template["metadata"]["annotations"]["placer.dev/applied"]
+    applied = template["metadata"]["annotations"]["placer.dev/applied"]
+    assert review["response"]["auditAnnotations"]["applied"] == applied
 
 
 def test_v1beta1_review_is_answered_in_v1beta1(server: RunningServer) -> None:
@@ -151,8 +152,8 @@ def test_health_readiness_and_metrics_across_workers(server: RunningServer) -> N
     assert server.get("/healthz").status_code == 200
     assert server.get("/readyz").status_code == 200
     metrics = server.get("/metrics").text
-    counted = [line for line in metrics.splitlines()
-               if line.startswith('placer_admission_requests_total{kind="Deployment",operation="CREATE",result="patched"}')]
+    series = 'placer_admission_requests_total{kind="Deployment",operation="CREATE",result="patched"}'
+    counted = [line for line in metrics.splitlines() if line.startswith(series)]
     assert counted and float(counted[0].split()[-1]) >= 6
     # the multiprocess collector writes label names in sorted order
     assert 'placer_rule_evaluations_total{outcome="applied",policy="org-wide-policy",rule="multi-zone-ha"}' in metrics

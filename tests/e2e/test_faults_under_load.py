@@ -65,7 +65,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 @pytest.mark.parametrize("duration", DURATIONS)
-def test_certificate_rotation_under_load_fails_no_request_on_a_kept_alive_connection(tmp_path: Path, duration: float) -> None:
+def test_certificate_rotation_under_load_fails_no_request_on_a_kept_alive_connection(
+        tmp_path: Path, duration: float) -> None:
     """cert-manager or a Secret update replaces the pair on disk: key first, then certificate, each by rename.
 
     Rotations repeat for `duration`, alternating between two key pairs signed by the same CA (a renewal);

@@ -62,7 +62,8 @@ def test_spark_fields_are_written_where_the_operator_reads_them() -> None:
         assert terms == [{"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In",
                                                 "values": ["eu-west-1a", "eu-west-1b"]}]}]
         anti = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
-        assert anti["podAffinityTerm"]["labelSelector"] == {"matchLabels": {"sparkoperator.k8s.io/app-name": "spark-pi"}}
+        selector = {"matchLabels": {"sparkoperator.k8s.io/app-name": "spark-pi"}}
+        assert anti["podAffinityTerm"]["labelSelector"] == selector
         assert "containers" not in spec and "metadata" not in spec, "the pod-template view never leaks into the CR"
 
 
@@ -76,7 +77,8 @@ def test_an_application_level_spark_node_selector_is_merged_into_not_duplicated(
 
 def test_topology_spread_goes_to_the_spark_pod_template() -> None:
     output, _ = admit(read_yaml(OBJECTS / "sparkapplication.yaml"), rules(
-        {"name": "zones", "action": "add-topology-spread", "parameters": {"topologyKey": "topology.kubernetes.io/zone"}}))
+        {"name": "zones", "action": "add-topology-spread",
+         "parameters": {"topologyKey": "topology.kubernetes.io/zone"}}))
     constraint = output["spec"]["executor"]["template"]["spec"]["topologySpreadConstraints"][0]
     assert constraint["topologyKey"] == "topology.kubernetes.io/zone"
     assert constraint["labelSelector"] == {"matchLabels": {"sparkoperator.k8s.io/app-name": "spark-pi"}}

@@ -419,9 +419,6 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def do_PATCH(self) -> None:
             self._dispatch("PATCH")
 
-        def do_DELETE(self) -> None:
-            self._dispatch("DELETE")
-
         def _dispatch(self, method: str) -> None:
             parsed = urlparse(self.path)
             query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}

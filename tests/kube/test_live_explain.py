@@ -72,7 +72,8 @@ def test_a_manifest_is_evaluated_in_its_namespaces_real_labels(
     assert any(op["path"].endswith("/nodeSelector") and op["value"] == {"node-pool": "gpu"} for op in patch)
 
 
-def test_context_picks_the_cluster(cluster: FakeApiServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_context_picks_the_cluster(cluster: FakeApiServer, kubeconfig: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
     config = yaml.safe_load(kubeconfig.read_text())
     config["clusters"].append({"name": "elsewhere", "cluster": {"server": "https://127.0.0.1:9"}})
     config["contexts"].append({"name": "other", "context": {"cluster": "elsewhere", "user": "placer"}})
@@ -112,13 +113,13 @@ def test_explain_says_which_nodes_can_host_the_mutated_pods(
     cluster.put_node("gpu-1", {"node-pool": "gpu"})
     cluster.put_node("cpu-1", {"node-pool": "general"})
     cluster.put_node("cpu-2", {"node-pool": "general"}, unschedulable=True)
-    assert main(["apply", "--kube", "--kubeconfig", str(kubeconfig), "deployment/web", "-n", "team-a"]
-                + ["-o", "explain"]) == 0
+    assert main(["apply", "--kube", "--kubeconfig", str(kubeconfig), "deployment/web", "-n", "team-a",
+                 "-o", "explain"]) == 0
     assert "  nodes: 1 of 3 nodes can host its pods" in capsys.readouterr().out
 
     cluster.delete("/api/v1/nodes", "gpu-1")  # the pool the policy selects is gone: every pod would be Pending
-    assert main(["apply", "--kube", "--kubeconfig", str(kubeconfig), "deployment/web", "-n", "team-a"]
-                + ["-o", "explain"]) == 0
+    assert main(["apply", "--kube", "--kubeconfig", str(kubeconfig), "deployment/web", "-n", "team-a",
+                 "-o", "explain"]) == 0
     # equal counts are listed in kube-scheduler's filter order: NodeUnschedulable before NodeAffinity
     assert "  nodes: no node can host its pods (1 cordoned, 1 without label node-pool=gpu; 0 of 2 nodes)" in (
         capsys.readouterr().out)

@@ -23,7 +23,8 @@ NAMESPACE = NamespaceInfo("team-a", {"environment": "production", "team": "ml"})
 
 RULES = {
     "selector": "{name: selector, action: add-node-selector, parameters: {pool: gpu, environment: production}}",
-    "selector-override": "{name: selector-override, action: add-node-selector, parameters: {pool: cpu}, override: true}",
+    "selector-override": "{name: selector-override, action: add-node-selector, parameters: {pool: cpu}, "
+                         "override: true}",
     "required-affinity": "{name: required-affinity, condition: \"has(pod.metadata.labels.app)\", action: "
                          "add-node-affinity, parameters: {key: node.kubernetes.io/pool, values: 'a,b'}}",
     "preferred-affinity": "{name: preferred-affinity, action: add-node-affinity, parameters: {key: spot, operator: "
@@ -127,7 +128,8 @@ def workloads(draw: st.DrawFn) -> dict[str, Any]:
 
 def policy_text(rules: list[str]) -> str:
     body = "".join(f"  - {RULES[name]}\n" for name in rules)
-    return f"apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {{name: random}}\nspec:\n  rules:\n{body}"
+    return ("apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: random}\nspec:\n"
+            f"  rules:\n{body}")
 
 
 def templates_of(obj: dict[str, Any]) -> list[dict[str, Any]]:

@@ -84,7 +84,7 @@ print("survived")
 
 def test_fuzzed_expressions_never_crash_the_process() -> None:
     result = subprocess.run([sys.executable, "-c", FUZZ, "300"], cwd=REPO, capture_output=True, text=True,
-                            timeout=600)
+                            timeout=600, check=False)
     assert result.returncode == 0 and "survived" in result.stdout, (result.returncode, result.stderr[-3000:])
 
 

@@ -6,14 +6,18 @@ from unittest import mock
 
 from tests.conftest import fixture_request
 from tests.helpers import run, snapshot_of
+from webhook.engine.mutate import mutate
 from webhook.policy import cel
 from webhook.policy.snapshot import NamespaceInfo
+from webhook.review import parse_review
+from webhook.workloads import default_workload_table
 
 TEAM_A = NamespaceInfo("team-a", {"environment": "production", "team": "ml"})
 
 
 def policy(rules: str, *, name: str = "p", extra: str = "") -> str:
-    return f"apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {{name: {name}}}\nspec:\n{extra}  rules:\n{rules}"
+    return (f"apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {{name: {name}}}\nspec:\n"
+            f"{extra}  rules:\n{rules}")
 
 
 def rule(condition: str, *, name: str = "r", action: str = "add-node-selector", parameters: str = "{pool: x}") -> str:
@@ -138,10 +142,6 @@ def test_deadline_stops_evaluation_and_says_so() -> None:
 
 
 def run_with_deadline(snapshot, deadline):  # type: ignore[no-untyped-def]
-    from webhook.engine.mutate import mutate
-    from webhook.review import parse_review
-    from webhook.workloads import default_workload_table
-
     return mutate(parse_review(fixture_request("pod-bare-create-dryrun")), snapshot, default_workload_table(),
                   deadline=deadline)
 
@@ -198,7 +198,8 @@ def variables_and_plain_conditions() -> Any:
 
 def test_conditions_reading_variables_are_decided_together_and_a_missing_variable_fails_only_its_own() -> None:
     """Conditions reading variables are batched with the variables written in, apart from the plain ones: the
-    variable `team` reads a label this Deployment's pods lack, so its rules say so, and every other rule is unaffected."""
+    variable `team` reads a label this Deployment's pods lack, so its rules say so, and every other rule is
+    unaffected."""
     snapshot = variables_and_plain_conditions()
     assert [batch.rules for batch in snapshot.policies[0].conditions] == [("d", "e"), ("a", "b", "c")]
     mutation = run(snapshot, fixture_request("deployment-create-dryrun"))

@@ -88,7 +88,8 @@ def test_the_answer_follows_the_nodes(tmp_path: Path) -> None:
 
 def test_no_gang_no_check(tmp_path: Path) -> None:
     reader = publish(tmp_path, gpu_nodes(1, "1"))
-    pool_only = gang_policy().replace("  - {name: gang, action: add-gang-labels, parameters: {scheduler: coscheduling}}\n", "")
+    gang_rule = "  - {name: gang, action: add-gang-labels, parameters: {scheduler: coscheduling}}\n"
+    pool_only = gang_policy().replace(gang_rule, "")
     assert job_admission(reader, pool_only).over_capacity == 0
 
 

@@ -25,7 +25,8 @@ def policy(selector: dict[str, str], *, toleration: bool = False) -> str:
     rules = f"  - {{name: pool, action: add-node-selector, parameters: {selector}}}\n"
     if toleration:
         rules += "  - {name: gpu, action: add-toleration, parameters: {key: gpu, operator: Exists}}\n"
-    return f"apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {{name: pools}}\nspec:\n  rules:\n{rules}"
+    return ("apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: pools}\nspec:\n"
+            f"  rules:\n{rules}")
 
 
 def publish(directory: Path, nodes: dict[str, dict[str, Any]]) -> NodeFactsReader:

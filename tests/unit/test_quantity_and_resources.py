@@ -17,7 +17,7 @@ def test_quantities(text: object, value: float) -> None:
 
 
 @pytest.mark.parametrize("text", ["1.5.5", "abc", "", "1Gb", "1e400", "1 Gi", "--1", True, None, [1], "1e", "Mi",
-                                  "٣", "９", "9" * 400])
+                                  "\u0663", "\uff19", "9" * 400])  # Arabic-Indic three, fullwidth nine
 def test_invalid_quantities(text: object) -> None:
     with pytest.raises(InvalidQuantityError):
         parse_quantity(text)

@@ -5,7 +5,7 @@ import signal
 import subprocess
 import sys
 
-from webhook.server.respawn_drain import DRAIN, RESUME, RespawnWatch, children_by_parent, child_processes
+from webhook.server.respawn_drain import DRAIN, RESUME, RespawnWatch, child_processes, children_by_parent
 
 
 class Workers:
