@@ -25,3 +25,8 @@ class ShareLedger(Protocol):
 
     def admitted(self, namespace: str, owner_uid: str, capacity_class: CapacityClass) -> None:
         """Record a (non-dry-run) admission this worker just answered, until the published counts include it."""
+
+    def release(self) -> None:
+        """The admission that read `counts` is over (answered, refused, a dry run, failed): a ledger that keeps
+        the workload to itself from `counts` to `admitted`, so that two workers never decide from the same
+        counts, lets it go. Called once per admission, whatever happened."""

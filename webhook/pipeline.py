@@ -53,7 +53,35 @@ def admit(
     """Decide one admission. Fails open: only a policy with `failurePolicy: Fail` can deny.
 
     `ledger`: the live pod counts of each workload by capacity class (`spot-share`); None means no counts,
-    and each Pod is decided as the first of its workload, with a warning saying so."""
+    and each Pod is decided as the first of its workload, with a warning saying so. It is released once the
+    admission is decided, whatever the outcome (`ShareLedger.release`)."""
+    try:
+        return _admit(request, snapshot, workloads, opt_in=opt_in, deadline=deadline,
+                      resolve_namespace=resolve_namespace, placement=placement, claims=claims, ledger=ledger)
+    finally:
+        if ledger is not None:
+            _release(ledger)
+
+
+def _release(ledger: ShareLedger) -> None:
+    try:
+        ledger.release()
+    except Exception:  # the admission is decided; a hold left behind ends with a deadline (share_shards)
+        log.exception("spot-share ledger could not be released")
+
+
+def _admit(
+    request: AdmissionRequest,
+    snapshot: PolicySnapshot,
+    workloads: WorkloadTable,
+    *,
+    opt_in: OptIn,
+    deadline: float | None,
+    resolve_namespace: NamespaceResolver | None,
+    placement: PlacementCheck | None,
+    claims: ClaimLookup | None,
+    ledger: ShareLedger | None,
+) -> Admission:
     namespace = _namespace(request, snapshot, workloads, deadline, resolve_namespace)
     if opt_in == "label-or-annotation" and not _opted_in(namespace or snapshot.namespace(request.namespace)):
         return Admission(request, _respond(request), "skipped", Mutation(passed_through="namespace not opted in"))

@@ -18,6 +18,9 @@ class CountedShares:
         spot, on_demand = self._counts.get((namespace, owner_uid), (0, 0))
         return ShareCounts(spot, on_demand, complete=True)
 
+    def release(self) -> None:
+        """One process decides in turn: nothing to let go."""
+
     def admitted(self, namespace: str, owner_uid: str, capacity_class: CapacityClass) -> None:
         spot, on_demand = self._counts.get((namespace, owner_uid), (0, 0))
         self._counts[(namespace, owner_uid)] = (spot + 1, on_demand) if capacity_class == "spot" else (

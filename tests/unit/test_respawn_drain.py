@@ -9,63 +9,60 @@ from webhook.server.respawn_drain import DRAIN, RESUME, RespawnWatch, child_proc
 
 
 class Workers:
-    """Children of a fake main process: pid → start time (ticks) and resident MiB."""
+    """Children of a fake main process, and the signals sent to them."""
 
-    def __init__(self, **started: int) -> None:
-        self.started = {int(pid.removeprefix("p")): at for pid, at in started.items()}
-        self.rss: dict[int, float] = {}
+    def __init__(self, *pids: int) -> None:
+        self.pids = set(pids)
         self.sent: list[tuple[int, signal.Signals]] = []
 
-    def watch(self, workers: int = 2, *, max_rss_mib: int | None = None, controller: int | None = None
-              ) -> RespawnWatch:
+    def watch(self, workers: int = 2, *, controller: int | None = None) -> RespawnWatch:
         return RespawnWatch(
-            workers, max_rss_mib=max_rss_mib, others=lambda: {controller} if controller else set(),
-            children=lambda: set(self.started) | ({controller} if controller else set()),
-            started=lambda pid: self.started[pid], rss=lambda pid: self.rss.get(pid, 50.0),
+            workers, others=lambda: {controller} if controller else set(),
+            children=lambda: set(self.pids) | ({controller} if controller else set()),
             send=lambda pid, which: self.sent.append((pid, which)))
 
 
-def test_a_reload_drains_each_old_worker_just_before_it_is_stopped_and_never_a_new_one() -> None:
-    workers = Workers(p11=100, p12=101)
+def test_a_reload_drains_every_worker_there_before_each_new_one_and_resumes_those_that_stay() -> None:
+    """granian replaces workers by index on SIGHUP, not by age: whichever it stops next has drained."""
+    workers = Workers(11, 12)
     watch = workers.watch()
     watch.look()
     assert workers.sent == []  # two workers of two: nothing is being replaced
-    workers.started[21] = 500  # SIGHUP: granian starts the first new worker beside the old
-    watch.look()
-    assert workers.sent == [(11, DRAIN)]  # the oldest is stopped first
-    watch.look()
-    assert workers.sent == [(11, DRAIN)], "told once"
-    del workers.started[11]  # stopped; granian starts the second new one
-    workers.started[22] = 900
+    workers.pids.add(21)  # SIGHUP: the first new worker beside the old ones
     watch.look()
     assert workers.sent == [(11, DRAIN), (12, DRAIN)]
-    del workers.started[12]
     watch.look()
-    assert workers.sent == [(11, DRAIN), (12, DRAIN)], "nothing to resume: both drained workers are gone"
-    workers.started[23] = 1200  # a later replacement drains the oldest of the new ones
+    assert workers.sent == [(11, DRAIN), (12, DRAIN)], "told once"
+    workers.pids.discard(11)  # one old worker stopped: the other keeps its connections until its turn
     watch.look()
-    assert workers.sent[-1] == (21, DRAIN)
+    assert workers.sent[2:] == [(12, RESUME)]
+    workers.pids.add(22)  # the second new one: 12 is stopped next (21, new, drains too, then resumes)
+    watch.look()
+    assert workers.sent[3:] == [(12, DRAIN), (21, DRAIN)]
+    workers.pids.discard(12)
+    watch.look()
+    assert workers.sent[5:] == [(21, RESUME)], "the new workers keep their connections"
+    watch.look()
+    assert len(workers.sent) == 6
 
 
-def test_the_worker_over_its_memory_limit_is_the_one_drained_and_a_wrong_guess_resumes() -> None:
-    workers = Workers(p11=100, p12=101)
-    workers.rss[12] = 300.0
-    watch = workers.watch(max_rss_mib=256)
+def test_a_stop_and_a_start_within_one_look_still_drain_the_next_one() -> None:
+    workers = Workers(11, 12)
+    watch = workers.watch()
     watch.look()
-    workers.started[21] = 500
+    workers.pids.add(21)
     watch.look()
-    assert workers.sent == [(12, DRAIN)]
-    workers.rss.clear()
-    workers.started[22] = 600  # a second replacement of another worker goes on at the same time
+    workers.pids.discard(11)
+    workers.pids.add(22)  # granian stopped 11 and started 22 between two looks
     watch.look()
-    assert workers.sent == [(12, DRAIN), (11, DRAIN)]
-    del workers.started[22], workers.started[21]  # the count is back, and neither drained worker was stopped
+    assert workers.sent == [(11, DRAIN), (12, DRAIN), (21, DRAIN)]
+    workers.pids.discard(12)
     watch.look()
-    assert sorted(workers.sent[2:]) == [(11, RESUME), (12, RESUME)]
+    assert workers.sent[3:] == [(21, RESUME)]
 
 
 def test_the_controller_process_is_not_counted_as_a_worker() -> None:
-    workers = Workers(p11=100, p12=101)
+    workers = Workers(11, 12)
     watch = workers.watch(controller=99)
     watch.look()
     watch.look()
@@ -76,7 +73,7 @@ def test_a_worker_that_exits_before_it_is_signalled_is_no_error() -> None:
     def gone(pid: int, which: signal.Signals) -> None:
         raise ProcessLookupError(pid)
 
-    watch = RespawnWatch(1, children=lambda: {1, 2}, started=lambda pid: pid, send=gone)
+    watch = RespawnWatch(1, children=lambda: {1, 2}, send=gone)
     watch.known = {1}
     watch.look()
     assert watch.draining == {1}

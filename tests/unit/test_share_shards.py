@@ -4,10 +4,12 @@ show their pod, when the entry starts a new life, or after a bounded time."""
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from tests.conftest import REPO
+from webhook.actions.pod_share import decide
 from webhook.capacity_share import ShareCounts
 from webhook.policy.shards import ShardWriter
 from webhook.policy.share_shards import ShareShards, pending_directory, shares_directory
@@ -127,3 +129,40 @@ def test_another_worker_process_admission_counts_here(tmp_path: Path) -> None:
     here = ShareShards(tmp_path)
     assert here.counts("team-a", "rs-1") == ShareCounts(1, 0, True)
     assert here.pending() == 1
+
+
+def test_two_workers_deciding_pods_of_one_workload_at_once_never_both_take_the_last_spot_slot(
+        tmp_path: Path) -> None:
+    """A ReplicaSet creates a batch of pods at once and a replica's workers admit them side by side: each
+    decides under the workload's hold (counts → admitted), so the second sees the first's decision."""
+    writer = ShardWriter(shares_directory(tmp_path))
+    publish(writer, spot=0, on_demand=1, seen_spot=0, seen_on_demand=1)  # one on-demand pod runs: room for 1 spot
+    workers = [ShareShards(tmp_path), ShareShards(tmp_path)]
+    start = threading.Barrier(2)
+    classes: list[str] = []
+
+    def admit(reader: ShareShards) -> None:
+        start.wait()
+        decision = decide(reader.counts("team-a", "rs-1"), 50)
+        time.sleep(0.01)  # the rest of the admission: the engine, the placement check
+        reader.admitted("team-a", "rs-1", decision.capacity_class)
+        classes.append(decision.capacity_class)
+
+    threads = [threading.Thread(target=admit, args=(reader,)) for reader in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(classes) == ["on-demand", "spot"], "1 spot of 3 pods is the most 50 % allows"
+    assert ShareShards(tmp_path).counts("team-a", "rs-1") == ShareCounts(1, 2, True)
+
+
+def test_a_hold_left_by_an_admission_that_never_ended_delays_others_by_a_bounded_time(tmp_path: Path) -> None:
+    ShardWriter(shares_directory(tmp_path)).replace({})
+    stuck, other = ShareShards(tmp_path), ShareShards(tmp_path)
+    stuck.counts("team-a", "rs-1")  # never admitted, never released
+    started = time.monotonic()
+    assert other.counts("team-a", "rs-1") == ShareCounts(0, 0, True)
+    assert time.monotonic() - started < 1.0
+    stuck.release()
+    other.release()

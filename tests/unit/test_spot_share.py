@@ -55,12 +55,16 @@ class Recording:
     def __init__(self, counts: ShareCounts) -> None:
         self.published = counts
         self.recorded: list[tuple[str, str, CapacityClass]] = []
+        self.released = 0
 
     def counts(self, namespace: str, owner_uid: str) -> ShareCounts:
         return self.published
 
     def admitted(self, namespace: str, owner_uid: str, capacity_class: CapacityClass) -> None:
         self.recorded.append((namespace, owner_uid, capacity_class))
+
+    def release(self) -> None:
+        self.released += 1
 
 
 # --- the rule -------------------------------------------------------------------------------------------

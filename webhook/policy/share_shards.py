@@ -29,11 +29,13 @@ Consistency model:
 """
 
 import contextlib
+import fcntl
 import itertools
 import logging
 import os
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +50,12 @@ log = logging.getLogger(__name__)
 
 SHARES_DIRECTORY = "spot-shares"
 PENDING_DIRECTORY = "spot-pending"
+HOLD_STRIPES = 64
+"""Workloads share this many lock files (`spot-pending/locks/`): two workloads rarely wait on each other."""
+HOLD_SECONDS = 0.05
+"""The longest a worker waits for another worker of its replica to finish deciding a Pod of the same workload
+stripe; past it, it decides without the hold (as two replicas do: the overshoot `docs/spot-share-ledger.md`
+bounds)."""
 PENDING_SECONDS = 30.0
 """How long an admission counts while the published counts do not show its pod."""
 SEEN_KEYS: dict[str, str] = {"spot": "seenSpot", "on-demand": "seenOnDemand"}
@@ -112,6 +120,9 @@ class ShareShards:
         """The other workers' files (by file name): what was read, by workload key."""
         self._sequence = itertools.count()
         self._lock = threading.Lock()
+        self._held: int | None = None
+        """The lock file descriptor this worker holds from `counts` to `admitted` or `release`."""
+        self._waited_too_long = False
 
     def known(self) -> bool:
         """Whether the controller has published its first list of labelled pods (once true, stays true)."""
@@ -120,7 +131,11 @@ class ShareShards:
         return self._known
 
     def counts(self, namespace: str, owner_uid: str) -> ShareCounts:
+        """The counts, read under the replica-wide hold of the workload's stripe, which is kept until this
+        admission is recorded (`admitted`) or over (`release`): the next worker to decide a Pod of the same
+        workload sees this one's decision in its pending file."""
         key = f"{namespace}/{owner_uid}"
+        self._hold(key)
         entry = self._shards.entry(key)
         spot = _number(entry, LIVE_KEYS["spot"])
         on_demand = _number(entry, LIVE_KEYS["on-demand"])
@@ -133,6 +148,47 @@ class ShareShards:
         return ShareCounts(spot, on_demand, self.known())
 
     def admitted(self, namespace: str, owner_uid: str, capacity_class: CapacityClass) -> None:
+        try:
+            self._record(namespace, owner_uid, capacity_class)
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            os.close(held)  # closing the descriptor ends its flock
+
+    def _hold(self, key: str) -> None:
+        """Take the replica-wide lock of `key`'s stripe (flock: released by the kernel if this worker dies),
+        waiting at most HOLD_SECONDS; without it, go on (the counts are still right, only a concurrent
+        decision of another worker may be missed)."""
+        if self._held is not None:
+            return  # this admission holds it already
+        path = self._pending_directory / "locks" / f"{zlib.crc32(key.encode()) % HOLD_STRIPES:02d}.lock"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as error:
+            log.warning("spot-share hold not taken (%s): concurrent decisions of this replica may overlap", error)
+            return
+        deadline = time.monotonic() + HOLD_SECONDS
+        while True:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.0002)
+                    continue
+                os.close(descriptor)
+                if not self._waited_too_long:
+                    self._waited_too_long = True
+                    log.warning("spot-share: another worker held %s for over %.0f ms; deciding without it",
+                                path.name, HOLD_SECONDS * 1000)
+                return
+            self._held = descriptor
+            return
+
+    def _record(self, namespace: str, owner_uid: str, capacity_class: CapacityClass) -> None:
         key = f"{namespace}/{owner_uid}"
         entry = self._shards.entry(key)
         now = self._clock()

@@ -10,11 +10,12 @@ retried), so that admission fails and the webhook's failurePolicy decides.
 
 A response that says `Connection: close` has no such race: the client reads it, then opens a new
 connection for its next request (RFC 9112 section 9.6). So when granian starts a worker beside the others
-(a replacement has begun), the main process (`RespawnWatch`) asks the worker about to be stopped to drain
-(SIGUSR1): each of its responses closes its connection, and its clients move to new connections, which the
-other workers accept as well. granian replaces workers one at a time, the oldest first on SIGHUP and past
-their lifetime, or the one over its memory limit: that is the one chosen. Once the replacement is over, a
-drained worker that is still there (a wrong guess) is told to keep connections alive again (SIGUSR2).
+(a replacement has begun), the main process (`RespawnWatch`) asks every worker that was there before it to
+drain (SIGUSR1): each of their responses closes its connection, and their clients move to new connections,
+which the new worker accepts as well. Which one granian stops next cannot be told from outside: on SIGHUP
+it replaces workers by their index, whatever their age, and two workers started in the same 10 ms tick look
+alike; so all of them drain, for the `respawn_interval` (3.5 s) before the stop. Once the count is back,
+the drained workers that remain are told to keep connections alive again (SIGUSR2).
 What drains in the worker is `WorkerDrain`.
 
 What remains: a connection the stopping worker accepted in the last moment, before its first request
@@ -90,33 +91,17 @@ def children_by_parent(pid: int) -> set[int]:
     return children
 
 
-def started_at(pid: int) -> int:
-    """When process `pid` started, in clock ticks since boot (proc(5), `/proc/[pid]/stat` field 22)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-def resident_mib(pid: int) -> float:
-    """Process `pid`'s resident memory (proc(5), `/proc/[pid]/statm` field 2, in pages)."""
-    pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
 class RespawnWatch:
     """In the main process: when there are more workers than configured (granian has started a replacement),
-    the worker it will stop drains; when the count is back, a drained worker still there resumes."""
+    the workers that were there before it drain; when the count is back, those still there resume."""
 
-    def __init__(self, workers: int, *, max_rss_mib: int | None = None, others: Callable[[], set[int]] = set,
+    def __init__(self, workers: int, *, others: Callable[[], set[int]] = set,
                  children: Callable[[], set[int]] = child_processes,
-                 started: Callable[[int], int] = started_at, rss: Callable[[int], float] = resident_mib,
                  send: Callable[[int, signal.Signals], None] = os.kill) -> None:
         """`others`: children that are not granian's workers (the cluster controller)."""
         self.workers = workers
-        self.max_rss_mib = max_rss_mib
         self.others = others
         self.children = children
-        self.started = started
-        self.rss = rss
         self.send = send
         self.known: set[int] = set()
         """The workers seen at the last look."""
@@ -141,27 +126,15 @@ class RespawnWatch:
 
     def look(self) -> None:
         current = self.children() - self.others()
-        if len(current) > self.workers:  # a new worker beside the old: the old ones are stopped next
-            replaced = self._replaced(self.known & current)
-            if replaced is not None and replaced not in self.draining:
-                self.draining.add(replaced)
-                self._signal(replaced, DRAIN)
-        elif self.draining:
+        if len(current) > self.workers and current - self.known:  # a new worker beside the others
+            for pid in sorted((self.known & current) - self.draining):  # one of these is stopped next
+                self.draining.add(pid)
+                self._signal(pid, DRAIN)
+        elif len(current) <= self.workers and self.draining:
             for pid in sorted(self.draining & current):
                 self._signal(pid, RESUME)
             self.draining = set()
         self.known = current
-
-    def _replaced(self, candidates: set[int]) -> int | None:
-        """The worker granian stops next: one over the memory limit, else the oldest."""
-        try:
-            if self.max_rss_mib is not None:
-                over = [pid for pid in candidates if self.rss(pid) > self.max_rss_mib]
-                if over:
-                    return min(over, key=self.started)
-            return min(candidates, key=self.started) if candidates else None
-        except (OSError, ValueError, IndexError):
-            return None  # one has just exited: look again in a moment
 
     def _signal(self, pid: int, which: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError):  # it has just exited

@@ -81,8 +81,7 @@ def serve(settings: Settings) -> None:
     controller = ControllerProcess(settings) if settings.cluster_state is not None else None
     metrics = os.environ.get(MULTIPROC_ENV)
     versions = ClusterVersionWatch(settings.cluster_state) if settings.cluster_state is not None else None
-    respawns = RespawnWatch(settings.workers, max_rss_mib=settings.worker_max_rss_mib,
-                            others=controller.pids if controller is not None else set)
+    respawns = RespawnWatch(settings.workers, others=controller.pids if controller is not None else set)
     supervisor = Supervisor(controller, CertificateWatch(settings.tls_cert, settings.tls_key, settings.client_ca),
                             Path(metrics) if metrics else None, versions, respawns)
     server.on_startup(supervisor.start)
