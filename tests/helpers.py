@@ -13,6 +13,8 @@ import yaml
 from tests.conftest import fixture_request
 from webhook.engine.mutate import Mutation, mutate
 from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.node_facts import NodeFactsReader, node_facts
+from webhook.policy.shards import ShardWriter
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.review import parse_review
 from webhook.workloads import default_workload_table
@@ -129,3 +131,14 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def publish_nodes(directory: Path, nodes: dict[str, dict[str, Any]]) -> NodeFactsReader:
+    """Nodes as the controller publishes them (each with 8 CPUs; `labels`, `taints`, `cordoned`), and a
+    worker's reader of them."""
+    ShardWriter(directory).replace({
+        name: node_facts({"metadata": {"labels": {"kubernetes.io/hostname": name, **spec.get("labels", {})}},
+                          "spec": {"taints": spec.get("taints", []), "unschedulable": spec.get("cordoned", False)},
+                          "status": {"allocatable": {"cpu": "8"}}})
+        for name, spec in nodes.items()})
+    return NodeFactsReader(directory)

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import fixture_request
+from tests.helpers import publish_nodes as publish
 from tests.helpers import snapshot_of
 from tests.unit.test_gang_capacity import gang_policy
-from tests.unit.test_placement_warnings import policy, publish
+from tests.unit.test_placement_warnings import policy
 from webhook.feasibility import PlacementCheck
 from webhook.pipeline import admit
 from webhook.policy.snapshot import NamespaceInfo

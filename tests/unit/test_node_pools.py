@@ -9,12 +9,12 @@ import pytest
 import yaml
 
 from tests.conftest import fixture_request
+from tests.helpers import publish_nodes as publish
 from tests.helpers import snapshot_of
 from webhook.feasibility import PlacementCheck
 from webhook.pipeline import admit
 from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.node_facts import NodeFactsReader, node_facts
-from webhook.policy.shards import ShardWriter
+from webhook.policy.node_facts import NodeFactsReader
 from webhook.policy.snapshot import NamespaceInfo
 from webhook.review import parse_review
 from webhook.workloads import default_workload_table
@@ -28,15 +28,6 @@ GPU = ("{name: gpu, action: add-node-affinity, parameters: {key: accelerator, va
 def policy(*rules: str) -> str:
     body = "".join(f"  - {rule}\n" for rule in rules)
     return f"apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {{name: cost}}\nspec:\n  rules:\n{body}"
-
-
-def publish(directory: Path, nodes: dict[str, dict[str, Any]]) -> NodeFactsReader:
-    ShardWriter(directory).replace({
-        name: node_facts({"metadata": {"labels": {"kubernetes.io/hostname": name, **spec.get("labels", {})}},
-                          "spec": {"taints": spec.get("taints", []), "unschedulable": spec.get("cordoned", False)},
-                          "status": {"allocatable": {"cpu": "8"}}})
-        for name, spec in nodes.items()})
-    return NodeFactsReader(directory)
 
 
 def admission(policy_text: str, reader: NodeFactsReader | None = None) -> Any:

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import fixture_request
+from tests.helpers import publish_nodes as publish
 from tests.helpers import snapshot_of
 from webhook.feasibility import PlacementCheck
 from webhook.pipeline import admit
-from webhook.policy.node_facts import NodeFactsReader, node_facts
+from webhook.policy.node_facts import NodeFactsReader
 from webhook.policy.shards import ShardWriter
 from webhook.policy.snapshot import NamespaceInfo
 from webhook.review import parse_review
@@ -27,15 +28,6 @@ def policy(selector: dict[str, str], *, toleration: bool = False) -> str:
         rules += "  - {name: gpu, action: add-toleration, parameters: {key: gpu, operator: Exists}}\n"
     return ("apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: pools}\nspec:\n"
             f"  rules:\n{rules}")
-
-
-def publish(directory: Path, nodes: dict[str, dict[str, Any]]) -> NodeFactsReader:
-    ShardWriter(directory).replace({
-        name: node_facts({"metadata": {"labels": {"kubernetes.io/hostname": name, **spec.get("labels", {})}},
-                          "spec": {"taints": spec.get("taints", []), "unschedulable": spec.get("cordoned", False)},
-                          "status": {"allocatable": {"cpu": "8"}}})
-        for name, spec in nodes.items()})
-    return NodeFactsReader(directory)
 
 
 def admission(reader: NodeFactsReader, policy_text: str, pod_spec: dict[str, Any] | None = None) -> Any:

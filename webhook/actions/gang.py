@@ -15,6 +15,7 @@ from webhook.actions.scheduling import apply_scheduler_name
 from webhook.gang.flavours import FLAVOURS, YUNIKORN_TASK_GROUP_NAME, YUNIKORN_TASK_GROUPS, Flavour, Key
 from webhook.gang.identity import Derived, group_name, group_size
 from webhook.gang.native import NATIVE
+from webhook.gang.native_operators import PER_GROUP, SHAPES
 from webhook.gang.pod_groups import MIN_MEMBER_ANNOTATION, OWNER_KINDS, POD_GROUP_LABEL
 from webhook.gang.yunikorn import task_groups
 from webhook.names import dns1123_subdomain_error, label_value_error
@@ -22,9 +23,10 @@ from webhook.typing import JSONObject, as_map
 
 KEEPS_COSCHEDULING = frozenset(kind for _, kind in OWNER_KINDS)
 """Kinds whose scheduler-plugins PodGroup Placer keeps (operator resources are marked for native gangs only)."""
-PER_GROUP_KINDS = frozenset({"LeaderWorkerSet"})
-"""Kinds whose gangs are its groups, not the whole resource: one label on the shared templates cannot say which
-group a pod is in, so only the native flavour (each pod names its group at creation) handles them."""
+PER_GROUP_KINDS = frozenset(shape.kind for shape in SHAPES.values() if shape.per == PER_GROUP)
+"""Kinds whose gangs are its groups, not the whole resource (LeaderWorkerSet): one label on the shared templates
+cannot say which group a pod is in, so only the native flavour (each pod names its group at creation) handles
+them."""
 _LABEL_CHARACTERS = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 

@@ -1,7 +1,7 @@
-"""The spot-share bench stays runnable, and a burst whose watch lag outlasts it keeps the stated bound."""
+"""The spot-share bench (tests/bench/bench_spot_ledger.py) stays runnable, and a burst whose watch lag outlasts it
+keeps the stated bound; the fake API server is this directory's fixture."""
 
 import argparse
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -9,15 +9,6 @@ import pytest
 
 from tests.bench.bench_spot_ledger import run_burst, scale_main
 from tests.kube.fake_apiserver import FakeApiServer
-
-
-@pytest.fixture
-def apiserver(certificates: Any) -> Iterator[FakeApiServer]:
-    server = FakeApiServer().serve(certificates.cert, certificates.key)
-    try:
-        yield server
-    finally:
-        server.shutdown()
 
 
 @pytest.mark.parametrize(("start", "bound"), [(0, 0), (4, 3)])
