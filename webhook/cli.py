@@ -29,8 +29,8 @@ from webhook.export.admission_policy import export_policies, report_lines
 from webhook.export.versions import API_VERSIONS, parse_version
 from webhook.field_targets import add_target_flags, compiler_from_flags
 from webhook.kube import share_listing
-from webhook.kube.api import KubeApi, TransportError
-from webhook.kube.connection import ConnectionSetupError, connect, in_cluster
+from webhook.kube.api import TransportError, api_from_flags
+from webhook.kube.connection import ConnectionSetupError, in_cluster
 from webhook.kube.live import LiveError, cluster_snapshot, read_namespaces, read_nodes, read_object
 from webhook.logs import configure_logging
 from webhook.offline import DEFAULT_NAMESPACE, apply_manifests, load_policies, parse_labels, render
@@ -325,7 +325,7 @@ def _apply(args: argparse.Namespace) -> int:
         return compiler
     if args.kube:
         try:
-            api = KubeApi(connect(Path(args.kubeconfig) if args.kubeconfig else None, context=args.context))
+            api = api_from_flags(args.kubeconfig, args.context)
             snapshot = cluster_snapshot(api, compiler)
             objects = [(f"{target} (live)", read_object(api, target, namespace)) for target in args.targets]
             nodes = read_nodes(api)

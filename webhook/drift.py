@@ -25,15 +25,14 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TextIO
 
 import jsonpatch
 
 from webhook.compliance import Verdict, evaluate, stale_values
 from webhook.engine.value_drift import ValueCheck
-from webhook.kube.api import ApiError, KubeApi, TransportError
-from webhook.kube.connection import ConnectionSetupError, connect
+from webhook.kube.api import ApiError, KubeApi, TransportError, api_from_flags
+from webhook.kube.connection import ConnectionSetupError
 from webhook.kube.live import LiveError, cluster_snapshot, read_namespaces, resolve_kind
 from webhook.kube.workload_lists import Served, list_workloads
 from webhook.offline import DEFAULT_NAMESPACE, load_policies
@@ -257,7 +256,7 @@ def command(args: argparse.Namespace) -> int:
         print("kubectl placer drift: --qps must be positive", file=sys.stderr)
         return 2
     try:
-        api = KubeApi(connect(Path(args.kubeconfig) if args.kubeconfig else None, context=args.context))
+        api = api_from_flags(args.kubeconfig, args.context)
     except ConnectionSetupError as error:
         print(f"kubectl placer drift: {error}", file=sys.stderr)
         return 1

@@ -11,8 +11,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from webhook.kube.api import ApiError, KubeApi, TransportError
-from webhook.kube.connection import ConnectionSetupError, connect
+from webhook.kube.api import ApiError, KubeApi, TransportError, api_from_flags
+from webhook.kube.connection import ConnectionSetupError
 from webhook.policy.cluster_schemas import cluster_field_checks
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.documents import ManifestError, expand_lists, read_documents
@@ -51,7 +51,7 @@ def compiler_from_flags(args: argparse.Namespace) -> PolicyCompiler | int:
     prog = getattr(args, "prog", None) or f"placer {args.command}"
     try:
         if args.kube:
-            api = KubeApi(connect(Path(args.kubeconfig) if args.kubeconfig else None, context=args.context))
+            api = api_from_flags(args.kubeconfig, args.context)
         return policy_compiler(kubernetes_version=args.kubernetes_version, crd_paths=args.crd or (), api=api)
     except FieldTargetError as error:
         print(f"{prog}: {error}", file=sys.stderr)

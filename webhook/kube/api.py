@@ -10,6 +10,7 @@ import json
 import ssl
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -18,7 +19,7 @@ import urllib3
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from webhook import __version__
-from webhook.kube.connection import ClusterConnection
+from webhook.kube.connection import ClusterConnection, connect
 from webhook.kube.watch_stream import ChunkedStreamError, PacedBody, RawBodyPool, Skip, chunked_lines, raw_body
 
 JSON = "application/json"
@@ -253,3 +254,9 @@ def _ssl_context(connection: ClusterConnection) -> ssl.SSLContext:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context
+
+
+def api_from_flags(kubeconfig: str | None, context: str | None) -> KubeApi:
+    """The API server a command's `--kubeconfig` and `--context` name (without them: `$KUBECONFIG`,
+    `~/.kube/config` or in-cluster, as `connection.connect` finds it); ConnectionSetupError when none is."""
+    return KubeApi(connect(Path(kubeconfig) if kubeconfig else None, context=context))

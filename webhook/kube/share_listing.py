@@ -11,12 +11,11 @@ import json
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TextIO
 
 from webhook.capacity_share import CLASS_LABEL
-from webhook.kube.api import ApiError, KubeApi, TransportError
-from webhook.kube.connection import ConnectionSetupError, connect
+from webhook.kube.api import ApiError, KubeApi, TransportError, api_from_flags
+from webhook.kube.connection import ConnectionSetupError
 from webhook.kube.spot_ledger import pod_share
 from webhook.typing import as_map
 
@@ -109,7 +108,7 @@ def add_parser(commands: Any) -> None:
 
 def command(args: argparse.Namespace) -> int:
     try:
-        api = KubeApi(connect(Path(args.kubeconfig) if args.kubeconfig else None, context=args.context))
+        api = api_from_flags(args.kubeconfig, args.context)
     except ConnectionSetupError as error:
         print(f"kubectl placer shares: {error}", file=sys.stderr)
         return 1
