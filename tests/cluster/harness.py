@@ -59,14 +59,29 @@ class Cluster:
         self.created.append(f"{path}/{created['metadata']['name']}")
         return created
 
+    def get_or_none(self, path: str) -> dict[str, Any] | None:
+        """The object at `path`, None when there is none (404)."""
+        try:
+            return self.api.get(path)
+        except ApiError as error:
+            if error.code == 404:
+                return None
+            raise
+
+    def schedulable_nodes(self) -> list[dict[str, Any]]:
+        """Nodes a plain pod can land on: not cordoned, no NoSchedule or NoExecute taint."""
+        def blocked(node: dict[str, Any]) -> bool:
+            taints = node["spec"].get("taints") or []
+            return bool(node["spec"].get("unschedulable")) or any(
+                taint.get("effect") in ("NoSchedule", "NoExecute") for taint in taints)
+
+        return [node for node in self.api.get("/api/v1/nodes")["items"] if not blocked(node)]
+
     def apply(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Create, or replace what is there (keeping its resourceVersion)."""
         name = obj["metadata"]["name"]
-        try:
-            current = self.api.get(f"{path}/{name}")
-        except ApiError as error:
-            if error.code != 404:
-                raise
+        current = self.get_or_none(f"{path}/{name}")
+        if current is None:
             return self.create(path, obj)
         replacement = copy.deepcopy(obj)
         replacement["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]

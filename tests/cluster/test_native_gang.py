@@ -137,7 +137,8 @@ def test_an_indexed_job_of_four_binds_none_while_a_node_is_cordoned_then_all_fou
             job = cluster.api.create(jobs, gang_job("allreduce", namespace, nodes))
             assert job["spec"]["template"]["spec"]["schedulingGroup"] == {"podGroupName": "allreduce"}
             group_path = f"{GROUP}/{version}/namespaces/{namespace}/podgroups/allreduce"
-            group = wait_until(lambda: _get(cluster, group_path), timeout=60, what="the PodGroup the controller keeps")
+            group = wait_until(lambda: cluster.get_or_none(group_path), timeout=60,
+                               what="the PodGroup the controller keeps")
             assert group["spec"]["schedulingPolicy"]["gang"]["minCount"] == MEMBERS
             assert group["metadata"]["ownerReferences"] == [{
                 "apiVersion": "batch/v1", "kind": "Job", "name": "allreduce", "uid": job["metadata"]["uid"],
@@ -182,10 +183,3 @@ def test_without_the_api_the_job_gets_a_warning_and_schedules_as_before(cluster:
         cluster.delete_policy(policy)
 
 
-def _get(cluster: Cluster, path: str) -> dict[str, Any] | None:
-    try:
-        return cluster.api.get(path)
-    except ApiError as error:
-        if error.code == 404:
-            return None
-        raise

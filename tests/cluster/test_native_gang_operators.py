@@ -40,7 +40,6 @@ from tests.cluster.test_native_gang import (
     native_version,
 )
 from tests.conftest import REPO
-from webhook.kube.api import ApiError
 
 pytestmark = pytest.mark.cluster
 
@@ -92,26 +91,17 @@ def pods_of(cluster: Cluster, namespace: str, job: str) -> list[dict[str, Any]]:
     return cluster.api.get(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": selector})["items"]
 
 
-def _get(cluster: Cluster, path: str) -> dict[str, Any] | None:
-    try:
-        return cluster.api.get(path)
-    except ApiError as error:
-        if error.code == 404:
-            return None
-        raise
-
-
 def test_a_jobset_gets_a_pod_group_per_child_job_and_a_worker_job_binds_as_one_gang(cluster: Cluster) -> None:
     version = native_version(cluster)
     if version is None:
         pytest.skip("scheduling.k8s.io PodGroups are not served: start the cluster with the gates GenericWorkload "
                     "and GangScheduling and --runtime-config=scheduling.k8s.io/v1alpha2=true")
-    if _get(cluster, f"{CRDS}/{CRD_NAME}") is not None:
+    if cluster.get_or_none(f"{CRDS}/{CRD_NAME}") is not None:
         pytest.skip("JobSet is installed: its controller would make the child Jobs this test makes")
     nodes = four_nodes(cluster)
     cluster.create(CRDS, JOBSET_CRD)
     wait_until(lambda: any(c.get("type") == "Established" and c.get("status") == "True" for c in (
-        (_get(cluster, f"{CRDS}/{CRD_NAME}") or {}).get("status") or {}).get("conditions") or []),
+        (cluster.get_or_none(f"{CRDS}/{CRD_NAME}") or {}).get("status") or {}).get("conditions") or []),
         timeout=60, what="the JobSet CRD")
     namespace = cluster.namespace()
     spec = yaml.safe_load((REPO / "policies/gang-native-operators.yaml").read_text())["spec"]
@@ -127,7 +117,7 @@ def test_a_jobset_gets_a_pod_group_per_child_job_and_a_worker_job_binds_as_one_g
         wait_until(marked, timeout=60, what="the webhook serving the native operators policy")
         stored = cluster.api.create(jobsets, jobset("train", namespace, nodes))
         groups = f"{GROUP}/{version}/namespaces/{namespace}/podgroups"
-        made = wait_until(lambda: (g := _get(cluster, groups)) and len(g["items"]) == 2 and g["items"],
+        made = wait_until(lambda: (g := cluster.get_or_none(groups)) and len(g["items"]) == 2 and g["items"],
                           timeout=DISCOVERY_WAIT, what="one PodGroup per child Job")
         assert {g["metadata"]["name"]: g["spec"]["schedulingPolicy"]["gang"]["minCount"] for g in made} == {
             "train-leader-0": 1, "train-workers-0": MEMBERS}

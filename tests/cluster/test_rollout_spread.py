@@ -34,19 +34,10 @@ REPLICAS = 4
 ROLLOUT_TIMEOUT = 240.0
 
 
-def schedulable_nodes(cluster: Cluster) -> list[dict[str, Any]]:
-    def blocked(node: dict[str, Any]) -> bool:
-        taints = node["spec"].get("taints") or []
-        return bool(node["spec"].get("unschedulable")) or any(
-            taint.get("effect") in ("NoSchedule", "NoExecute") for taint in taints)
-
-    return [node for node in cluster.api.get("/api/v1/nodes")["items"] if not blocked(node)]
-
-
 @contextlib.contextmanager
 def labelled_zones(cluster: Cluster) -> Iterator[dict[str, str]]:
     """Node name -> zone for the labelled nodes; the labels are removed on the way out."""
-    nodes = schedulable_nodes(cluster)[:6]
+    nodes = cluster.schedulable_nodes()[:6]
     if len(nodes) < 2:
         pytest.skip(f"needs 2 schedulable untainted nodes to make two zones, the cluster has {len(nodes)}")
     zones = {node["metadata"]["name"]: ZONES[index % len(ZONES)] for index, node in enumerate(nodes)}

@@ -42,19 +42,10 @@ OVERSHOOT = 1
 TIMEOUT = 300.0
 
 
-def schedulable_nodes(cluster: Cluster) -> list[dict[str, Any]]:
-    def blocked(node: dict[str, Any]) -> bool:
-        taints = node["spec"].get("taints") or []
-        return bool(node["spec"].get("unschedulable")) or any(
-            taint.get("effect") in ("NoSchedule", "NoExecute") for taint in taints)
-
-    return [node for node in cluster.api.get("/api/v1/nodes")["items"] if not blocked(node)]
-
-
 @contextlib.contextmanager
 def capacity_labels(cluster: Cluster) -> Iterator[dict[str, str]]:
     """Node name -> class for the labelled nodes; labels removed (and cordons lifted) on the way out."""
-    nodes = [node["metadata"]["name"] for node in schedulable_nodes(cluster)[:6]]
+    nodes = [node["metadata"]["name"] for node in cluster.schedulable_nodes()[:6]]
     if not nodes:
         pytest.skip("needs a schedulable untainted node")
     spot_nodes = len(nodes) // 2
