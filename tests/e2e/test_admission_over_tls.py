@@ -175,6 +175,13 @@ def test_logs_are_json_lines_without_object_bodies(server: RunningServer) -> Non
     assert SECRET not in server.log_text()
 
 
+def test_each_worker_serves_on_the_standard_event_loop(server: RunningServer) -> None:
+    """Named in `placer serve`, not left to granian's `auto`, which would take rloop or uvloop if installed."""
+    loops = [json.loads(line)["message"] for line in server.log_text().splitlines() if " serves on " in line]
+    assert len(loops) >= 2, server.log_text()[-2000:]
+    assert all(message.endswith("serves on asyncio.unix_events._UnixSelectorEventLoop") for message in loops), loops
+
+
 @pytest.mark.parametrize("namespace,obj,where,key,value", [
     ("spark", "sparkapplication", ("spec", "executor", "annotations"),
      "scheduling.volcano.sh/group-min-member", "11"),

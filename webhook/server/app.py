@@ -13,6 +13,7 @@ objects cost about as much as a 2-rule admission (docs/serving.md has the figure
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -91,6 +92,7 @@ class PlacerApp:
     def __rsgi_init__(self, loop: asyncio.AbstractEventLoop) -> None:
         """RSGI's hook, called by granian in the worker with its event loop before the first request."""
         self.drain.install(loop)
+        log.info("worker %d serves on %s.%s", os.getpid(), type(loop).__module__, type(loop).__qualname__)
 
     def __call__(self, scope: RequestScope, protocol: HttpProtocol) -> Awaitable[None]:
         return self.serve(scope, protocol)
