@@ -11,17 +11,25 @@ namespaces are made for the run, and deleted after it:
 - `no webhook`: not opted in, so the API server does not call Placer (the webhooks' namespaceSelector);
 - `opted in, no policy`: opted in, but no policy selects it: Placer is called and answers without a patch;
 - `2 rules`: opted in and labelled `node-pool: ml`; the 2-rule policy of bench_direct (a node selector from
-  that label, a GPU toleration), selecting this namespace only, patches every create.
+  that label, a GPU toleration), selecting this namespace only, patches every create;
+- `50 rules`: opted in, with the labels bench_engine's 50 rules read; its five policies select it only;
+- `Go, no patch`, `Go, 2-rule patch`, `Go, 50-rule patch`: the floor of any webhook, and of any webhook
+  answering the same patch as Placer: a minimal Go webhook (tests/bench/reference_webhook.py), started here
+  beside Placer and registered for namespaces of its own, answering with no patch or with the patch Placer
+  answered in `2 rules` and `50 rules` (read off the cluster; a create through each must give the Pod
+  Placer gave). Skipped, with the reason, when `go` is not on PATH.
 
 The Pod of tests/fixtures/manifests/pod-bare.yaml (a GPU limit) is POSTed with `?dryRun=All`, the same body
 every time, over keep-alive TLS with the kubeconfig's credentials, by the asyncio load generator in separate
 processes: at 1 connection for p50 / p99, at 8 for creates/s. The paths are measured in turn, `--rounds`
 times; the summary gives each path's medians and, against `no webhook` in the same round, what the webhook
 adds to p50 and p99 and the create rate's ratio. Before measuring, one create in each namespace checks that
-the path is what it says (patched only in `2 rules`).
+the path is what it says (patched only in `2 rules` and `50 rules`). The summary also compares Placer with the Go
+webhook answering the same patch, round by round: the difference of their p50 and the ratio of their rates.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -34,18 +42,26 @@ from typing import Any
 import yaml
 
 from tests.bench.bench_direct import TWO_RULES
+from tests.bench.bench_engine import policies as bench_policies
 from tests.bench.loadgen import Client, load
+from tests.bench.reference_webhook import NoGo, comparable, go_reference, patch_between
 from tests.cluster.harness import E2E_NAME, KUBECONFIG_ENV, Cluster, NoRouteBack, placer_on_cluster, wait_until
 from tests.conftest import REPO
 from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.kube.connection import ClusterConnection, ConnectionSetupError
 
-PATHS = ("no webhook", "opted in, no policy", "2 rules")
+PLACER_PATHS = ("no webhook", "opted in, no policy", "2 rules", "50 rules")
+GO_PATHS = {"Go, no patch": "opted in, no policy", "Go, 2-rule patch": "2 rules", "Go, 50-rule patch": "50 rules"}
+"""Each path of the Go reference webhook, and the path of Placer's it answers like."""
+PATHS = (*PLACER_PATHS, *GO_PATHS)
 SELECTING_LABEL = "placer-e2e-bench"
-"""The label the 2-rule policy's namespaceSelector asks for: on the `2 rules` namespace only."""
+"""The label the bench's policies select by: `selected` on the `2 rules` namespace, `fifty` on `50 rules`."""
 POLICY = "bench-two-rules"
+FIFTY_LABELS = {"environment": "production", "team": "ml", SELECTING_LABEL: "fifty"}
+"""What the 50 rules read of their namespace (bench_engine's), and the label their policies select."""
 POD_MANIFEST = REPO / "tests/fixtures/manifests/pod-bare.yaml"
-TARGETS = "targets: the webhook adds ≤ 1.5 ms p50 / ≤ 4 ms p99 at 1 connection; ≥ 0.7 times the no-webhook rate at 8"
+TARGETS = ("targets: Placer within 0.15 ms of the Go webhook's p50 answering the same patch, and at least 0.95 "
+           "times its create rate at 8 connections, with 2 and with 50 rules")
 
 
 class OtherPolicies(RuntimeError):
@@ -63,6 +79,16 @@ def two_rule_spec() -> dict[str, Any]:
     spec: dict[str, Any] = yaml.safe_load(TWO_RULES)["spec"]
     spec["namespaceSelector"] = {"matchLabels": {SELECTING_LABEL: "selected"}}
     return spec
+
+
+def fifty_rule_specs() -> dict[str, dict[str, Any]]:
+    """bench_engine's 50 rules (five policies), each policy selecting the `50 rules` namespace only."""
+    specs = {}
+    for text in bench_policies(50):
+        document = yaml.safe_load(text)
+        document["spec"]["namespaceSelector"] = {"matchLabels": {SELECTING_LABEL: "fifty"}}
+        specs[document["metadata"]["name"]] = document["spec"]
+    return specs
 
 
 def client_for(connection: ClusterConnection) -> Client:
@@ -87,76 +113,125 @@ def patched(created: dict[str, Any]) -> bool:
     return (spec.get("nodeSelector") or {}).get("node-pool") == "ml" and tolerated
 
 
-def prepare(cluster: Cluster, body: bytes) -> dict[str, str]:
-    """The three namespaces and the policy, once Placer patches creates in the selected one, and only there
-    and only with the policy's two rules. OtherPolicies when the cluster's own SchedulingPolicies act there
-    too (the paths would be something else: said, not measured)."""
+def create_in(cluster: Cluster, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
+    return cluster.api.create(f"/api/v1/namespaces/{namespace}/pods", pod, {"dryRun": "All"})
+
+
+def prepare(cluster: Cluster, body: bytes) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """Placer's namespaces and policies, once Placer patches creates in the selected ones, and only there and
+    only with their own policies' rules; with the Pod each path's create gave. OtherPolicies when the
+    cluster's own SchedulingPolicies act there too (the paths would be something else: said, not measured)."""
     namespaces = {
         "no webhook": cluster.namespace({"node-pool": "ml"}, opted_in=False),
         "opted in, no policy": cluster.namespace({"node-pool": "ml"}),
         "2 rules": cluster.namespace({"node-pool": "ml", SELECTING_LABEL: "selected"}),
+        "50 rules": cluster.namespace(FIFTY_LABELS),
     }
     cluster.policy(POLICY, two_rule_spec())
+    fifty = fifty_rule_specs()
+    for name, spec in fifty.items():
+        cluster.policy(name, spec)
     pod = json.loads(body)
-
-    def create(path: str) -> dict[str, Any]:
-        return cluster.api.create(f"/api/v1/namespaces/{namespaces[path]}/pods", pod, {"dryRun": "All"})
-
-    wait_until(lambda: patched(create("2 rules")), timeout=60, what="Placer to serve the 2-rule policy")
-    rules = {f"{E2E_NAME}-{POLICY}/{rule['name']}" for rule in two_rule_spec()["rules"]}
-    expected: dict[str, set[str]] = {"no webhook": set(), "opted in, no policy": set(), "2 rules": rules}
-    for path in PATHS:
-        created = create(path)
-        foreign = sorted(rule for rule in applied(created) if not rule.startswith(f"{E2E_NAME}-"))
+    wait_until(lambda: patched(create_in(cluster, namespaces["2 rules"], pod)), timeout=60,
+               what="Placer to serve the 2-rule policy")
+    wait_until(lambda: {rule.split("/")[0] for rule in applied(create_in(cluster, namespaces["50 rules"], pod))}
+               == {f"{E2E_NAME}-{name}" for name in fifty}, timeout=60, what="Placer to serve the 50 rules")
+    own = {"no webhook": set(), "opted in, no policy": set(), "2 rules": {f"{E2E_NAME}-{POLICY}"},
+           "50 rules": {f"{E2E_NAME}-{name}" for name in fifty}}
+    created = {}
+    for path in PLACER_PATHS:
+        created[path] = create_in(cluster, namespaces[path], pod)
+        rules = applied(created[path])
+        foreign = sorted(rule for rule in rules if not rule.startswith(f"{E2E_NAME}-"))
         if foreign:
             raise OtherPolicies(f"SchedulingPolicies of this cluster select the {path!r} namespace too ({foreign}): "
                                 "the paths would not be what they say")
-        if applied(created) != expected[path] or patched(created) != (path == "2 rules"):
-            raise AssertionError(f"the {path!r} namespace's create came back with rules {sorted(applied(created))}, "
-                                 f"not {sorted(expected[path])}")
-    return namespaces
+        if {rule.split("/")[0] for rule in rules} != own[path] or patched(created[path]) != (path == "2 rules"):
+            raise AssertionError(f"the {path!r} namespace's create came back with rules {sorted(rules)}, "
+                                 f"not those of {sorted(own[path])}")
+    return namespaces, created
 
 
-def measure(cluster: Cluster, *, duration: float, rounds: int,
+def go_patches(created: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each Go route's patch: none, and the ones Placer answered in `2 rules` and `50 rules`."""
+    plain = created["no webhook"]
+    return {"none": None, "two": patch_between(plain, created["2 rules"]),
+            "fifty": patch_between(plain, created["50 rules"])}
+
+
+GO_ROUTES = {"none": "Go, no patch", "two": "Go, 2-rule patch", "fifty": "Go, 50-rule patch"}
+
+
+def measure(cluster: Cluster, *, duration: float, rounds: int, workdir: Path,
             report: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Every path at 1 and 8 connections, `rounds` times in turn; returns the summary rows."""
+    """Every path at 1 and 8 connections, `rounds` times in turn; returns the summary rows. The Go paths are
+    left out, with the reason reported, when the reference webhook cannot be built (no `go` on PATH)."""
     body = pod_body()
-    namespaces = prepare(cluster, body)
+    namespaces, created = prepare(cluster, body)
+    with contextlib.ExitStack() as stack:
+        try:
+            routes = stack.enter_context(go_reference(cluster, workdir, go_patches(created)))
+        except NoGo as missing:
+            report(f"the Go reference paths are left out: {missing}")
+        else:
+            pod = json.loads(body)
+            for route, namespace in routes.items():
+                path = GO_ROUTES[route]
+                namespaces[path] = namespace
+                answered = comparable(create_in(cluster, namespace, pod))
+                if answered != comparable(created[GO_PATHS[path]]):
+                    raise AssertionError(f"a create through {path!r} does not give the Pod {GO_PATHS[path]!r} gave")
+        return _load_each(cluster, namespaces, body, duration=duration, rounds=rounds, report=report)
+
+
+def _load_each(cluster: Cluster, namespaces: dict[str, str], body: bytes, *, duration: float, rounds: int,
+               report: Callable[[str], None]) -> list[dict[str, Any]]:
     client = client_for(cluster.connection)
     server = cluster.connection.server.rstrip("/")
-    measured: dict[str, list[dict[str, Any]]] = {path: [] for path in PATHS}
+    measured: dict[str, list[dict[str, Any]]] = {path: [] for path in PATHS if path in namespaces}
     for round_index in range(rounds):
         report(f"round {round_index + 1} of {rounds}")
-        for path in PATHS:
+        for path, rows in measured.items():
             url = f"{server}/api/v1/namespaces/{namespaces[path]}/pods?dryRun=All"
             one = load(url, body, connections=1, duration=duration, client=client)
             eight = load(url, body, connections=8, duration=duration, client=client, processes=2)
             row = {"p50": one["p50_ms"], "p99": one["p99_ms"], "rate": eight["rps"],
                    "requests": one["requests"] + eight["requests"], "errors": one["errors"] + eight["errors"]}
-            measured[path].append(row)
+            rows.append(row)
             report(f"  {path:<22} p50 {row['p50']:6.2f} ms  p99 {row['p99']:6.2f} ms  at 8: {row['rate']:7.1f}/s"
                    f"  errors {row['errors']}")
     return summarise(measured)
 
 
 def summarise(measured: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Medians per path, and per round against `no webhook`: what the path adds and its rate's ratio."""
+    """Medians per path, and per round against `no webhook`: what the path adds and its rate's ratio; for a
+    path of Placer's whose Go counterpart was measured, per round against it: `vs_go_p50` (Placer's p50 less
+    the Go webhook's) and `vs_go_rate` (Placer's rate over the Go webhook's)."""
     base = measured["no webhook"]
+    counterparts = {placer: go for go, placer in GO_PATHS.items() if go in measured}
     rows = []
     for path, rounds in measured.items():
-        rows.append({
+        row = {
             "path": path,
             "p50": statistics.median(r["p50"] for r in rounds),
             "p99": statistics.median(r["p99"] for r in rounds),
             "rate": statistics.median(r["rate"] for r in rounds),
             "added_p50": statistics.median(r["p50"] - b["p50"] for r, b in zip(rounds, base, strict=True)),
             "added_p99": statistics.median(r["p99"] - b["p99"] for r, b in zip(rounds, base, strict=True)),
-            "ratio": statistics.median(r["rate"] / b["rate"] if b["rate"] else 0.0
-                                       for r, b in zip(rounds, base, strict=True)),
+            "ratio": _median_ratio(rounds, base),
             "requests": sum(r["requests"] for r in rounds),
             "errors": sum(r["errors"] for r in rounds),
-        })
+        }
+        if path in counterparts:
+            go = measured[counterparts[path]]
+            row["vs_go_p50"] = statistics.median(r["p50"] - g["p50"] for r, g in zip(rounds, go, strict=True))
+            row["vs_go_rate"] = _median_ratio(rounds, go)
+        rows.append(row)
     return rows
+
+
+def _median_ratio(rounds: list[dict[str, Any]], base: list[dict[str, Any]]) -> float:
+    return statistics.median(r["rate"] / b["rate"] if b["rate"] else 0.0 for r, b in zip(rounds, base, strict=True))
 
 
 def print_summary(rows: list[dict[str, Any]], rounds: int) -> None:
@@ -166,6 +241,12 @@ def print_summary(rows: list[dict[str, Any]], rounds: int) -> None:
     for row in rows:
         print(f"{row['path']:<22} {row['p50']:7.2f} {row['p99']:7.2f} {row['added_p50']:+10.2f} "
               f"{row['added_p99']:+10.2f} {row['rate']:15.1f} {row['ratio']:6.2f} {row['errors']:7d}")
+    compared = [row for row in rows if "vs_go_p50" in row]
+    if compared:
+        print("Placer against the Go webhook answering the same patch, round by round (median)")
+        print(f"{'path':<22} {'p50 - Go p50':>13} {'rate / Go rate':>15}")
+        for row in compared:
+            print(f"{row['path']:<22} {row['vs_go_p50']:+13.2f} {row['vs_go_rate']:15.2f}")
     print(TARGETS)
 
 
@@ -181,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with (tempfile.TemporaryDirectory() as workdir,
               placer_on_cluster(Path(args.kubeconfig), Path(workdir)) as cluster):
-            rows = measure(cluster, duration=args.duration, rounds=args.rounds,
+            rows = measure(cluster, duration=args.duration, rounds=args.rounds, workdir=Path(workdir),
                            report=lambda line: print(line, flush=True))
     except (OtherPolicies, NoRouteBack, ConnectionSetupError) as problem:
         parser.exit(2, f"bench_apiserver: {problem}\n")

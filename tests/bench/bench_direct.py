@@ -13,7 +13,10 @@ flight per connection, `wrk` when installed — Debian's package — else tests.
   from what Placer's path adds;
 - Placer with 2 rules (a node selector from a namespace label, a GPU toleration), the captured Pod review
   (3.1 KB, what the API server sends for such a Pod);
-- Placer with 50 rules, the same Pod review, and the 8.5 KB Deployment of bench_engine.
+- Placer with 50 rules, the same Pod review, and the 8.5 KB Deployment of bench_engine;
+- `go`: the floor of any webhook answering Placer's patch: bench_apiserver's Go reference webhook (Go's HTTP/1.1
+  server and TLS, tests/bench/go_reference) answering the Pod review with the patch Placer answers it with 2
+  rules (its worker CPU: the Go process's). Left out, with the reason, when `go` is not on PATH.
 
 Printed per row: requests/s, p50 and p99 latency, CPU seconds per 1,000 requests (the workers' utime +
 stime from /proc, summed over workers, before and after the run), the whole machine's CPU seconds per 1,000
@@ -49,6 +52,7 @@ import requests
 from tests.bench.bench_engine import deployment, policies
 from tests.bench.bench_server import NAMESPACES, rss_mb
 from tests.bench.loadgen import load
+from tests.bench.reference_webhook import NoGo, build
 from tests.conftest import fixture_request
 from tests.e2e.server import free_port, running_server
 from webhook.certs import issue
@@ -136,6 +140,41 @@ def placer_server(workdir: Path, certs: Any, rules: int, workers: int) -> Iterat
         yield server.url, server.worker_pids()
 
 
+def two_rule_patch(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The patch Placer answers the review `body` with, under the 2-rule policy and the bench's namespace."""
+    from tests.helpers import run as run_engine  # noqa: PLC0415
+    from tests.helpers import snapshot_of  # noqa: PLC0415
+    from webhook.policy.snapshot import NamespaceInfo  # noqa: PLC0415
+
+    namespace = NamespaceInfo(body["request"]["namespace"], {"node-pool": "ml"})
+    return run_engine(snapshot_of(TWO_RULES, namespaces=[namespace]), body).patch
+
+
+@contextlib.contextmanager
+def go_server(workdir: Path, certs: Any, patch: list[dict[str, Any]]) -> Iterator[tuple[str, list[int]]]:
+    """The Go reference webhook answering `patch` on /mutate (NoGo without the Go toolchain)."""
+    binary = build(workdir)
+    port = free_port()
+    patch_file = workdir / "go-patch.json"
+    patch_file.write_text(json.dumps(patch))
+    with (workdir / "go.log").open("wb") as output:
+        process = subprocess.Popen([str(binary), "-addr", f"127.0.0.1:{port}", "-tls-cert", str(certs.cert),
+                                    "-tls-key", str(certs.key), "-route", f"/mutate={patch_file}"],
+                                   stdout=output, stderr=subprocess.STDOUT)
+    url = f"https://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            with contextlib.suppress(requests.RequestException):
+                if requests.post(url + "/mutate", json=fixture_request("pod-bare-create-dryrun"),
+                                 verify=str(certs.ca_cert), timeout=1).status_code == 200:
+                    break
+            time.sleep(0.05)
+        yield url, [process.pid]
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
 def wrk(url: str, body: Path, connections: int, duration: float) -> dict[str, Any]:
     script = body.with_suffix(".lua")
     script.write_text(f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
@@ -188,13 +227,25 @@ def run(duration: float, connections: list[int], workers: int, *, quiet: bool = 
         cases: list[tuple[str, str, int | tuple[int | None], list[Path]]] = [
             ("floor (minimal RSGI)", "floor", (None,), [pod]),
             (f"floor, {busy_us} µs busy", "floor-busy", (busy_us,), [deployment_body]),
+            ("go, 2-rule patch", "go", 0, [pod]),
             ("placer, 2 rules", "2", 2, [pod]),
             ("placer, 50 rules", "50", 50, [pod, deployment_body] if big else [pod])]
         for label, name, setup, bodies in cases:
             if name not in only:
                 continue
-            with (floor_server(workdir, certs, workers, *setup) if isinstance(setup, tuple)
-                  else placer_server(workdir, certs, setup, workers)) as (url, pids):
+            server: Any
+            if isinstance(setup, tuple):
+                server = floor_server(workdir, certs, workers, *setup)
+            elif name == "go":
+                try:
+                    build(workdir)
+                except NoGo as missing:
+                    print(f"{label}: left out: {missing}", flush=True)
+                    continue
+                server = go_server(workdir, certs, two_rule_patch(fixture_request("pod-bare-create-dryrun")))
+            else:
+                server = placer_server(workdir, certs, setup, workers)
+            with server as (url, pids):
                 for body in bodies:
                     measure(url + "/mutate?timeout=10s", pids, body, 4, 1.0, str(certs.ca_cert))  # warm-up
                     for count in connections:
@@ -264,7 +315,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--cases", default="floor,2,50",
                         help="which of: floor, floor-busy (the floor spending --busy-us of Python per request, "
-                             "with the Deployment), 2 (rules), 50 (rules)")
+                             "with the Deployment), go (the Go webhook answering Placer's 2-rule patch), 2 (rules), "
+                             "50 (rules)")
     parser.add_argument("--busy-us", type=int, default=450,
                         help="the Python work per request of the floor-busy case, µs (about what Placer's 50 rules "
                              "add to the floor for the Deployment)")

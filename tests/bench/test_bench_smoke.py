@@ -8,6 +8,8 @@ import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
+import jsonpatch
+import kubernetes_validate
 import pytest
 
 from tests.bench.bench_direct import run as run_direct
@@ -185,3 +187,58 @@ def test_through_the_api_server_each_round_is_compared_with_its_own_no_webhook_r
     assert two["added_p50"] == pytest.approx(1.2) and two["added_p99"] == pytest.approx(3.0)
     assert two["ratio"] == pytest.approx(0.75)  # 0.75, 0.70, 0.78: the median of the rounds' own ratios
     assert rows["no webhook"]["added_p50"] == 0 and rows["no webhook"]["ratio"] == 1
+
+
+def test_the_go_reference_answers_the_patch_placer_answers_read_off_the_two_pods() -> None:
+    """bench_apiserver's Go webhook answers `patch_between(plain, patched)`: from the Pod as created with no
+    webhook and as Placer patched it, that is Placer's own patch, operation for operation."""
+    from tests.bench.bench_apiserver import fifty_rule_specs  # noqa: PLC0415
+    from tests.bench.bench_direct import TWO_RULES  # noqa: PLC0415
+    from tests.bench.bench_engine import policies as bench_policies  # noqa: PLC0415
+    from tests.bench.reference_webhook import patch_between  # noqa: PLC0415
+    from tests.conftest import fixture_request  # noqa: PLC0415
+    from tests.helpers import run as run_engine  # noqa: PLC0415
+    from tests.helpers import snapshot_of  # noqa: PLC0415
+    from webhook.policy.snapshot import NamespaceInfo  # noqa: PLC0415
+
+    body = fixture_request("pod-bare-create-dryrun")
+    plain = body["request"]["object"]
+    namespace = NamespaceInfo(body["request"]["namespace"], {"node-pool": "ml", "environment": "production",
+                                                             "team": "ml"})
+    assert len(fifty_rule_specs()) == 5
+    for texts in ([TWO_RULES], bench_policies(50)):
+        patch = run_engine(snapshot_of(*texts, namespaces=[namespace]), body).patch
+        assert len(patch) >= 3, patch
+        patched = jsonpatch.apply_patch(plain, patch)
+        assert patch_between(plain, patched) == patch
+
+
+def test_the_go_reference_is_registered_by_a_valid_webhook_configuration_for_its_own_namespaces() -> None:
+    from tests.bench.reference_webhook import ROUTE_LABEL, configuration  # noqa: PLC0415
+
+    config = configuration("https://10.0.0.5:9444", "Q0E=", ["none", "two", "fifty"])
+    for version in ("1.35.0", "1.36.0"):
+        kubernetes_validate.validate(config, version, strict=True)
+    assert [hook["clientConfig"]["url"] for hook in config["webhooks"]] == [
+        "https://10.0.0.5:9444/none", "https://10.0.0.5:9444/two", "https://10.0.0.5:9444/fifty"]
+    assert [hook["namespaceSelector"] for hook in config["webhooks"]] == [
+        {"matchLabels": {ROUTE_LABEL: route}} for route in ("none", "two", "fifty")]
+    assert {hook["failurePolicy"] for hook in config["webhooks"]} == {"Fail"}
+
+
+def test_through_the_api_server_placer_is_compared_round_by_round_with_the_go_webhook_answering_its_patch() -> None:
+    from tests.bench.bench_apiserver import summarise as summarise_apiserver  # noqa: PLC0415
+
+    def row(p50: float, rate: float) -> dict[str, Any]:
+        return {"p50": p50, "p99": p50 * 2, "rate": rate, "requests": 100, "errors": 0}
+
+    measured = {
+        "no webhook": [row(2.0, 1000), row(4.0, 500), row(2.2, 900)],
+        "2 rules": [row(3.2, 750), row(5.0, 350), row(3.4, 700)],
+        "Go, 2-rule patch": [row(3.0, 800), row(4.7, 380), row(3.3, 700)],
+    }
+    rows = {item["path"]: item for item in summarise_apiserver(measured)}
+    two = rows["2 rules"]
+    assert two["vs_go_p50"] == pytest.approx(0.2)  # 0.2, 0.3, 0.1
+    assert two["vs_go_rate"] == pytest.approx(750 / 800)  # 0.9375, 0.921, 1.0: the median of the ratios
+    assert "vs_go_p50" not in rows["Go, 2-rule patch"] and "vs_go_p50" not in rows["no webhook"]

@@ -143,7 +143,7 @@ def _established(api: KubeApi) -> bool:
 @contextlib.contextmanager
 def _local_placer(state: Cluster, kubeconfig: Path, server: str, workdir: Path) -> Iterator[None]:
     """`placer serve --kube` here, and webhook configurations (named placer-e2e) that call it by URL."""
-    host = os.environ.get("PLACER_E2E_WEBHOOK_HOST") or _address_towards(server)
+    host = os.environ.get("PLACER_E2E_WEBHOOK_HOST") or address_towards(server)
     port = int(os.environ.get("PLACER_E2E_WEBHOOK_PORT", "9443"))
     certs = issue(workdir / "certs", [host, "localhost", "127.0.0.1"], common_name=host)
     empty = workdir / "no-file-policies"
@@ -189,7 +189,7 @@ def _preflight(state: Cluster, url: str) -> None:
         state.delete_policy("preflight")
 
 
-def _address_towards(server: str) -> str:
+def address_towards(server: str) -> str:
     """This machine's address on the route to the API server (what the API server can call back)."""
     target = urlparse(server).hostname or "127.0.0.1"
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:

@@ -1,0 +1,134 @@
+"""The floor of any patching webhook, for bench_apiserver: a minimal Go webhook (`go_reference/main.go`: Go's
+HTTP/1.1 server and TLS) answering every review with the patch Placer answers for the bench's Pod.
+
+It runs on this machine, where the API server reaches Placer started by the harness, and is registered by URL
+for namespaces of its own (labelled `placer-e2e-go-reference: <route>`, not opted in to Placer). Its patches
+are Placer's, read off the cluster: the difference between the Pod created where no webhook is called and the
+Pod created where Placer patched it (`patch_between`); before measuring, a create through each route must
+give the Pod Placer gave.
+"""
+
+import base64
+import contextlib
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from tests.cluster.harness import E2E_NAME, MUTATING, Cluster, address_towards
+from tests.conftest import REPO
+from webhook.certs import issue
+from webhook.json_bytes import encode_json
+from webhook.patches import diff
+from webhook.typing import JSONPatch
+
+SOURCE = REPO / "tests/bench/go_reference/main.go"
+CONFIGURATION = f"{E2E_NAME}-go-reference"
+ROUTE_LABEL = "placer-e2e-go-reference"
+PORT_ENV = "PLACER_E2E_REFERENCE_PORT"
+
+
+class NoGo(RuntimeError):
+    """The Go toolchain is not on PATH: the reference webhook cannot be built."""
+
+
+def build(workdir: Path) -> Path:
+    """The reference webhook, built from source with the `go` on PATH (Go 1.19 or newer, no module needed)."""
+    go = shutil.which("go")
+    if go is None:
+        raise NoGo("`go` is not on PATH: install Go 1.19 or newer to measure the patching floor")
+    binary = workdir / "go-reference"
+    environment = {**os.environ, "GOCACHE": str(workdir / "go-cache")}
+    subprocess.run([go, "build", "-o", str(binary), str(SOURCE)], check=True, env=environment,
+                   capture_output=True, timeout=600)
+    return binary
+
+
+def comparable(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What a mutating webhook may change of the bench's Pod: its labels, annotations and spec (names, uids,
+    namespaces and times are the API server's and differ between namespaces)."""
+    metadata = pod.get("metadata") or {}
+    return {"metadata": {key: metadata[key] for key in ("labels", "annotations") if key in metadata},
+            "spec": pod.get("spec") or {}}
+
+
+def patch_between(plain: Mapping[str, Any], patched: Mapping[str, Any]) -> JSONPatch:
+    """The JSON Patch that turns the Pod created with no webhook into the Pod Placer patched: Placer's own
+    patch, made by the same function from the same two objects (`webhook.patches.diff`)."""
+    return diff(comparable(plain), comparable(patched))
+
+
+def configuration(url: str, ca_bundle: str, routes: list[str]) -> dict[str, Any]:
+    """A MutatingWebhookConfiguration calling `url` + route for Pods created in namespaces labelled
+    `placer-e2e-go-reference: <route>`; failurePolicy Fail, so that a reference that cannot be reached fails
+    the run rather than admitting Pods unchanged."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": CONFIGURATION},
+        "webhooks": [{
+            "name": f"{route}.go-reference.placer.dev",
+            "clientConfig": {"url": f"{url}/{route}", "caBundle": ca_bundle},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"],
+                       "scope": "Namespaced"}],
+            "namespaceSelector": {"matchLabels": {ROUTE_LABEL: route}},
+            "failurePolicy": "Fail",
+            "matchPolicy": "Equivalent",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 10,
+            "reinvocationPolicy": "Never",
+        } for route in routes],
+    }
+
+
+@contextlib.contextmanager
+def go_reference(cluster: Cluster, workdir: Path, patches: Mapping[str, JSONPatch | None]) -> Iterator[dict[str, str]]:
+    """The reference webhook running here and registered, answering `patches[route]` (None: no patch) on each
+    route; yields each route's namespace. Everything it made is gone afterwards."""
+    binary = build(workdir)
+    host = os.environ.get("PLACER_E2E_WEBHOOK_HOST") or address_towards(cluster.connection.server)
+    port = int(os.environ.get(PORT_ENV, "9444"))
+    certs = issue(workdir / "go-reference-certs", [host, "localhost", "127.0.0.1"], common_name=host)
+    arguments = [str(binary), "-addr", f"0.0.0.0:{port}", "-tls-cert", str(certs.cert), "-tls-key", str(certs.key)]
+    for route, patch in patches.items():
+        patch_file = workdir / f"go-reference-{route}.json"
+        if patch is not None:
+            patch_file.write_bytes(encode_json(patch))
+        arguments += ["-route", f"/{route}={patch_file if patch is not None else ''}"]
+    with (workdir / "go-reference.log").open("wb") as log:
+        process = subprocess.Popen(arguments, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_listening(port, certs.ca_cert, process)
+        namespaces = {route: cluster.namespace({ROUTE_LABEL: route}, opted_in=False) for route in patches}
+        ca_bundle = base64.b64encode(certs.ca_cert.read_bytes()).decode()
+        cluster.apply(MUTATING, configuration(f"https://{host}:{port}", ca_bundle, list(patches)))
+        try:
+            yield namespaces
+        finally:
+            with contextlib.suppress(Exception):
+                cluster.api.delete(f"{MUTATING}/{CONFIGURATION}")
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _wait_listening(port: int, ca: Path, process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    context = ssl.create_default_context(cafile=str(ca))
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"the reference webhook exited with {process.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as raw, \
+                    context.wrap_socket(raw, server_hostname="127.0.0.1"):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
