@@ -5,7 +5,6 @@ the schema does not know would be pruned silently by the API server, so it fails
 import copy
 import shutil
 import subprocess
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +15,11 @@ import yaml
 
 from tests.conftest import REPO, fixture_request
 from tests.helpers import snapshot_of
+from tests.kube.background_running import running
 from tests.kube.fake_apiserver import DEPLOYMENTS, REPORTS_API, FakeApiServer, wait_for
 from webhook.compliance import evaluate
 from webhook.kube.api import KubeApi
-from webhook.kube.background import BackgroundReports, ServedPolicies
-from webhook.kube.controller import ClusterController
 from webhook.kube.reports import API_VERSION, cluster_report, namespace_report, rule_counts
-from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.snapshot import NamespaceInfo
 from webhook.workloads import default_workload_table
 
@@ -151,14 +148,7 @@ def test_the_component_grants_what_background_evaluation_calls(
     web = {"metadata": {"name": "web", "namespace": "team-a"}, "spec": {"replicas": 1, "template": {"spec": {
         "containers": [{"name": "c", "image": "nginx"}]}}}}
     apiserver.put(DEPLOYMENTS, web)
-    compiler = PolicyCompiler()
-    state = tmp_path / "state"
-    background = BackgroundReports(api, state, ServedPolicies(state, compiler), leading=lambda: True)
-    controller = ClusterController(api, state, compiler=compiler, elector=None, background=background)
-    stop = threading.Event()
-    thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    with running(api, tmp_path / "state"):
         reports = f"{REPORTS_API}/namespaces/team-a/policyreports"
         wait_for(lambda: apiserver.other.get(reports), what="the first report")
         opted_out = {"metadata": {"labels": {"placer.dev/inject": "disabled"}}, **web["spec"]["template"]}
@@ -167,9 +157,6 @@ def test_the_component_grants_what_background_evaluation_calls(
         wait_for(lambda: [m for m, p, _ in apiserver.requests if m == "PUT" and p.startswith(reports)]
                  and [m for m, p, _ in apiserver.requests if m == "PUT" and p.startswith(REPORTS_API)
                       and "clusterpolicyreports" in p], what="the reports updated")
-    finally:
-        stop.set()
-        thread.join(5)
     used = {verb_of(m, p, q) for m, p, q in apiserver.requests
             if not (p == "/version" or (p.startswith("/apis/") and len(p.strip("/").split("/")) <= 3))}
     everything = granted(rendered, "placer", "placer-leader-election", "placer-policy-reports")

@@ -4,16 +4,15 @@ PolicyReport per namespace current, writing only what changed; without the repor
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.kube.background_running import running
 from tests.kube.fake_apiserver import DEPLOYMENTS, REPORTS_API, FakeApiServer, wait_for
 from webhook.kube.api import KubeApi
 from webhook.kube.background import BackgroundReports, ServedPolicies, readiness_detail
-from webhook.kube.controller import ClusterController
 from webhook.policy.compiler import PolicyCompiler
 
 TEAM_A_REPORTS = f"{REPORTS_API}/namespaces/team-a/policyreports"
@@ -35,22 +34,6 @@ def deployment(name: str, **template_labels: str) -> dict[str, Any]:
                      "template": {"metadata": {"labels": {"app": name, **template_labels}},
                                   "spec": {"containers": [{"name": name, "image": "nginx:1.27"}]}}},
             "status": {"replicas": 2}}
-
-
-@contextmanager
-def running(api: KubeApi, state: Path, *, period: float = 600.0) -> Iterator[BackgroundReports]:
-    compiler = PolicyCompiler()
-    background = BackgroundReports(api, state, ServedPolicies(state, compiler), leading=lambda: True,
-                                   period=period)
-    controller = ClusterController(api, state, compiler=compiler, elector=None, background=background)
-    stop = threading.Event()
-    thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
-        yield background
-    finally:
-        stop.set()
-        thread.join(5)
 
 
 @pytest.fixture

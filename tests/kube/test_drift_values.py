@@ -4,7 +4,6 @@ gained `matchLabelKeys`. `kubectl placer drift` lists it with a patch that repla
 
 import copy
 import io
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,13 +13,12 @@ import pytest
 import yaml
 
 from tests.helpers import review_for, run, snapshot_of
+from tests.kube.background_running import running
 from tests.kube.fake_apiserver import DEPLOYMENTS, REPORTS_API, FakeApiServer, wait_for
 from webhook.drift import DriftOptions
 from webhook.drift import run as drift_run
 from webhook.kube.api import KubeApi
-from webhook.kube.background import BackgroundReports, ServedPolicies
-from webhook.kube.controller import ClusterController
-from webhook.policy.compiler import PolicyCompiler
+from webhook.kube.background import BackgroundReports
 from webhook.policy.snapshot import NamespaceInfo
 
 ZONE = "topology.kubernetes.io/zone"
@@ -107,18 +105,8 @@ def test_apply_replaces_the_constraint_and_the_webhooks_update_keeps_it(cluster:
 @pytest.fixture
 def background(apiserver: FakeApiServer, api: KubeApi, tmp_path: Path) -> Iterator[BackgroundReports]:
     apiserver.reports_served = True
-    compiler = PolicyCompiler()
-    state = tmp_path / "state"
-    reports = BackgroundReports(api, state, ServedPolicies(state, compiler), leading=lambda: True)
-    controller = ClusterController(api, state, compiler=compiler, elector=None, background=reports)
-    stop = threading.Event()
-    thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    with running(api, tmp_path / "state") as reports:
         yield reports
-    finally:
-        stop.set()
-        thread.join(5)
 
 
 def results(apiserver: FakeApiServer) -> dict[str, tuple[str, str]]:

@@ -1,0 +1,28 @@
+"""The cluster controller with background reports, running in a thread against the fake API server."""
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from webhook.kube.api import KubeApi
+from webhook.kube.background import PERIOD, BackgroundReports, ServedPolicies
+from webhook.kube.controller import ClusterController
+from webhook.policy.compiler import PolicyCompiler
+
+
+@contextmanager
+def running(api: KubeApi, state: Path, *, period: float = PERIOD) -> Iterator[BackgroundReports]:
+    """The controller writing `state` and background reports (this process always leads), until the block ends."""
+    compiler = PolicyCompiler()
+    background = BackgroundReports(api, state, ServedPolicies(state, compiler), leading=lambda: True,
+                                   period=period)
+    controller = ClusterController(api, state, compiler=compiler, elector=None, background=background)
+    stop = threading.Event()
+    thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield background
+    finally:
+        stop.set()
+        thread.join(5)
