@@ -151,9 +151,9 @@ def two_rule_patch(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def go_server(workdir: Path, certs: Any, patch: list[dict[str, Any]]) -> Iterator[tuple[str, list[int]]]:
-    """The Go reference webhook answering `patch` on /mutate (NoGo without the Go toolchain)."""
-    binary = build(workdir)
+def go_server(binary: Path, workdir: Path, certs: Any, patch: list[dict[str, Any]]
+              ) -> Iterator[tuple[str, list[int]]]:
+    """The Go reference webhook (`binary`, from reference_webhook.build) answering `patch` on /mutate."""
     port = free_port()
     patch_file = workdir / "go-patch.json"
     patch_file.write_text(json.dumps(patch))
@@ -238,11 +238,11 @@ def run(duration: float, connections: list[int], workers: int, *, quiet: bool = 
                 server = floor_server(workdir, certs, workers, *setup)
             elif name == "go":
                 try:
-                    build(workdir)
+                    binary = build(workdir)
                 except NoGo as missing:
                     print(f"{label}: left out: {missing}", flush=True)
                     continue
-                server = go_server(workdir, certs, two_rule_patch(fixture_request("pod-bare-create-dryrun")))
+                server = go_server(binary, workdir, certs, two_rule_patch(fixture_request("pod-bare-create-dryrun")))
             else:
                 server = placer_server(workdir, certs, setup, workers)
             with server as (url, pids):
