@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from webhook.certs import issue
+from webhook.commands.certs import issue
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(os.environ.get("PLACER_FIXTURES", REPO / "tests" / "fixtures"))

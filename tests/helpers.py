@@ -11,12 +11,12 @@ from typing import Any
 import yaml
 
 from tests.conftest import fixture_request
+from webhook.admission.review import parse_review
 from webhook.engine.mutate import Mutation, mutate
 from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.node_facts import NodeFactsReader, node_facts
-from webhook.policy.shards import ShardWriter
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
-from webhook.review import parse_review
+from webhook.policy.state.node_facts import NodeFactsReader, node_facts
+from webhook.policy.state.shards import ShardWriter
 from webhook.workloads import default_workload_table
 
 # Which captured envelope to reuse for an object of each kind (the envelope is real; only the object changes).

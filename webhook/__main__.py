@@ -1,5 +1,5 @@
 """`python -m webhook` is the same as the `placer` command."""
 
-from webhook.cli import main
+from webhook.commands.cli import main
 
 raise SystemExit(main())

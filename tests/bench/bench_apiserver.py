@@ -48,7 +48,7 @@ from tests.bench.reference_webhook import NoGo, comparable, go_reference, patch_
 from tests.cluster.harness import E2E_NAME, KUBECONFIG_ENV, Cluster, NoRouteBack, placer_on_cluster, wait_until
 from tests.conftest import REPO
 from webhook.actions.metadata import APPLIED_ANNOTATION
-from webhook.kube.connection import ClusterConnection, ConnectionSetupError
+from webhook.cluster.client.connection import ClusterConnection, ConnectionSetupError
 
 PLACER_PATHS = ("no webhook", "opted in, no policy", "2 rules", "50 rules")
 GO_PATHS = {"Go, no patch": "opted in, no policy", "Go, 2-rule patch": "2 rules", "Go, 50-rule patch": "50 rules"}

@@ -6,7 +6,7 @@
 The fake API server (tests.kube.fake_apiserver, in this process) holds `--nodes` Nodes as kubelets report
 them, `--claims` bound PersistentVolumeClaims over 1,000 namespaces with as many local PersistentVolumes
 (local-path style: node affinity on kubernetes.io/hostname, spread over the nodes), and `--jobs` Jobs marked
-for a PodGroup. The controller runs as Placer runs it (`python -m webhook.kube.controller --no-status`, its
+for a PodGroup. The controller runs as Placer runs it (`python -m webhook.cluster.controller --no-status`, its
 own process). Printed:
 
 - sync: seconds from the controller's start until every claim and volume is published, and until every
@@ -37,13 +37,13 @@ from tests.helpers import snapshot_of
 from tests.kube.fake_apiserver import CLAIMS, JOBS, PODGROUPS, VOLUMES, FakeApiServer
 from tests.kube.marked_workloads import marked_job
 from tests.volumes.data import statefulset_pod
-from webhook.certs import issue
-from webhook.claims import ClaimLookup
-from webhook.pipeline import admit
-from webhook.policy.cluster_state import claims_directory, nodes_directory, volumes_directory
-from webhook.policy.node_facts import NodeFactsReader
-from webhook.policy.volume_shards import VolumeShards
-from webhook.review import parse_review
+from webhook.admission.pipeline import admit
+from webhook.admission.review import parse_review
+from webhook.commands.certs import issue
+from webhook.placement.claims import ClaimLookup
+from webhook.policy.state.cluster_state import claims_directory, nodes_directory, volumes_directory
+from webhook.policy.state.node_facts import NodeFactsReader
+from webhook.policy.state.volume_shards import VolumeShards
 from webhook.workloads import default_workload_table
 
 NAMESPACES = 1000
@@ -117,7 +117,7 @@ def size(directory: Path) -> int:
 
 @contextlib.contextmanager
 def controller(kubeconfig: Path, state: Path) -> Iterator[subprocess.Popen[bytes]]:
-    process = subprocess.Popen([sys.executable, "-m", "webhook.kube.controller", "--state", str(state),
+    process = subprocess.Popen([sys.executable, "-m", "webhook.cluster.controller", "--state", str(state),
                                 "--kubeconfig", str(kubeconfig), "--no-status", "--log-level", "warning"])
     try:
         yield process

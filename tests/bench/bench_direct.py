@@ -55,7 +55,7 @@ from tests.bench.loadgen import load
 from tests.bench.reference_webhook import NoGo, build
 from tests.conftest import fixture_request
 from tests.e2e.server import free_port, running_server
-from webhook.certs import issue
+from webhook.commands.certs import issue
 
 TWO_RULES = """apiVersion: placer.dev/v1alpha1
 kind: SchedulingPolicy

@@ -25,10 +25,10 @@ from unittest import mock
 
 from tests.conftest import fixture_request
 from tests.helpers import snapshot_of
+from webhook.admission.pipeline import admit
+from webhook.admission.review import decode_json, parse_review
 from webhook.engine import passes as engine
-from webhook.pipeline import admit
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
-from webhook.review import decode_json, parse_review
 from webhook.workloads import TemplateSlot, default_workload_table
 
 NAMESPACE = NamespaceInfo("team-a", {"placer.dev/inject": "enabled", "environment": "production", "team": "ml"})

@@ -11,9 +11,9 @@ import argparse
 import statistics
 import time
 
-from webhook.offline import load_policies
+from webhook.admission.offline import load_policies
 from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.field_check import FieldChecks
+from webhook.policy.fields.field_check import FieldChecks
 
 
 def main() -> None:

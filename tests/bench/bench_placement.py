@@ -21,10 +21,10 @@ from tests.helpers import publish_nodes as publish
 from tests.helpers import snapshot_of
 from tests.unit.test_gang_capacity import gang_policy
 from tests.unit.test_placement_warnings import policy
-from webhook.feasibility import PlacementCheck
-from webhook.pipeline import admit
+from webhook.admission.pipeline import admit
+from webhook.admission.review import parse_review
+from webhook.placement.feasibility import PlacementCheck
 from webhook.policy.snapshot import NamespaceInfo
-from webhook.review import parse_review
 from webhook.workloads import default_workload_table
 
 

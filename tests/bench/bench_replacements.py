@@ -20,7 +20,7 @@ from pathlib import Path
 from tests.conftest import fixture_request
 from tests.e2e.closed_loop import ClosedLoopClient
 from tests.e2e.server import running_server
-from webhook.certs import issue
+from webhook.commands.certs import issue
 
 RELOAD_EVERY_SECONDS = 8.5
 

@@ -2,7 +2,7 @@
 
     python -m tests.bench.bench_reports [--namespaces 1000,10000] [--workloads 50000] [--policies 10]
 
-The controller's background evaluation (`webhook.kube.background`) is fed what its reflectors would hand it:
+The controller's background evaluation (`webhook.cluster.reports.background`) is fed what its reflectors would hand it:
 `--workloads` Deployments as kube-apiserver stores them (the captured v1.34 Deployment, with status and
 managedFields, ~3 KB of JSON), spread over `--namespaces` namespaces; the policies are the org-wide example
 (3 rules, every namespace) and `--policies` team policies, each selecting a tenth of the namespaces by label.
@@ -36,9 +36,9 @@ import yaml
 
 from tests.conftest import REPO, fixture_request
 from tests.helpers import compile_policies
-from webhook.compliance import evaluate
-from webhook.kube.api import ApiError
-from webhook.kube.background import BackgroundReports
+from webhook.cluster.client.api import ApiError
+from webhook.cluster.reports.background import BackgroundReports
+from webhook.cluster.reports.compliance import evaluate
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.workloads import default_workload_table

@@ -41,9 +41,9 @@ from tests.conftest import fixture_request
 from tests.e2e.server import RunningServer, running_server
 from tests.helpers import decode_patch
 from tests.kube.fake_apiserver import FakeApiServer
-from webhook.certs import issue
-from webhook.policy.cluster_state import namespaces_directory, nodes_directory, policies_path
-from webhook.policy.namespace_shards import NamespaceShards
+from webhook.commands.certs import issue
+from webhook.policy.state.cluster_state import namespaces_directory, nodes_directory, policies_path
+from webhook.policy.state.namespace_shards import NamespaceShards
 
 POD_NAMESPACE = "team-a"
 
@@ -64,7 +64,7 @@ def placer_processes(server: RunningServer) -> dict[str, int]:
     workers = 0
     for pid in sorted(server.worker_pids()):
         with contextlib.suppress(OSError):
-            if b"webhook.kube.controller" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"webhook.cluster.controller" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 found["controller"] = pid
             else:
                 found[f"worker-{workers}"], workers = pid, workers + 1

@@ -24,7 +24,7 @@ from typing import Any
 from tests.bench.bench_engine import deployment, policies
 from tests.bench.loadgen import load
 from tests.e2e.server import RunningServer, running_server
-from webhook.certs import issue
+from webhook.commands.certs import issue
 
 NAMESPACES = """apiVersion: v1
 kind: Namespace

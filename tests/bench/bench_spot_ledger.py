@@ -4,7 +4,7 @@
     python -m tests.bench.bench_spot_ledger scale [--namespaces 10000] [--pods 50000] [--events 5000]
 
 `burst`: the fake API server (tests.kube.fake_apiserver, over TLS) and, per replica, the controller's pod
-watch (`Reflector` + `PodShareSink`, what `webhook.kube.controller` runs) publishing to that replica's state
+watch (`Reflector` + `PodShareSink`, what `webhook.cluster.controller` runs) publishing to that replica's state
 directory, read by `--workers` `ShareShards` (one per worker process). A ReplicaSet scales up the way its
 controller does (`slowStartBatch` in kubernetes/kubernetes pkg/controller/replicaset/replica_set.go: batches
 of 1, 2, 4, 8... creations sent at once), the API server spreading the admissions over every worker of every
@@ -46,15 +46,15 @@ import orjson
 
 from tests.conftest import fixture_request
 from tests.kube.fake_apiserver import PODS, FakeApiServer
-from webhook.capacity_share import CLASS_LABEL, CapacityClass, ShareCounts
-from webhook.certs import issue
-from webhook.kube.api import KubeApi, Timeouts, decode_event
-from webhook.kube.connection import connect
-from webhook.kube.reflector import Reflector
-from webhook.kube.spot_ledger import PODS as POD_RESOURCE
-from webhook.kube.spot_ledger import PodShareSink
-from webhook.policy.shards import ShardWriter
-from webhook.policy.share_shards import ShareShards, shares_directory
+from webhook.cluster.client.api import KubeApi, Timeouts, decode_event
+from webhook.cluster.client.connection import connect
+from webhook.cluster.client.reflector import Reflector
+from webhook.cluster.spot.spot_ledger import PODS as POD_RESOURCE
+from webhook.cluster.spot.spot_ledger import PodShareSink
+from webhook.commands.certs import issue
+from webhook.pods.capacity_share import CLASS_LABEL, CapacityClass, ShareCounts
+from webhook.policy.state.shards import ShardWriter
+from webhook.policy.state.share_shards import ShareShards, shares_directory
 
 NAMESPACE = "team-a"
 MEMORY_DIRECTORY = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -62,7 +62,7 @@ MEMORY_DIRECTORY = "/dev/shm" if os.path.isdir("/dev/shm") else None
 
 
 def decide(counts: ShareCounts, max_percent: int) -> CapacityClass:
-    """spot-share's rule (webhook/actions/pod_share.py `decide`): counts not complete read as no pods."""
+    """spot-share's rule (webhook/pods/pod_share.py `decide`): counts not complete read as no pods."""
     spot, on_demand = (counts.spot, counts.on_demand) if counts.complete else (0, 0)
     return "spot" if spot + 1 <= max_percent * (spot + on_demand + 1) // 100 else "on-demand"
 

@@ -22,10 +22,10 @@ from typing import Any
 
 from tests.cluster.harness import E2E_NAME, MUTATING, Cluster, address_towards
 from tests.conftest import REPO
-from webhook.certs import issue
-from webhook.json_bytes import encode_json
-from webhook.patches import diff
-from webhook.typing import JSONPatch
+from webhook.commands.certs import issue
+from webhook.support.json_bytes import encode_json
+from webhook.support.patches import diff
+from webhook.support.typing import JSONPatch
 
 SOURCE = REPO / "tests/bench/go_reference/main.go"
 CONFIGURATION = f"{E2E_NAME}-go-reference"
@@ -59,7 +59,7 @@ def comparable(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 def patch_between(plain: Mapping[str, Any], patched: Mapping[str, Any]) -> JSONPatch:
     """The JSON Patch that turns the Pod created with no webhook into the Pod Placer patched: Placer's own
-    patch, made by the same function from the same two objects (`webhook.patches.diff`)."""
+    patch, made by the same function from the same two objects (`webhook.support.patches.diff`)."""
     return diff(comparable(plain), comparable(patched))
 
 

@@ -17,7 +17,7 @@ from tests.bench.bench_direct import summarise
 from tests.bench.bench_engine import phase_rows, run
 from tests.bench.bench_scale import measure as measure_scale
 from tests.bench.bench_server import run as run_server
-from webhook.certs import issue
+from webhook.commands.certs import issue
 
 
 def test_engine_benchmark_runs_and_mutates() -> None:

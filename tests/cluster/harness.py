@@ -29,9 +29,9 @@ import yaml
 from tests.conftest import REPO
 from tests.e2e.server import running_server
 from tests.kube.fake_apiserver import wait_for
-from webhook.certs import issue
-from webhook.kube.api import ApiError, KubeApi, Timeouts
-from webhook.kube.connection import ClusterConnection, connect
+from webhook.cluster.client.api import ApiError, KubeApi, Timeouts
+from webhook.cluster.client.connection import ClusterConnection, connect
+from webhook.commands.certs import issue
 
 KUBECONFIG_ENV = "PLACER_E2E_KUBECONFIG"
 """The cluster to run against (the cluster tier and bench_apiserver)."""

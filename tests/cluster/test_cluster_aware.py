@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.harness import CRDS, Cluster, wait_until
-from webhook.kube.api import ApiError
+from webhook.cluster.client.api import ApiError
 
 pytestmark = pytest.mark.cluster
 

@@ -21,8 +21,8 @@ import yaml
 
 from tests.cluster.harness import KUBECONFIG_ENV, POLICIES, wait_until
 from tests.conftest import REPO
-from webhook.kube.api import ApiError, KubeApi, Timeouts
-from webhook.kube.connection import connect
+from webhook.cluster.client.api import ApiError, KubeApi, Timeouts
+from webhook.cluster.client.connection import connect
 
 pytestmark = pytest.mark.cluster
 

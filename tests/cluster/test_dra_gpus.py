@@ -15,7 +15,7 @@ import yaml
 
 from tests.cluster.harness import Cluster, wait_until
 from tests.conftest import REPO
-from webhook.kube.api import ApiError
+from webhook.cluster.client.api import ApiError
 
 pytestmark = pytest.mark.cluster
 

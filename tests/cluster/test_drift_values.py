@@ -19,7 +19,7 @@ import pytest
 
 from tests.cluster.harness import E2E_NAME, Cluster, wait_until
 from tests.cluster.test_reports_drift import REPORT_TIMEOUT, reports_installed, results
-from webhook.cli import kubectl_main
+from webhook.commands.cli import kubectl_main
 
 pytestmark = pytest.mark.cluster
 __all__ = ["reports_installed"]

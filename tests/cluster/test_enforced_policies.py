@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.cluster.harness import KUBECONFIG_ENV, Cluster, wait_until
-from webhook.kube.api import ApiError
+from webhook.cluster.client.api import ApiError
 
 pytestmark = pytest.mark.cluster
 

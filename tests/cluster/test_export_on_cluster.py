@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from tests.cluster.harness import E2E_NAME, Cluster, wait_until
+from webhook.admission.offline import apply_manifests
+from webhook.cluster.client.api import ApiError
 from webhook.export.admission_policy import export_policy
-from webhook.kube.api import ApiError
-from webhook.offline import apply_manifests
 from webhook.policy.compiler import PolicyCompiler
 
 pytestmark = pytest.mark.cluster

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.cluster.harness import E2E_NAME, KUBECONFIG_ENV, Cluster
-from webhook.kube.api import ApiError
+from webhook.cluster.client.api import ApiError
 
 pytestmark = pytest.mark.cluster
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.cluster.harness import Cluster, wait_until
 from tests.kube.fake_apiserver import wait_for
-from webhook.kube.api import ApiError
+from webhook.cluster.client.api import ApiError
 
 pytestmark = pytest.mark.cluster
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.cluster.harness import Cluster, wait_until
 from tests.cluster.test_cluster_aware import PODGROUP_API, _ensure_podgroup_crd
-from webhook.kube.api import ApiError
+from webhook.cluster.client.api import ApiError
 
 pytestmark = pytest.mark.cluster
 

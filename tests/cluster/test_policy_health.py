@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.harness import E2E_NAME, POLICIES, Cluster, wait_until
-from webhook.kube.api import ApiError
+from webhook.cluster.client.api import ApiError
 
 pytestmark = pytest.mark.cluster
 

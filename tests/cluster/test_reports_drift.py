@@ -21,9 +21,9 @@ import yaml
 
 from tests.cluster.harness import CRDS, E2E_NAME, Cluster, wait_until
 from tests.conftest import REPO
-from webhook.cli import kubectl_main
-from webhook.drift import DriftOptions, run
-from webhook.kube.api import ApiError
+from webhook.cluster.client.api import ApiError
+from webhook.commands.cli import kubectl_main
+from webhook.commands.drift import DriftOptions, run
 
 pytestmark = pytest.mark.cluster
 

@@ -24,7 +24,7 @@ import pytest
 
 from tests.cluster.harness import Cluster, wait_until
 from tests.cluster.test_living_cluster import deployment, deployments, roll, rolled_out
-from webhook.kube.api import ApiError
+from webhook.cluster.client.api import ApiError
 
 pytestmark = pytest.mark.cluster
 

@@ -1,6 +1,6 @@
 """The spot share's pod counts against a living API server (issue 35, the controller side).
 
-The controller's pod watch (`Reflector` over `webhook.kube.spot_ledger.PODS`, what each replica's controller
+The controller's pod watch (`Reflector` over `webhook.cluster.spot.spot_ledger.PODS`, what each replica's controller
 runs) is started here with the test's credentials and publishes to a state directory of the test's; a
 worker's reader (`ShareShards`) reads it, and `kubectl placer shares` lists the same pods. The pods are made
 by the test in a namespace that is not opted in (Placer leaves them alone), with the class label and a
@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 
 from tests.cluster.harness import KUBECONFIG_ENV, Cluster, wait_until
-from webhook.capacity_share import CLASS_LABEL, ShareCounts
-from webhook.cli import kubectl_main
-from webhook.kube.api import ApiError
-from webhook.kube.reflector import Reflector
-from webhook.kube.spot_ledger import PODS, PodShareSink
-from webhook.policy.shards import ShardWriter
-from webhook.policy.share_shards import ShareShards, shares_directory
+from webhook.cluster.client.api import ApiError
+from webhook.cluster.client.reflector import Reflector
+from webhook.cluster.spot.spot_ledger import PODS, PodShareSink
+from webhook.commands.cli import kubectl_main
+from webhook.pods.capacity_share import CLASS_LABEL, ShareCounts
+from webhook.policy.state.shards import ShardWriter
+from webhook.policy.state.share_shards import ShareShards, shares_directory
 
 pytestmark = pytest.mark.cluster
 

@@ -9,7 +9,7 @@ for the share (spot pods fall back to on-demand nodes); the cordon test needs tw
 
 What it needs of Placer: `placer serve --kube` (the harness starts it so, or deploys it), whose controller
 counts each workload's live pods by their `placer.dev/capacity-class` label and publishes the counts to
-the workers (`webhook.capacity_share.ShareLedger`). Kubernetes features, on by default in every supported
+the workers (`webhook.pods.capacity_share.ShareLedger`). Kubernetes features, on by default in every supported
 version (1.34-1.37): PodDeletionCost (beta since 1.22; the ReplicaSet controller deletes the pods of lowest
 `controller.kubernetes.io/pod-deletion-cost` first, pkg/controller/controller_utils.go
 ActivePodsWithRanks.Less).
@@ -29,7 +29,7 @@ import pytest
 
 from tests.cluster.harness import Cluster, wait_until
 from tests.cluster.test_living_cluster import deployment, deployments, roll, rolled_out
-from webhook.kube.api import ApiError
+from webhook.cluster.client.api import ApiError
 
 pytestmark = pytest.mark.cluster
 

@@ -5,7 +5,7 @@ import re
 import sys
 
 from tests.conftest import REPO
-from webhook.cli import _parser
+from webhook.commands.cli import _parser
 
 
 def _stages() -> list[list[tuple[str, str]]]:

@@ -42,19 +42,19 @@ from tests.kube.fake_apiserver import (
 )
 from tests.kube.marked_workloads import NATIVE_GANG, marked_job
 from tests.kube.test_native_operator_pod_groups import JOBSET_DISCOVERY, LWS_DISCOVERY
-from webhook.certs import issue
-from webhook.cli import _parser
-from webhook.kube.api import KubeApi
-from webhook.kube.controller import LEASE_NAME, ClusterController
-from webhook.kube.discovery import discover
-from webhook.kube.health_round import HealthRound
-from webhook.kube.leader import LeaseElector
-from webhook.kube.namespace_lookup import NamespaceLookup
-from webhook.kube.recent_counts import RecentCounts, ReplicaWindow
-from webhook.kube.replica_reports import COUNTS_KEY, ReplicaPublisher, encode_window
+from webhook.cluster.client.api import KubeApi
+from webhook.cluster.client.discovery import discover
+from webhook.cluster.client.leader import LeaseElector
+from webhook.cluster.client.namespace_lookup import NamespaceLookup
+from webhook.cluster.controller import LEASE_NAME, ClusterController
+from webhook.cluster.health.health_round import HealthRound
+from webhook.cluster.health.recent_counts import RecentCounts, ReplicaWindow
+from webhook.cluster.health.replica_reports import COUNTS_KEY, ReplicaPublisher, encode_window
+from webhook.commands.certs import issue
+from webhook.commands.cli import _parser
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.snapshot import PolicySnapshot
-from webhook.selectors import LabelSelector
+from webhook.support.selectors import LabelSelector
 from webhook.workloads import all_kinds
 
 KUBECTL = shutil.which("kubectl")

@@ -17,9 +17,9 @@ from tests.conftest import REPO, fixture_request
 from tests.helpers import snapshot_of
 from tests.kube.background_running import running
 from tests.kube.fake_apiserver import DEPLOYMENTS, REPORTS_API, FakeApiServer, wait_for
-from webhook.compliance import evaluate
-from webhook.kube.api import KubeApi
-from webhook.kube.reports import API_VERSION, cluster_report, namespace_report, rule_counts
+from webhook.cluster.client.api import KubeApi
+from webhook.cluster.reports.compliance import evaluate
+from webhook.cluster.reports.reports import API_VERSION, cluster_report, namespace_report, rule_counts
 from webhook.policy.snapshot import NamespaceInfo
 from webhook.workloads import default_workload_table
 

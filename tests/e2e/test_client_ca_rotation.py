@@ -16,7 +16,7 @@ import requests
 
 from tests.conftest import fixture_request
 from tests.e2e.server import running_server
-from webhook.certs import IssuedCertificates, issue
+from webhook.commands.certs import IssuedCertificates, issue
 
 pytestmark = pytest.mark.e2e
 

@@ -24,7 +24,7 @@ import yaml
 
 from tests.conftest import REPO, fixture_request
 from tests.e2e.server import RunningServer, copy_policies, running_server
-from webhook.config import WORKER_MAX_RSS_MIB
+from webhook.support.config import WORKER_MAX_RSS_MIB
 
 pytestmark = pytest.mark.e2e
 CONCURRENT = 8

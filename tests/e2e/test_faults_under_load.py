@@ -20,7 +20,7 @@ from tests.conftest import fixture_request
 from tests.e2e.closed_loop import ClosedLoopClient
 from tests.e2e.server import RunningServer, running_server
 from tests.helpers import decode_patch, node_selector_policy, write_configmap_volume
-from webhook.certs import issue
+from webhook.commands.certs import issue
 
 pytestmark = pytest.mark.e2e
 

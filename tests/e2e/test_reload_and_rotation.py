@@ -12,7 +12,7 @@ import requests
 from tests.conftest import fixture_request
 from tests.e2e.server import running_server
 from tests.helpers import decode_patch
-from webhook.certs import issue
+from webhook.commands.certs import issue
 
 pytestmark = pytest.mark.e2e
 WORKERS = 2

@@ -1,6 +1,6 @@
 """Workers are replaced before their memory grows unbounded, and no admission fails meanwhile.
 
-cel-expr-python 0.1.3 leaks what a Python-implemented function is given (webhook/policy/cel_libraries/
+cel-expr-python 0.1.3 leaks what a Python-implemented function is given (webhook/policy/cel/libraries/
 leaks.py). A worker that has leaked its budget asks for fresh workers (SIGHUP to the main process: granian
 starts each new worker beside an old one, then stops the old one gracefully), and granian replaces a worker
 whose resident memory is over `--worker-max-rss-mib` the same way. The real server runs with a budget, or

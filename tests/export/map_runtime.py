@@ -15,7 +15,7 @@ import jsonpatch
 from webhook.actions.base import selector_matches
 from webhook.export.kubernetes_env import KubernetesCel
 from webhook.export.versions import DEFAULT_TARGET, KubernetesVersion
-from webhook.policy import cel
+from webhook.policy.cel import environment as cel
 
 RESOURCES = {"Pod": "pods", "Deployment": "deployments", "ReplicaSet": "replicasets", "StatefulSet": "statefulsets",
              "DaemonSet": "daemonsets", "Job": "jobs", "CronJob": "cronjobs"}

@@ -13,7 +13,7 @@ import yaml
 from tests.conftest import REPO
 from tests.export.map_runtime import MapRuntime
 from tests.helpers import compile_policies, review_for
-from webhook.cli import main
+from webhook.commands.cli import main
 from webhook.export.admission_policy import export_policies, report_lines
 from webhook.export.homogeneous import heterogeneous_literals
 from webhook.export.mutations import PLAIN, TYPED

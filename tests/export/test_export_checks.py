@@ -13,7 +13,7 @@ import yaml
 from tests.conftest import REPO
 from tests.export.test_equivalence import outcomes
 from tests.helpers import compile_policies
-from webhook.cli import main
+from webhook.commands.cli import main
 from webhook.export.admission_policy import export_policies, report_lines
 from webhook.export.cel_text import NotExportable
 from webhook.export.free_identifiers import Rewriter

@@ -25,10 +25,10 @@ from tests.e2e.server import RunningServer, copy_policies, running_server
 from tests.fuzz.hostile import encode, hostile_bodies, paths, replace, seeds
 from tests.helpers import snapshot_of
 from tests.rsgi_client import AppClient
-from webhook.config import Settings
-from webhook.metrics import Metrics
 from webhook.policy.snapshot import NamespaceInfo, SnapshotHolder
 from webhook.server.app import create_app
+from webhook.support.config import Settings
+from webhook.support.metrics import Metrics
 
 REPO = Path(__file__).resolve().parent.parent.parent
 FUZZ_CASES = 10_000

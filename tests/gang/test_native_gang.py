@@ -19,14 +19,14 @@ import yaml
 from tests.conftest import FIXTURES, REPO, fixture_request
 from tests.helpers import compile_errors, review_for, run, snapshot_of
 from tests.unit.test_gang_capacity import gang_policy, gpu_nodes, job_admission, publish
-from webhook.cli import main
+from webhook.commands.cli import main
 from webhook.gang.native import pod_group_name
 from webhook.gang.pod_groups import desired_pod_group
-from webhook.names import dns1123_subdomain_error
-from webhook.policy.cluster_state import ClusterState, ClusterStateSource, write_state
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
-from webhook.policy.sources import combine
+from webhook.policy.sources.reloader import combine
+from webhook.policy.state.cluster_state import ClusterState, ClusterStateSource, write_state
+from webhook.support.names import dns1123_subdomain_error
 from webhook.workloads import default_workload_table
 
 CAPTURES = "kube-1.36/requests"

@@ -14,9 +14,9 @@ import jsonpatch
 import pytest
 
 from tests.helpers import review_for, snapshot_of
+from webhook.admission.review import parse_review
 from webhook.engine.mutate import mutate
 from webhook.gang.native_operators import marked_groups
-from webhook.review import parse_review
 from webhook.workloads import default_workload_table
 
 POLICY = ("apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: lws}\nspec:\n  rules:\n"

@@ -20,12 +20,12 @@ import pytest
 from tests.conftest import REPO
 from tests.helpers import read_yaml, review_for, run, snapshot_of
 from tests.unit.test_gang_capacity import gpu_nodes, publish
-from webhook.feasibility import PlacementCheck
+from webhook.admission.pipeline import admit
+from webhook.admission.review import parse_review
+from webhook.cluster.podgroups.native_operators import desired_groups
 from webhook.gang.native_operators import marked_groups
-from webhook.kube.native_operators import desired_groups
-from webhook.pipeline import admit
+from webhook.placement.feasibility import PlacementCheck
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
-from webhook.review import parse_review
 from webhook.workloads import default_workload_table
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "cases"

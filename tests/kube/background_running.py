@@ -5,9 +5,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from webhook.kube.api import KubeApi
-from webhook.kube.background import PERIOD, BackgroundReports, ServedPolicies
-from webhook.kube.controller import ClusterController
+from webhook.cluster.client.api import KubeApi
+from webhook.cluster.controller import ClusterController
+from webhook.cluster.reports.background import PERIOD, BackgroundReports, ServedPolicies
 from webhook.policy.compiler import PolicyCompiler
 
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from tests.kube.fake_apiserver import FakeApiServer
-from webhook.kube.api import KubeApi, Timeouts
-from webhook.kube.connection import connect
+from webhook.cluster.client.api import KubeApi, Timeouts
+from webhook.cluster.client.connection import connect
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ import pytest
 
 from tests.kube.background_running import running
 from tests.kube.fake_apiserver import DEPLOYMENTS, REPORTS_API, FakeApiServer, wait_for
-from webhook.kube.api import KubeApi
-from webhook.kube.background import BackgroundReports, ServedPolicies, readiness_detail
+from webhook.cluster.client.api import KubeApi
+from webhook.cluster.reports.background import BackgroundReports, ServedPolicies, readiness_detail
 from webhook.policy.compiler import PolicyCompiler
 
 TEAM_A_REPORTS = f"{REPORTS_API}/namespaces/team-a/policyreports"

@@ -21,12 +21,13 @@ from tests.kube.fake_apiserver import (
     wait_for,
 )
 from tests.volumes.data import objects
-from webhook.claims import ClaimLookup
-from webhook.kube.api import KubeApi, Timeouts
-from webhook.kube.connection import connect
-from webhook.kube.controller import LEASE_NAME, ClusterController
-from webhook.kube.leader import LeaseElector
-from webhook.policy.cluster_state import (
+from webhook.cluster.client.api import KubeApi, Timeouts
+from webhook.cluster.client.connection import connect
+from webhook.cluster.client.leader import LeaseElector
+from webhook.cluster.controller import LEASE_NAME, ClusterController
+from webhook.placement.claims import ClaimLookup
+from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.state.cluster_state import (
     ClusterState,
     ClusterStateSource,
     namespaces_directory,
@@ -34,10 +35,9 @@ from webhook.policy.cluster_state import (
     policies_path,
     read_state,
 )
-from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.namespace_shards import NamespaceShards
-from webhook.policy.shards import shard_of, shard_path
-from webhook.policy.volume_shards import VolumeShards
+from webhook.policy.state.namespace_shards import NamespaceShards
+from webhook.policy.state.shards import shard_of, shard_path
+from webhook.policy.state.volume_shards import VolumeShards
 
 
 def policy(name: str, *, condition: str = "true", pool: str = "general", priority: int = 100) -> dict[str, Any]:

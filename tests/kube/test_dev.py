@@ -16,7 +16,7 @@ import yaml
 from tests.conftest import fixture_request
 from tests.e2e.server import free_port
 from tests.kube.fake_apiserver import NAMESPACES, FakeApiServer, wait_for
-from webhook.dev import CRD_PATH, MUTATING_PATH, VALIDATING_PATH, DevError, dev_manifests, route_address
+from webhook.commands.dev import CRD_PATH, MUTATING_PATH, VALIDATING_PATH, DevError, dev_manifests, route_address
 
 pytestmark = pytest.mark.e2e
 

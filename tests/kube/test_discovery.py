@@ -16,11 +16,11 @@ from tests.kube.fake_apiserver import (
     FakeApiServer,
     wait_for,
 )
-from webhook.kube.api import KubeApi
-from webhook.kube.controller import ClusterController
-from webhook.kube.discovery import DiscoveryRefresh, ServedApis, discover, read_served_apis, write_served_apis
+from webhook.cluster.client.api import KubeApi
+from webhook.cluster.client.discovery import DiscoveryRefresh, ServedApis, discover, read_served_apis, write_served_apis
+from webhook.cluster.controller import ClusterController
 from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.volume_shards import VolumeShards
+from webhook.policy.state.volume_shards import VolumeShards
 
 
 def test_gates_on_serves_the_native_gang_api(api: KubeApi, apiserver: FakeApiServer) -> None:

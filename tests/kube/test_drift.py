@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from tests.kube.fake_apiserver import DEPLOYMENTS, JOBS, REPLICASETS, FakeApiServer
-from webhook.cli import kubectl_main
-from webhook.drift import DriftOptions, bring_in_step, judge_cluster, run
-from webhook.kube.api import KubeApi
-from webhook.kube.live import cluster_snapshot
+from webhook.cluster.client.api import KubeApi
+from webhook.commands.cli import kubectl_main
+from webhook.commands.drift import DriftOptions, bring_in_step, judge_cluster, run
+from webhook.commands.live import cluster_snapshot
 from webhook.policy.compiler import PolicyCompiler
 
 

@@ -15,10 +15,10 @@ import yaml
 from tests.helpers import review_for, run, snapshot_of
 from tests.kube.background_running import running
 from tests.kube.fake_apiserver import DEPLOYMENTS, REPORTS_API, FakeApiServer, wait_for
-from webhook.drift import DriftOptions
-from webhook.drift import run as drift_run
-from webhook.kube.api import KubeApi
-from webhook.kube.background import BackgroundReports
+from webhook.cluster.client.api import KubeApi
+from webhook.cluster.reports.background import BackgroundReports
+from webhook.commands.drift import DriftOptions
+from webhook.commands.drift import run as drift_run
 from webhook.policy.snapshot import NamespaceInfo
 
 ZONE = "topology.kubernetes.io/zone"

@@ -6,8 +6,8 @@ from typing import Any
 
 from tests.kube.fake_apiserver import NAMESPACES, POLICIES, FakeApiServer, wait_for
 from tests.kube.test_controller import start
-from webhook.kube.api import KubeApi
-from webhook.kube.enforce_labels import changes, enforced_selectors
+from webhook.cluster.client.api import KubeApi
+from webhook.cluster.enforce_labels import changes, enforced_selectors
 
 ENFORCE = "placer.dev/enforce"
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.kube.apiserver_semantics import CONTINUE_EXPIRED
 from tests.kube.fake_apiserver import NAMESPACES, POLICIES, FakeApiServer
-from webhook.kube.api import ApiError, KubeApi
+from webhook.cluster.client.api import ApiError, KubeApi
 
 
 def _watch(api: KubeApi, resource_version: str, *, until: int) -> list[dict[str, Any]]:

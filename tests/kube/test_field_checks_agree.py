@@ -14,12 +14,12 @@ from tests.conftest import fixture_request
 from tests.kube.fake_apiserver import FakeApiServer, wait_for
 from tests.kube.test_controller import ready_condition, start
 from tests.rsgi_client import AppClient
-from webhook.cli import main
-from webhook.config import Settings
-from webhook.kube.api import KubeApi
-from webhook.metrics import Metrics
+from webhook.cluster.client.api import KubeApi
+from webhook.commands.cli import main
 from webhook.policy.snapshot import PolicySnapshot, SnapshotHolder
 from webhook.server.app import create_app
+from webhook.support.config import Settings
+from webhook.support.metrics import Metrics
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "kubernetes-1.36"
 

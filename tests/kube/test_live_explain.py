@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.kube.fake_apiserver import FakeApiServer
-from webhook.cli import kubectl_main, main
+from webhook.commands.cli import kubectl_main, main
 
 DEPLOYMENTS = "/apis/apps/v1/namespaces/team-a/deployments"
 

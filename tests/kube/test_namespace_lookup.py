@@ -15,13 +15,13 @@ from tests.conftest import fixture_request
 from tests.helpers import snapshot_of
 from tests.kube.fake_apiserver import NAMESPACES, FakeApiServer, wait_for
 from tests.kube.test_controller import Running, start
-from webhook.kube.api import KubeApi, TransportError
-from webhook.kube.namespace_lookup import NamespaceLookup
-from webhook.pipeline import admit
-from webhook.policy.cluster_state import ClusterStateSource
+from webhook.admission.pipeline import admit
+from webhook.admission.review import parse_review
+from webhook.cluster.client.api import KubeApi, TransportError
+from webhook.cluster.client.namespace_lookup import NamespaceLookup
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.snapshot import NamespaceInfo, UnknownNamespace
-from webhook.review import parse_review
+from webhook.policy.state.cluster_state import ClusterStateSource
 from webhook.workloads import default_workload_table
 
 SELECTING = """apiVersion: placer.dev/v1alpha1

@@ -19,11 +19,11 @@ from tests.helpers import Clock, read_yaml, review_for, run, snapshot_of
 from tests.kube.discovery_captures import serve_discovery
 from tests.kube.fake_apiserver import JOBSETS, NATIVE_PODGROUPS, FakeApiServer, wait_for
 from tests.kube.test_native_pod_groups import NativeApi
+from webhook.cluster.client.api import KubeApi
+from webhook.cluster.client.discovery import discover
+from webhook.cluster.controller import ClusterController
+from webhook.cluster.podgroups.native_operators import OperatorPodGroups
 from webhook.gang.native import NOT_SERVED
-from webhook.kube.api import KubeApi
-from webhook.kube.controller import ClusterController
-from webhook.kube.discovery import discover
-from webhook.kube.native_operators import OperatorPodGroups
 from webhook.policy.compiler import PolicyCompiler
 from webhook.workloads import default_workload_table
 

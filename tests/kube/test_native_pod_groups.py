@@ -25,16 +25,16 @@ from tests.kube.discovery_captures import serve_discovery
 from tests.kube.fake_apiserver import POLICIES, FakeApiServer, wait_for
 from tests.kube.marked_workloads import NATIVE_GANG as NATIVE
 from tests.kube.marked_workloads import marked_job
-from webhook.cli import main
+from webhook.cluster.client.api import ApiError, KubeApi
+from webhook.cluster.client.discovery import ServedApis, discover
+from webhook.cluster.client.leader import LeaseElector
+from webhook.cluster.controller import LEASE_NAME, ClusterController
+from webhook.cluster.podgroups.native_gang import native_version_of
+from webhook.cluster.podgroups.pod_groups import PodGroupKeeper
+from webhook.commands.cli import main
 from webhook.gang.native import NOT_SERVED
-from webhook.kube.api import ApiError, KubeApi
-from webhook.kube.controller import LEASE_NAME, ClusterController
-from webhook.kube.discovery import ServedApis, discover
-from webhook.kube.leader import LeaseElector
-from webhook.kube.native_gang import native_version_of
-from webhook.kube.pod_groups import PodGroupKeeper
-from webhook.policy.cluster_state import policies_path, read_state
 from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.state.cluster_state import policies_path, read_state
 from webhook.workloads import default_workload_table
 
 JOB = default_workload_table().lookup("batch", "Job")
@@ -143,7 +143,7 @@ def test_on_v1alpha2_a_scaled_job_keeps_its_min_count_and_says_so_once(caplog: p
     keeper, _, _ = keeper_for(api)
     keeper.want("Job/team-a/train", JOB, stored_job())  # type: ignore[arg-type]
     keeper.reconcile()
-    with caplog.at_level(logging.WARNING, logger="webhook.kube.native_gang"):
+    with caplog.at_level(logging.WARNING, logger="webhook.cluster.podgroups.native_gang"):
         keeper.want("Job/team-a/train", JOB, stored_job(parallelism=6))  # type: ignore[arg-type]
         keeper.reconcile()
         keeper.reconcile()

@@ -1,4 +1,5 @@
-"""The byte-level Node-event skip (`webhook.kube.node_events`) on Node events laid out as kube-apiserver writes them.
+"""The byte-level Node-event skip (`webhook.cluster.client.node_events`) on Node events laid out as
+kube-apiserver writes them.
 
 No watch stream of Nodes was captured from a kube-apiserver (the captures hold admission requests), so
 `tests/fixtures/node-events/lab-ml-1.jsonl` was built by hand from the Go types, exactly as kube-apiserver
@@ -21,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import REPO
-from webhook.kube.node_events import UnchangedNodeEvents
-from webhook.kube.watch_stream import chunked_lines
-from webhook.policy.node_facts import node_facts
+from webhook.cluster.client.node_events import UnchangedNodeEvents
+from webhook.cluster.client.watch_stream import chunked_lines
+from webhook.policy.state.node_facts import node_facts
 
 EVENTS = REPO / "tests/fixtures/node-events/lab-ml-1.jsonl"
 WHAT = ["listed", "heartbeat", "image pulled", "labelled", "heartbeat", "device plugin", "cordoned", "heartbeat",

@@ -18,8 +18,8 @@ import pytest
 from tests.helpers import Clock, compile_errors, review_for, run, snapshot_of
 from tests.kube.fake_apiserver import DEPLOYMENTS, JOBS, PODGROUPS, FakeApiServer, wait_for
 from tests.kube.marked_workloads import GANG, captured, marked_job, mutated
-from webhook.kube.api import KubeApi
-from webhook.kube.pod_groups import PodGroupKeeper
+from webhook.cluster.client.api import KubeApi
+from webhook.cluster.podgroups.pod_groups import PodGroupKeeper
 from webhook.workloads import default_workload_table
 
 # -- admission: the mark on the workload ---------------------------------------------------------------------
@@ -144,7 +144,7 @@ def test_a_users_own_pod_group_is_left_alone(
     apiserver.put(PODGROUPS, {"metadata": {"name": "train", "namespace": "team-a"},
                               "spec": {"minMember": 2, "scheduleTimeoutSeconds": 60}})
     apiserver.put(JOBS, marked_job("train", parallelism=4))
-    with caplog.at_level(logging.WARNING, logger="webhook.kube.pod_groups"):
+    with caplog.at_level(logging.WARNING, logger="webhook.cluster.podgroups.pod_groups"):
         settle(groups, 1)
         groups.reconcile()
     kept = pod_group(apiserver, "train")
@@ -159,7 +159,7 @@ def test_without_the_pod_group_crd_the_controller_says_so_and_creates_them_once_
     apiserver.podgroups_served = False
     apiserver.put(JOBS, marked_job("train", parallelism=4))
     apiserver.put(JOBS, marked_job("eval", parallelism=2))
-    with caplog.at_level(logging.INFO, logger="webhook.kube.pod_groups"):
+    with caplog.at_level(logging.INFO, logger="webhook.cluster.podgroups.pod_groups"):
         settle(groups, 2)
         for _ in range(5):
             groups.reconcile()  # the controller's loop goes round: one discovery call a minute, not one a round

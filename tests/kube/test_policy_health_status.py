@@ -13,18 +13,18 @@ from typing import Any
 import pytest
 
 from tests.kube.fake_apiserver import POLICIES, TOKEN, FakeApiServer, wait_for
-from webhook.counter_file import CounterFile
-from webhook.kube.api import KubeApi, Timeouts
-from webhook.kube.connection import connect
-from webhook.kube.controller import LEASE_NAME, ClusterController
-from webhook.kube.health_round import HealthRound
-from webhook.kube.leader import LeaseElector
-from webhook.kube.recent_counts import RecentCounts
-from webhook.kube.replica_reports import ReplicaPublisher
-from webhook.metrics import RULE_EVALUATION_LABELS, RULE_EVALUATIONS, RULE_EVALUATIONS_HELP
-from webhook.policy.cluster_state import policies_path, read_state
+from webhook.cluster.client.api import KubeApi, Timeouts
+from webhook.cluster.client.connection import connect
+from webhook.cluster.client.leader import LeaseElector
+from webhook.cluster.controller import LEASE_NAME, ClusterController
+from webhook.cluster.health.health_round import HealthRound
+from webhook.cluster.health.recent_counts import RecentCounts
+from webhook.cluster.health.replica_reports import ReplicaPublisher
 from webhook.policy.compiler import PolicyCompiler
-from webhook.rule_problems import RuleProblemFile
+from webhook.policy.state.cluster_state import policies_path, read_state
+from webhook.support.counter_file import CounterFile
+from webhook.support.metrics import RULE_EVALUATION_LABELS, RULE_EVALUATIONS, RULE_EVALUATIONS_HELP
+from webhook.support.rule_problems import RuleProblemFile
 
 NAMESPACE = "placer-system"
 

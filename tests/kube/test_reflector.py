@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from tests.kube.fake_apiserver import NAMESPACES, NODES, POLICIES, FakeApiServer, wait_for
-from webhook.kube.api import KubeApi
-from webhook.kube.node_events import UnchangedNodeEvents
-from webhook.kube.reflector import Backoff, Reflector, Resource
+from webhook.cluster.client.api import KubeApi
+from webhook.cluster.client.node_events import UnchangedNodeEvents
+from webhook.cluster.client.reflector import Backoff, Reflector, Resource
 
 
 class Recorder:

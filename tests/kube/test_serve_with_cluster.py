@@ -140,7 +140,7 @@ def _status(server: RunningServer, path: str) -> int | None:
 
 
 def _controller_pid(server: RunningServer, not_pid: int | None = None) -> int | None:
-    """The pid of `python -m webhook.kube.controller` among the server's process group."""
+    """The pid of `python -m webhook.cluster.controller` among the server's process group."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -149,7 +149,7 @@ def _controller_pid(server: RunningServer, not_pid: int | None = None) -> int | 
             group = os.getpgid(int(entry.name))
         except OSError:
             continue
-        if b"webhook.kube.controller" in command and group == server.process.pid and int(entry.name) != not_pid:
+        if b"webhook.cluster.controller" in command and group == server.process.pid and int(entry.name) != not_pid:
             return int(entry.name)
     return None
 
@@ -216,7 +216,7 @@ def test_a_placement_no_node_can_take_is_admitted_with_a_warning_until_a_node_ca
             return list(review.get("warnings") or [])
 
         # gpu-1 is tainted and lacks the label: kube-scheduler's TaintToleration filter runs before NodeAffinity
-        # and rejects it first, so its FailedScheduling event names the taint (webhook/node_fit.py).
+        # and rejects it first, so its FailedScheduling event names the taint (webhook/placement/node_fit.py).
         expected = ("placer: rule pool/pool: no node can host the pods (1 with untolerated taint "
                     "nvidia.com/gpu:NoSchedule, 1 without label pool=ml; 0 of 2 nodes)")
         wait_for(lambda: all(expected in warnings() for _ in range(6)), timeout=10, what="the warning")

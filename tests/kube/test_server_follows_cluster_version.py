@@ -10,11 +10,11 @@ import yaml
 
 from tests.kube.discovery_captures import serve_discovery
 from tests.kube.fake_apiserver import FakeApiServer
-from webhook.kube.api import KubeApi
-from webhook.kube.discovery import DiscoveryRefresh, ServedApis, discover, read_served_apis, write_served_apis
+from webhook.cluster.client.api import KubeApi
+from webhook.cluster.client.discovery import DiscoveryRefresh, ServedApis, discover, read_served_apis, write_served_apis
 from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.field_check import FieldChecks
-from webhook.policy.versions import DEFAULT
+from webhook.policy.fields.field_check import FieldChecks
+from webhook.policy.fields.versions import DEFAULT
 from webhook.server.version_watch import ClusterVersionWatch
 from webhook.server.worker_app import field_target
 

@@ -9,12 +9,12 @@ import pytest
 
 from tests.kube.fake_apiserver import PODS, FakeApiServer, wait_for
 from tests.kube.test_controller import Running, start
-from webhook.capacity_share import CLASS_LABEL, ShareCounts
-from webhook.cli import kubectl_main
-from webhook.kube.api import KubeApi
-from webhook.kube.spot_ledger import PodShareSink
-from webhook.policy.shards import ShardWriter, write_atomically
-from webhook.policy.share_shards import ShareShards, shares_directory
+from webhook.cluster.client.api import KubeApi
+from webhook.cluster.spot.spot_ledger import PodShareSink
+from webhook.commands.cli import kubectl_main
+from webhook.pods.capacity_share import CLASS_LABEL, ShareCounts
+from webhook.policy.state.shards import ShardWriter, write_atomically
+from webhook.policy.state.share_shards import ShareShards, shares_directory
 
 RS = "0b5e2c1a-7a0e-4c55-9a3c-5d2b6a1f0001"
 OTHER_RS = "0b5e2c1a-7a0e-4c55-9a3c-5d2b6a1f0002"

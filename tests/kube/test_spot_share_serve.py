@@ -12,7 +12,7 @@ from tests.e2e.server import RunningServer, running_server
 from tests.helpers import decode_patch
 from tests.kube.fake_apiserver import PODS, FakeApiServer, wait_for
 from tests.kube.test_spot_ledger import pod
-from webhook.capacity_share import CLASS_LABEL
+from webhook.pods.capacity_share import CLASS_LABEL
 
 pytestmark = pytest.mark.e2e
 

@@ -15,18 +15,18 @@ from pathlib import Path
 import pytest
 
 from tests.kube.fake_apiserver import CLAIMS, NAMESPACES, NODES, FakeApiServer, wait_for
-from webhook.kube import controller as controller_module
-from webhook.kube.api import KubeApi
-from webhook.kube.controller import ClusterController, ProjectedSink
-from webhook.kube.node_events import UnchangedNodeEvents
-from webhook.kube.reflector import Backoff, Reflector, Resource
-from webhook.policy.cluster_state import ClusterState, policies_path, read_state, write_state
+from webhook.cluster import controller as controller_module
+from webhook.cluster.client.api import KubeApi
+from webhook.cluster.client.node_events import UnchangedNodeEvents
+from webhook.cluster.client.reflector import Backoff, Reflector, Resource
+from webhook.cluster.controller import ClusterController, ProjectedSink
+from webhook.pods.volumes import claim_entry
 from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.documents import namespace_info
-from webhook.policy.namespace_shards import NamespaceShards, entry_of
-from webhook.policy.node_facts import node_facts
-from webhook.policy.shards import Entry, KeyedShards, ShardWriter, write_atomically
-from webhook.volumes import claim_entry
+from webhook.policy.sources.documents import namespace_info
+from webhook.policy.state.cluster_state import ClusterState, policies_path, read_state, write_state
+from webhook.policy.state.namespace_shards import NamespaceShards, entry_of
+from webhook.policy.state.node_facts import node_facts
+from webhook.policy.state.shards import Entry, KeyedShards, ShardWriter, write_atomically
 
 
 class FullDisk:

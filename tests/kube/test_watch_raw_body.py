@@ -6,8 +6,8 @@ import threading
 from typing import Any
 
 from tests.kube.fake_apiserver import FakeApiServer
-from webhook.kube import watch_stream
-from webhook.kube.api import KubeApi
+from webhook.cluster.client import watch_stream
+from webhook.cluster.client.api import KubeApi
 
 
 def test_a_watch_is_read_past_urllib3_and_its_events_come_whole(
@@ -20,7 +20,7 @@ def test_a_watch_is_read_past_urllib3_and_its_events_come_whole(
         taken.append(raw is not None)
         return raw
 
-    monkeypatch.setattr("webhook.kube.api.raw_body", recording)
+    monkeypatch.setattr("webhook.cluster.client.api.raw_body", recording)
     apiserver.put_namespace("team-a")
     seen: list[str] = []
 

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import review_for, run, snapshot_of
-from webhook.names import label_value_error, qualified_name_error
 from webhook.policy.snapshot import NamespaceInfo
+from webhook.support.names import label_value_error, qualified_name_error
 
 NAMESPACE = NamespaceInfo("team-a", {"environment": "production", "team": "ml"})
 

@@ -8,7 +8,7 @@ import jsonpatch
 
 from tests.conftest import fixture_request
 from tests.helpers import snapshot_of
-from webhook.compliance import as_create, evaluate
+from webhook.cluster.reports.compliance import as_create, evaluate
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.workloads import default_workload_table
 

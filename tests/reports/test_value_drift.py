@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.helpers import review_for, run, snapshot_of
-from webhook.compliance import Verdict, evaluate
+from webhook.cluster.reports.compliance import Verdict, evaluate
 from webhook.engine.value_drift import LAST_APPLIED, ValueCheck
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.workloads import default_workload_table

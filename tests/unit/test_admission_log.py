@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from webhook.logs import AdmissionLog, JsonFormatter, JsonLineHandler, Timestamps
+from webhook.support.logs import AdmissionLog, JsonFormatter, JsonLineHandler, Timestamps
 
 FIELDS = {"uid": "u-1", "kind": "Pod", "applied": ["p/r"], "dryRun": True, "durationMs": 0.412}
 

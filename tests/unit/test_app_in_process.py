@@ -8,11 +8,11 @@ from typing import Any
 from tests.conftest import fixture_request
 from tests.helpers import snapshot_of
 from tests.rsgi_client import AppClient
-from webhook.config import Settings
-from webhook.logs import ADMISSION_LOGGER
-from webhook.metrics import Metrics
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, SnapshotHolder
 from webhook.server.app import create_app
+from webhook.support.config import Settings
+from webhook.support.logs import ADMISSION_LOGGER
+from webhook.support.metrics import Metrics
 
 POLICY = """apiVersion: placer.dev/v1alpha1
 kind: SchedulingPolicy

@@ -10,8 +10,8 @@ import tracemalloc
 
 import pytest
 
-from webhook.policy import cel
-from webhook.policy.cel_libraries.leaks import LeakAccount
+from webhook.policy.cel import environment as cel
+from webhook.policy.cel.libraries.leaks import LeakAccount
 
 CALLS = 3000
 

@@ -4,8 +4,8 @@ from typing import Any
 
 from tests.conftest import fixture_request
 from tests.helpers import run, snapshot_of
-from webhook.policy.documents import namespace_info
 from webhook.policy.snapshot import NamespaceInfo
+from webhook.policy.sources.documents import namespace_info
 
 NAMESPACE = namespace_info("team-a", {
     "apiVersion": "v1", "kind": "Namespace",

@@ -3,7 +3,7 @@
 import os
 from pathlib import Path
 
-from webhook.certs import issue
+from webhook.commands.certs import issue
 from webhook.server.certificate_watch import CertificateWatch
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from webhook.certs import issue, service_names
+from webhook.commands.certs import issue, service_names
 
 
 def _load(path: Path) -> x509.Certificate:

@@ -11,7 +11,7 @@ import yaml
 from cryptography import x509
 
 from tests.conftest import FIXTURES, REPO
-from webhook.cli import main
+from webhook.commands.cli import main
 
 BROKEN = """apiVersion: placer.dev/v1alpha1
 kind: SchedulingPolicy

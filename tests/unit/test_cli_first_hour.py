@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from webhook.cli import kubectl_main, main
+from webhook.commands.cli import kubectl_main, main
 
 DEPLOYMENT = """apiVersion: apps/v1
 kind: Deployment

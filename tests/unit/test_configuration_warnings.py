@@ -10,7 +10,9 @@ import yaml
 
 from tests.conftest import fixture_request
 from tests.helpers import compile_policies, review_for, run, snapshot_of
-from webhook.cli import main
+from webhook.admission.review import format_warnings, parse_review
+from webhook.admission.validation import validate_policy_review
+from webhook.commands.cli import main
 from webhook.engine.configuration import (
     GANG_NOT_ENFORCED,
     creates_pod_groups,
@@ -20,8 +22,6 @@ from webhook.engine.configuration import (
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import NamespaceInfo
-from webhook.review import format_warnings, parse_review
-from webhook.validation import validate_policy_review
 
 TEAM_A = NamespaceInfo("team-a")
 

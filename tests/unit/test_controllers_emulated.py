@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import REPO, fixture_request
 from tests.helpers import read_yaml, review_for, run, snapshot_of
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
-from webhook.selectors import LabelSelector
+from webhook.support.selectors import LabelSelector
 
 TEAM_A = NamespaceInfo("team-a", {"environment": "production", "team": "ml"})
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from webhook.counter_file import CounterFile
+from webhook.support.counter_file import CounterFile
 
 LABELS = ("policy", "rule", "outcome")
 

@@ -13,15 +13,15 @@ import yaml
 
 from tests.conftest import FIXTURES, REPO
 from tests.helpers import decode_patch, review_for, snapshot_of
-from webhook.claims import ClaimLookup
-from webhook.dra import TEMPLATE_KIND, claim_spec_devices, class_entry, device_entry
-from webhook.feasibility import PlacementCheck
-from webhook.pipeline import admit
-from webhook.policy.node_facts import NodeFactsReader, node_facts
-from webhook.policy.shards import ShardWriter
+from webhook.admission.pipeline import admit
+from webhook.admission.review import parse_review
+from webhook.placement.claims import ClaimLookup
+from webhook.placement.feasibility import PlacementCheck
+from webhook.pods.dra import TEMPLATE_KIND, claim_spec_devices, class_entry, device_entry
+from webhook.pods.resources import effective_resources
 from webhook.policy.snapshot import NamespaceInfo
-from webhook.resources import effective_resources
-from webhook.review import parse_review
+from webhook.policy.state.node_facts import NodeFactsReader, node_facts
+from webhook.policy.state.shards import ShardWriter
 from webhook.workloads import default_workload_table
 
 CAPTURES = FIXTURES / "kube-1.36"

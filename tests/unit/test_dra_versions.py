@@ -1,6 +1,6 @@
 """What Placer reads of DRA objects exists, with the same shape, in every supported minor: each minor's
 published OpenAPI schemas (the `kubernetes-validate` package's copy of Kubernetes' `api/openapi-spec`)
-accept, in strict mode, the fields `webhook.dra` reads, and `resource.k8s.io/v1` is new in 1.34 (KEP-4381,
+accept, in strict mode, the fields `webhook.pods.dra` reads, and `resource.k8s.io/v1` is new in 1.34 (KEP-4381,
 DRA structured parameters, GA in v1.34)."""
 
 from typing import Any
@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.conftest import FIXTURES
-from webhook.dra import CLASS_KIND, TEMPLATE_KIND, class_entry, device_entry
+from webhook.pods.dra import CLASS_KIND, TEMPLATE_KIND, class_entry, device_entry
 
 SUPPORTED = ("1.34", "1.35", "1.36", "1.37")
 ONE_GPU = yaml.safe_load((FIXTURES / "kube-1.36" / "manifests" / "resourceclaimtemplate-one-gpu.yaml").read_text())

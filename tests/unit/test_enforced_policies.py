@@ -9,11 +9,11 @@ import yaml
 
 from tests.conftest import REPO
 from tests.helpers import compile_errors, review_for, run, snapshot_of
-from webhook.cli import main
-from webhook.kube.policy_health import PolicyHealth, RuleCounts, recent_status
-from webhook.pipeline import admit
+from webhook.admission.pipeline import admit
+from webhook.admission.review import parse_review
+from webhook.cluster.health.policy_health import PolicyHealth, RuleCounts, recent_status
+from webhook.commands.cli import main
 from webhook.policy.snapshot import NamespaceInfo
-from webhook.review import parse_review
 from webhook.workloads import default_workload_table
 
 TEAM_A = NamespaceInfo("team-a", {"tenant": "team-a"})

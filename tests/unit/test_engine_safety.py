@@ -13,9 +13,9 @@ import pytest
 
 from tests.conftest import fixture_request
 from tests.helpers import review_for, run, snapshot_of
+from webhook.admission.review import parse_review
 from webhook.engine.mutate import DEADLINE_WARNING, mutate
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
-from webhook.review import parse_review
 from webhook.workloads import default_workload_table
 
 TEAM_A = NamespaceInfo("team-a", {"environment": "production", "team": "ml"})

@@ -6,10 +6,10 @@ from unittest import mock
 
 from tests.conftest import fixture_request
 from tests.helpers import run, snapshot_of
+from webhook.admission.review import parse_review
 from webhook.engine.mutate import mutate
-from webhook.policy import cel
+from webhook.policy.cel import environment as cel
 from webhook.policy.snapshot import NamespaceInfo
-from webhook.review import parse_review
 from webhook.workloads import default_workload_table
 
 TEAM_A = NamespaceInfo("team-a", {"environment": "production", "team": "ml"})

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.cli import main
-from webhook.policy import cel
+from webhook.commands.cli import main
+from webhook.policy.cel import environment as cel
 from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.field_check import FieldChecks
-from webhook.policy.schemas import SchemaCatalog, crd_kinds
-from webhook.policy.versions import DEFAULT, SUPPORTED, VersionError, parse_version, server_version
+from webhook.policy.fields.field_check import FieldChecks
+from webhook.policy.fields.schemas import SchemaCatalog, crd_kinds
+from webhook.policy.fields.versions import DEFAULT, SUPPORTED, VersionError, parse_version, server_version
 from webhook.workloads import all_kinds
 
 

@@ -1,4 +1,4 @@
-"""The runtime is handed only the fields the policies can observe (policy/field_reads.py).
+"""The runtime is handed only the fields the policies can observe (policy/cel/field_reads.py).
 
 The engine cuts `pod`, `object`, `oldObject` and `request` down to what the snapshot's expressions can observe
 before the runtime converts them (the conversion of a whole 8 KB Deployment cost more than evaluating 50
@@ -16,11 +16,11 @@ import yaml
 
 from tests.conftest import fixture_request
 from tests.helpers import snapshot_of
+from webhook.admission.review import parse_review
 from webhook.engine.activation import pod_variable, workload_variable
-from webhook.policy import cel
-from webhook.policy.field_reads import FieldTree, merged, prune
+from webhook.policy.cel import environment as cel
+from webhook.policy.cel.field_reads import FieldTree, merged, prune
 from webhook.policy.snapshot import NamespaceInfo
-from webhook.review import parse_review
 from webhook.workloads import default_workload_table
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,13 +11,13 @@ import pytest
 
 from tests.conftest import fixture_request
 from tests.helpers import snapshot_of
-from webhook.feasibility import PlacementCheck
-from webhook.gang_capacity import GangCapacityCheck, pods_that_fit
-from webhook.pipeline import admit
-from webhook.policy.node_facts import NodeFactsReader, node_facts
-from webhook.policy.shards import ShardWriter
+from webhook.admission.pipeline import admit
+from webhook.admission.review import parse_review
+from webhook.placement.feasibility import PlacementCheck
+from webhook.placement.gang_capacity import GangCapacityCheck, pods_that_fit
 from webhook.policy.snapshot import NamespaceInfo
-from webhook.review import parse_review
+from webhook.policy.state.node_facts import NodeFactsReader, node_facts
+from webhook.policy.state.shards import ShardWriter
 from webhook.workloads import default_workload_table
 
 NAMESPACE = "team-a"

@@ -4,7 +4,8 @@ do not run are refused when the policy loads, naming the library and what to wri
 import pytest
 
 from tests.conftest import REPO
-from webhook.policy import cel, kubernetes_cel
+from webhook.policy.cel import environment as cel
+from webhook.policy.cel import kubernetes_cel
 
 ENV = cel.new_environment()
 SELF = {

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from webhook.kube.api import ApiError
-from webhook.kube.connection import connect
-from webhook.kube.leader import LeaseElector
+from webhook.cluster.client.api import ApiError
+from webhook.cluster.client.connection import connect
+from webhook.cluster.client.leader import LeaseElector
 
 KUBECONFIG = """apiVersion: v1
 kind: Config

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 FORKING_SCRIPT = textwrap.dedent("""
     import json, os, sys
-    from webhook.metrics import Metrics
+    from webhook.support.metrics import Metrics
     from prometheus_client import values
     metrics = Metrics()
     rules = [("p", "r1", "applied"), ("p", "r2", "not-matched")]
@@ -61,7 +61,7 @@ def test_a_process_that_already_wrote_samples_keeps_its_value_class(tmp_path: Pa
         import json, os
         from prometheus_client import Counter, values
         Counter("early", "written before Placer's metrics exist").inc()
-        from webhook.metrics import Metrics
+        from webhook.support.metrics import Metrics
         metrics = Metrics()
         metrics.observe_admission("Pod", "CREATE", "patched", 0.001, [("p", "r1", "applied")])
         text = metrics.render()[0].decode()
@@ -79,7 +79,7 @@ def test_a_process_that_already_wrote_samples_keeps_its_value_class(tmp_path: Pa
 FOLDING_SCRIPT = textwrap.dedent("""
     import json, os, sys
     from pathlib import Path
-    from webhook.metrics import Metrics
+    from webhook.support.metrics import Metrics
     from webhook.server.metrics_files import fold_dead_processes
     directory = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
     metrics = Metrics()

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from webhook.policy.namespace_shards import NamespaceShards, entry_of
-from webhook.policy.shards import SHARDS, ShardWriter, shard_of, shard_path
 from webhook.policy.snapshot import LayeredNamespaces, NamespaceInfo
+from webhook.policy.state.namespace_shards import NamespaceShards, entry_of
+from webhook.policy.state.shards import SHARDS, ShardWriter, shard_of, shard_path
 
 
 class NamespaceShardWriter:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from webhook.kube.node_events import UnchangedNodeEvents
+from webhook.cluster.client.node_events import UnchangedNodeEvents
 
 
 def node(heartbeat: str = "2026-11-22T10:00:00Z", version: int = 100, **changes: Any) -> dict[str, Any]:

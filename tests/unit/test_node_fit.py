@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from webhook.node_fit import node_fit
+from webhook.placement.node_fit import node_fit
 
 
 def node(name: str, labels: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None,

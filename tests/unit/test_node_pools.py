@@ -11,12 +11,12 @@ import yaml
 from tests.conftest import fixture_request
 from tests.helpers import publish_nodes as publish
 from tests.helpers import snapshot_of
-from webhook.feasibility import PlacementCheck
-from webhook.pipeline import admit
+from webhook.admission.pipeline import admit
+from webhook.admission.review import parse_review
+from webhook.placement.feasibility import PlacementCheck
 from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.node_facts import NodeFactsReader
 from webhook.policy.snapshot import NamespaceInfo
-from webhook.review import parse_review
+from webhook.policy.state.node_facts import NodeFactsReader
 from webhook.workloads import default_workload_table
 
 NAMESPACE = "team-a"

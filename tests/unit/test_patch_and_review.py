@@ -8,8 +8,8 @@ import jsonpatch
 import pytest
 
 from tests.conftest import fixture_request
-from webhook.patches import diff
-from webhook.review import ReviewError, build_response, decode_json, format_warnings, parse_review
+from webhook.admission.review import ReviewError, build_response, decode_json, format_warnings, parse_review
+from webhook.support.patches import diff
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers import node_selector_policy, write_configmap_volume
 from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.files import FilePolicySource
+from webhook.policy.sources.files import FilePolicySource
 
 
 def policy_set(generation: str) -> dict[str, str]:

@@ -14,14 +14,14 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from webhook.counter_file import CounterFile
+from webhook.cluster.health.policy_health import PolicyHealth, RuleCounts, combine, healthy_condition, recent_status
+from webhook.cluster.health.recent_counts import RecentCounts, ReplicaWindow
+from webhook.cluster.health.replica_reports import decode_window, encode_window, lease_name
+from webhook.cluster.health.status import PolicyOutcome, condition_of, desired_status, status_differs
 from webhook.engine.configuration import GANG_NOT_ENFORCED, Finding
-from webhook.kube.policy_health import PolicyHealth, RuleCounts, combine, healthy_condition, recent_status
-from webhook.kube.recent_counts import RecentCounts, ReplicaWindow
-from webhook.kube.replica_reports import decode_window, encode_window, lease_name
-from webhook.kube.status import PolicyOutcome, condition_of, desired_status, status_differs
-from webhook.metrics import RULE_EVALUATION_LABELS, RULE_EVALUATIONS, RULE_EVALUATIONS_HELP, read_rule_counts
-from webhook.rule_problems import Problem, RuleProblemFile, read_rule_problems
+from webhook.support.counter_file import CounterFile
+from webhook.support.metrics import RULE_EVALUATION_LABELS, RULE_EVALUATIONS, RULE_EVALUATIONS_HELP, read_rule_counts
+from webhook.support.rule_problems import Problem, RuleProblemFile, read_rule_problems
 
 NOW = datetime(2026, 11, 25, 14, 0, tzinfo=UTC)
 

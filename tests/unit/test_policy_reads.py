@@ -7,7 +7,7 @@ these cases pin the conservative direction.
 import pytest
 
 from webhook.engine.mutate import pointer_tokens
-from webhook.policy import cel
+from webhook.policy.cel import environment as cel
 from webhook.policy.reads import Changes, Reads, reads_of
 
 

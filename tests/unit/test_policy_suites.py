@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from webhook.cli import main
+from webhook.commands.cli import main
 
 POLICY = """apiVersion: placer.dev/v1alpha1
 kind: SchedulingPolicy

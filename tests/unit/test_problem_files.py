@@ -7,8 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from webhook.rule_problems import FILE_PREFIX
 from webhook.server.metrics_files import PROBLEMS_KEPT_SECONDS, drop_stale_problem_files
+from webhook.support.rule_problems import FILE_PREFIX
 
 
 def _exited_pid() -> int:

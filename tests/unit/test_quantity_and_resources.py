@@ -2,8 +2,8 @@
 
 import pytest
 
-from webhook.quantity import InvalidQuantityError, parse_quantity
-from webhook.resources import effective_resources
+from webhook.pods.quantity import InvalidQuantityError, parse_quantity
+from webhook.pods.resources import effective_resources
 
 
 @pytest.mark.parametrize(

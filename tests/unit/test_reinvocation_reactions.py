@@ -28,8 +28,8 @@ import yaml
 
 from tests.conftest import FIXTURES, fixture_request
 from tests.helpers import snapshot_of
-from webhook.pipeline import admit
-from webhook.review import parse_review
+from webhook.admission.pipeline import admit
+from webhook.admission.review import parse_review
 from webhook.workloads import default_workload_table
 
 REACTIONS = FIXTURES / "reactions"

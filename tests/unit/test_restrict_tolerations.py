@@ -6,10 +6,10 @@ import pytest
 
 from tests.helpers import compile_errors, review_for, run, snapshot_of
 from webhook.actions.restrictions import covers
+from webhook.admission.review import parse_review
+from webhook.admission.validation import validate_policy_review
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.snapshot import NamespaceInfo
-from webhook.review import parse_review
-from webhook.validation import validate_policy_review
 
 TEAM_A = NamespaceInfo("team-a", {"tenant": "team-a"})
 GPU = {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}

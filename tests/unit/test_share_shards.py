@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 from tests.conftest import REPO
-from webhook.actions.pod_share import decide
-from webhook.capacity_share import ShareCounts
-from webhook.policy.shards import ShardWriter
-from webhook.policy.share_shards import ShareShards, pending_directory, shares_directory
+from webhook.pods.capacity_share import ShareCounts
+from webhook.pods.pod_share import decide
+from webhook.policy.state.shards import ShardWriter
+from webhook.policy.state.share_shards import ShareShards, pending_directory, shares_directory
 
 KEY = "team-a/rs-1"
 
@@ -123,7 +123,7 @@ def test_another_worker_process_admission_counts_here(tmp_path: Path) -> None:
     """Workers are processes: what one admits (its file, its monotonic clock, one clock for the machine) counts
     in another at once."""
     ShardWriter(shares_directory(tmp_path)).replace({})
-    code = ("import sys; from pathlib import Path; from webhook.policy.share_shards import ShareShards; "
+    code = ("import sys; from pathlib import Path; from webhook.policy.state.share_shards import ShareShards; "
             "ShareShards(Path(sys.argv[1])).admitted('team-a', 'rs-1', 'spot')")
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, cwd=REPO, timeout=60)
     here = ShareShards(tmp_path)

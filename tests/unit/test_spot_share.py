@@ -10,14 +10,14 @@ import pytest
 import yaml
 
 from tests.helpers import review_for, snapshot_of
-from webhook.actions.pod_share import decide
-from webhook.capacity_share import CLASS_LABEL, CapacityClass, ShareCounts
+from webhook.admission.pipeline import admit
+from webhook.admission.review import parse_review
 from webhook.engine.mutate import mutate
-from webhook.pipeline import admit
+from webhook.placement.share_counts import CountedShares
+from webhook.pods.capacity_share import CLASS_LABEL, CapacityClass, ShareCounts
+from webhook.pods.pod_share import decide
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.snapshot import NamespaceInfo
-from webhook.review import parse_review
-from webhook.share_counts import CountedShares
 from webhook.workloads import default_workload_table
 
 NAMESPACE = "shop"

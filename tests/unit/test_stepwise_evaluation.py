@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import fixture_request
 from tests.helpers import run, snapshot_of
-from webhook.policy import cel
+from webhook.policy.cel import environment as cel
 
 ENVIRONMENT = cel.new_environment()
 CONTAINERS, VARIABLES = 200, 60

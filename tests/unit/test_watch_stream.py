@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from webhook.kube.watch_stream import BLOCK, ChunkedStreamError, PacedBody, chunked_lines
+from webhook.cluster.client.watch_stream import BLOCK, ChunkedStreamError, PacedBody, chunked_lines
 
 
 class Blocks(io.RawIOBase):

@@ -6,11 +6,11 @@ from typing import Any
 import yaml
 
 from tests.conftest import fixture_request
-from webhook.claims import ClaimLookup
-from webhook.policy.node_facts import NodeFactsReader, node_facts
-from webhook.policy.shards import ShardWriter
-from webhook.policy.volume_shards import VolumeShards
-from webhook.volumes import claim_entry, volume_entry
+from webhook.placement.claims import ClaimLookup
+from webhook.pods.volumes import claim_entry, volume_entry
+from webhook.policy.state.node_facts import NodeFactsReader, node_facts
+from webhook.policy.state.shards import ShardWriter
+from webhook.policy.state.volume_shards import VolumeShards
 
 OBJECTS = Path(__file__).parent / "objects.yaml"
 ZONAL = Path(__file__).parent / "zonal.yaml"

@@ -17,12 +17,12 @@ import yaml
 from tests.conftest import fixture_request
 from tests.helpers import compile_errors, snapshot_of
 from tests.volumes.data import APPLIED, TEMPLATES, ZONAL, objects, publish, statefulset_pod
-from webhook.claims import ClaimLookup
+from webhook.admission.pipeline import admit
+from webhook.admission.review import parse_review
 from webhook.engine.mutate import mutate
-from webhook.pipeline import admit
-from webhook.policy.volume_shards import VolumeShards
-from webhook.review import parse_review
-from webhook.volumes import NodePin, claim_entry, node_local, place_claim, pod_claims, volume_entry, volume_pin
+from webhook.placement.claims import ClaimLookup
+from webhook.pods.volumes import NodePin, claim_entry, node_local, place_claim, pod_claims, volume_entry, volume_pin
+from webhook.policy.state.volume_shards import VolumeShards
 from webhook.workloads import default_workload_table
 
 

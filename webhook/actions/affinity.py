@@ -25,9 +25,9 @@ from webhook.actions.base import (
     selector_keys,
     selector_matches,
 )
-from webhook.json_copy import copy_json
-from webhook.names import label_value_error, qualified_name_error
-from webhook.typing import JSONObject
+from webhook.support.json_copy import copy_json
+from webhook.support.names import label_value_error, qualified_name_error
+from webhook.support.typing import JSONObject
 
 NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 AFFINITY_TYPES = ("required", "preferred")

@@ -8,12 +8,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from webhook.actions.pod_share import PodShare
 from webhook.gang.facts import GangFacts
-from webhook.json_copy import copy_json
-from webhook.selectors import LabelSelector
-from webhook.typing import JSONObject
-from webhook.volumes import ClaimPlacement
+from webhook.pods.pod_share import PodShare
+from webhook.pods.volumes import ClaimPlacement
+from webhook.support.json_copy import copy_json
+from webhook.support.selectors import LabelSelector
+from webhook.support.typing import JSONObject
 
 ParamKind = Literal["string", "integer", "enum", "values", "keys", "selector", "tolerations"]
 BOOLEAN = ("true", "false")

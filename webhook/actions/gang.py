@@ -18,8 +18,8 @@ from webhook.gang.native import NATIVE
 from webhook.gang.native_operators import PER_GROUP, SHAPES
 from webhook.gang.pod_groups import MIN_MEMBER_ANNOTATION, OWNER_KINDS, POD_GROUP_LABEL
 from webhook.gang.yunikorn import task_groups
-from webhook.names import dns1123_subdomain_error, label_value_error
-from webhook.typing import JSONObject, as_map
+from webhook.support.names import dns1123_subdomain_error, label_value_error
+from webhook.support.typing import JSONObject, as_map
 
 KEEPS_COSCHEDULING = frozenset(kind for _, kind in OWNER_KINDS)
 """Kinds whose scheduler-plugins PodGroup Placer keeps (operator resources are marked for native gangs only)."""

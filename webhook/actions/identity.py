@@ -28,8 +28,8 @@ from webhook.actions.scheduling import DEFAULT_SCHEDULER
 from webhook.actions.tolerations import toleration_from
 from webhook.gang.flavours import FLAVOURS
 from webhook.gang.native import NATIVE
-from webhook.json_copy import copy_json
-from webhook.typing import JSONObject
+from webhook.support.json_copy import copy_json
+from webhook.support.typing import JSONObject
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.actions.base import ActionContext, ActionSpec, FreeForm, ensure_map
-from webhook.names import label_value_error, qualified_name_error
-from webhook.typing import JSONObject
+from webhook.support.names import label_value_error, qualified_name_error
+from webhook.support.typing import JSONObject
 
 APPLIED_ANNOTATION = "placer.dev/applied"
 

@@ -3,7 +3,7 @@
 The template gets `spec.schedulingGroup.podGroupName` (an operator's templates get Placer's annotations
 instead, and each pod names its group at its own admission: `webhook.gang.native_operators`), and the
 workload is marked for the controller, which keeps the PodGroup (`webhook.gang.pod_groups`,
-`webhook.kube.pod_groups`, `webhook.kube.native_operators`). A pod naming a
+`webhook.cluster.podgroups.pod_groups`, `webhook.cluster.podgroups.native_operators`). A pod naming a
 group that never comes stays Pending with no event at all (captured from kube-apiserver v1.36.2), so the
 field is written only where the group will exist: never when the API server serves no PodGroup API, never
 for a workload Placer cannot keep the group of, never when the size of the gang is unknown. In each of those
@@ -32,7 +32,7 @@ from webhook.gang.pod_groups import (
     POD_GROUP_API_ANNOTATION,
     POD_GROUP_LABEL,
 )
-from webhook.typing import JSONObject
+from webhook.support.typing import JSONObject
 from webhook.workloads import default_workload_table
 
 

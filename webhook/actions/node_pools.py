@@ -14,7 +14,7 @@ default_plugins.go getDefaultPlugins) can still outweigh it, as with any prefere
 
 Required rules (a GPU pool's required affinity, its taint's toleration) still filter first: the pools only
 order the nodes those rules allow. When no listed pool can ever host the pod, the placement check warns
-(`webhook.pool_fit`).
+(`webhook.placement.pool_fit`).
 """
 
 from collections.abc import Mapping
@@ -22,8 +22,8 @@ from typing import Any
 
 from webhook.actions.affinity import add_preferred_requirement
 from webhook.actions.base import ActionContext, ActionSpec, Param
-from webhook.names import label_value_error, qualified_name_error
-from webhook.typing import JSONObject
+from webhook.support.names import label_value_error, qualified_name_error
+from webhook.support.typing import JSONObject
 
 PREFER_NODE_POOLS = "prefer-node-pools"
 WEIGHTS = (100, 50, 25, 12, 6, 3, 1)

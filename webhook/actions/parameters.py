@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.actions.base import ActionSpec, Param
-from webhook.names import label_value_error, qualified_name_error
+from webhook.support.names import label_value_error, qualified_name_error
 
 Problem = tuple[str, str]
 """(parameter name, message)."""

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.actions.base import ActionContext, ActionSpec, Param
-from webhook.typing import JSONObject, as_map
+from webhook.support.typing import JSONObject, as_map
 from webhook.workloads import controller_reference
 
 RESTRICT_TOLERATIONS = "restrict-tolerations"

@@ -4,8 +4,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.actions.base import ActionContext, ActionSpec, Param, ensure_map
-from webhook.names import dns1123_subdomain_error
-from webhook.typing import JSONObject
+from webhook.support.names import dns1123_subdomain_error
+from webhook.support.typing import JSONObject
 
 DEFAULT_SCHEDULER = "default-scheduler"
 

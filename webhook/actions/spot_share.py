@@ -1,7 +1,7 @@
 """`spot-share`: keep the share of a workload's pods on spot capacity at or below a percentage.
 
-Decided per Pod at its creation (`webhook.actions.pod_share` states the rule), from the live pods of its
-workload, which the controller counts by the class label Placer gives each pod (`webhook.capacity_share`):
+Decided per Pod at its creation (`webhook.pods.pod_share` states the rule), from the live pods of its
+workload, which the controller counts by the class label Placer gives each pod (`webhook.pods.capacity_share`):
 
 - an on-demand pod gets REQUIRED node affinity for on-demand nodes: it never runs on spot;
 - a spot pod gets the spot toleration and, with `fallbackToOnDemand: true`, PREFERRED affinity for spot nodes
@@ -25,11 +25,11 @@ from typing import Any
 
 from webhook.actions.affinity import add_node_affinity
 from webhook.actions.base import BOOLEAN, ActionContext, ActionSkipped, ActionSpec, Param, ensure_list, ensure_map
-from webhook.actions.capacity_presets import PRESETS, CapacityPreset, check_custom, preset_from
-from webhook.actions.pod_share import PodShare, ShareDecision, decide, labelled_class
-from webhook.capacity_share import CLASS_LABEL, CapacityClass
-from webhook.names import label_value_error, qualified_name_error
-from webhook.typing import JSONObject, as_map
+from webhook.pods.capacity_presets import PRESETS, CapacityPreset, check_custom, preset_from
+from webhook.pods.capacity_share import CLASS_LABEL, CapacityClass
+from webhook.pods.pod_share import PodShare, ShareDecision, decide, labelled_class
+from webhook.support.names import label_value_error, qualified_name_error
+from webhook.support.typing import JSONObject, as_map
 
 SPOT_SHARE = "spot-share"
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"

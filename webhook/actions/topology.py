@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.actions.base import ActionContext, ActionSkipped, ActionSpec, Param, ensure_list, selector_keys
-from webhook.json_copy import copy_json
-from webhook.names import qualified_name_error
-from webhook.typing import JSONObject
+from webhook.support.json_copy import copy_json
+from webhook.support.names import qualified_name_error
+from webhook.support.typing import JSONObject
 
 
 def add_topology_spread(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:

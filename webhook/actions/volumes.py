@@ -1,6 +1,6 @@
 """`pin-to-volume-node`: a pod whose data is on one node's local disk comes back to that node.
 
-At a Pod's admission every claim it mounts has been resolved (`webhook.volumes.ClaimPlacement`, from the
+At a Pod's admission every claim it mounts has been resolved (`webhook.pods.volumes.ClaimPlacement`, from the
 claims and volumes the controller watches); for each bound claim whose volume lives on one node, the pod
 gets node affinity to that node: `strict: true` ANDs it into every required term (the pod waits for its
 node), otherwise a preferred term (the scheduler tries that node first). A claim not bound yet has no node
@@ -14,9 +14,9 @@ from typing import Any
 
 from webhook.actions.affinity import add_preferred_requirement, add_required_requirement
 from webhook.actions.base import BOOLEAN, ActionContext, ActionSpec, Param
-from webhook.names import dns1123_subdomain_error, qualified_name_error
-from webhook.typing import JSONObject
-from webhook.volumes import ClaimPlacement, NodePin
+from webhook.pods.volumes import ClaimPlacement, NodePin
+from webhook.support.names import dns1123_subdomain_error, qualified_name_error
+from webhook.support.typing import JSONObject
 
 
 def pin_to_volume_node(template: JSONObject, params: Mapping[str, Any], context: ActionContext) -> bool:

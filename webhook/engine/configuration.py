@@ -22,7 +22,7 @@ from webhook.actions.scheduling import DEFAULT_SCHEDULER
 from webhook.gang.flavours import FLAVOURS
 from webhook.gang.pod_groups import API_VERSION, POD_GROUP_LABEL
 from webhook.policy.model import Policy, Rule
-from webhook.typing import JSONObject, as_map
+from webhook.support.typing import JSONObject, as_map
 
 GANG_ACTION = "add-gang-labels"
 SET_SCHEDULER_ACTION = "set-scheduler-name"

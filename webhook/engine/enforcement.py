@@ -14,10 +14,10 @@ from typing import Any
 
 from webhook.actions.base import Conflict
 from webhook.actions.restrictions import describe
+from webhook.admission.review import AdmissionRequest
 from webhook.engine.outcome import Mutation
 from webhook.policy.model import Policy, Rule
-from webhook.review import AdmissionRequest
-from webhook.typing import JSONObject, as_map
+from webhook.support.typing import JSONObject, as_map
 from webhook.workloads import TemplateSlot
 
 ENFORCE_LABEL = "placer.dev/enforce"

@@ -9,8 +9,7 @@ Pure: no I/O, no clock other than the deadline, no metrics.
 
 from collections.abc import Mapping
 
-from webhook.actions.pod_share import PodShare
-from webhook.capacity_share import ShareLedger
+from webhook.admission.review import AdmissionRequest
 from webhook.engine.configuration import gang_warnings
 from webhook.engine.enforcement import enforcing, holding, names_its_node, node_name_refusal, refusal_mutation
 from webhook.engine.native_pods import with_native_groups
@@ -27,9 +26,10 @@ from webhook.engine.selection import (
     pod_only_rules,
     selected_policies,
 )
+from webhook.pods.capacity_share import ShareLedger
+from webhook.pods.pod_share import PodShare
+from webhook.pods.volumes import ClaimPlacement
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, ResourcesOfPod, UnknownNamespace
-from webhook.review import AdmissionRequest
-from webhook.volumes import ClaimPlacement
 from webhook.workloads import WorkloadKind, WorkloadTable, controller_reference
 
 __all__ = [

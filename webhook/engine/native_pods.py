@@ -10,12 +10,12 @@ PodGroup API (the pod would wait for a group that cannot exist), nor when the Po
 On the operator resource itself, explain lists the PodGroups Placer's controller will keep for it.
 """
 
+from webhook.admission.review import AdmissionRequest
 from webhook.engine.outcome import Mutation
 from webhook.gang.native import NOT_SERVED, scheduling_group
 from webhook.gang.native_operators import marked_groups, member_group, operator_shape
-from webhook.patches import apply_sharing
-from webhook.review import AdmissionRequest
-from webhook.typing import JSONObject
+from webhook.support.patches import apply_sharing
+from webhook.support.typing import JSONObject
 from webhook.workloads import WorkloadKind
 
 SHOWN_GROUPS = 8

@@ -6,10 +6,10 @@ explain, metrics and logs."""
 from dataclasses import dataclass, field
 from typing import Literal
 
-from webhook.actions.pod_share import ShareDecision
 from webhook.gang.facts import GangFacts
+from webhook.pods.pod_share import ShareDecision
 from webhook.policy.model import Policy, Rule
-from webhook.typing import JSONObject, JSONPatch
+from webhook.support.typing import JSONObject, JSONPatch
 
 DEADLINE_WARNING = "deadline reached before every rule was evaluated; admitted unchanged"
 

@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping
 
 from webhook.actions.base import ActionContext, working_copy
 from webhook.actions.metadata import APPLIED_ANNOTATION
-from webhook.actions.pod_share import PodShare
 from webhook.actions.restrictions import RESTRICT_TOLERATIONS
 from webhook.actions.tolerations import toleration_from
+from webhook.admission.review import AdmissionRequest
 from webhook.engine.activation import pod_variable, workload_variable
 from webhook.engine.enforcement import field_prefix
 from webhook.engine.outcome import DeadlineReached, Mutation, Outcome, RuleTrace, rule_id, unique_messages
@@ -24,14 +24,14 @@ from webhook.engine.selection import INJECT_LABEL, labelled_disabled
 from webhook.gang.facts import gang_facts, lazy
 from webhook.gang.native_operators import operator_shape
 from webhook.gang.pod_groups import owns_pod_groups
-from webhook.patches import apply_sharing
-from webhook.policy import cel
+from webhook.pods.pod_share import PodShare
+from webhook.pods.volumes import ClaimPlacement
+from webhook.policy.cel import environment as cel
 from webhook.policy.model import Policy, Rule
 from webhook.policy.reads import Changes
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, ResourcesOfPod
-from webhook.review import AdmissionRequest
-from webhook.typing import JSONObject, JSONPatch
-from webhook.volumes import ClaimPlacement
+from webhook.support.patches import apply_sharing
+from webhook.support.typing import JSONObject, JSONPatch
 from webhook.workloads import TemplateSlot, WorkloadKind
 
 MAX_PASSES = 4

@@ -2,8 +2,8 @@
 
 from collections.abc import Mapping
 
-from webhook.patches import diff, unescape
-from webhook.typing import JSONObject, JSONPatch, as_map
+from webhook.support.patches import diff, unescape
+from webhook.support.typing import JSONObject, JSONPatch, as_map
 from webhook.workloads import WorkloadKind
 
 

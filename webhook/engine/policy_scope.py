@@ -3,7 +3,7 @@
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.policy import cel
+from webhook.policy.cel import environment as cel
 from webhook.policy.model import ConditionBatch, Policy, Rule
 
 

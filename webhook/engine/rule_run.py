@@ -10,9 +10,9 @@ from webhook.actions.parameters import parse_parameters
 from webhook.engine.enforcement import describe_value, introduced, refusal
 from webhook.engine.outcome import DenyRequest, Mutation, Outcome, RuleTrace, rule_id
 from webhook.engine.policy_scope import PolicyScope
-from webhook.policy import cel
+from webhook.policy.cel import environment as cel
 from webhook.policy.model import Policy, Rule
-from webhook.typing import JSONObject
+from webhook.support.typing import JSONObject
 from webhook.workloads import TemplateSlot
 
 

@@ -3,11 +3,11 @@
 import dataclasses
 
 from webhook.actions.metadata import APPLIED_ANNOTATION
+from webhook.admission.review import AdmissionRequest
 from webhook.engine.outcome import DenyRequest, Mutation
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, UnknownNamespace
-from webhook.review import AdmissionRequest
-from webhook.typing import JSONObject, as_map
+from webhook.support.typing import JSONObject, as_map
 from webhook.workloads import WorkloadKind, controller_reference
 
 INJECT_LABEL = "placer.dev/inject"

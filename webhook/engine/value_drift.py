@@ -4,7 +4,8 @@ Actions only add: a value already in a rule's place is kept, so that a user's ow
 admitted under an earlier version of a policy therefore keeps the rule's earlier value (a spread
 constraint written before the rule gained `matchLabelKeys`, a node-selector value since changed), and the
 engine, run on it again, finds "nothing to change". This module lets the engine see such values when it
-judges a stored workload (`webhook.compliance`), with no second implementation of any action: each rule's
+judges a stored workload (`webhook.cluster.reports.compliance`), with no second implementation of any
+action: each rule's
 action is wrapped so that, where the rule's place (`webhook.actions.identity`) already holds a value, the
 action also runs on a copy of the template with that value taken out, which gives what the rule writes
 now; the two are compared.
@@ -36,10 +37,10 @@ from typing import Any
 from webhook.actions.base import ActionContext, ActionSkipped, ActionSpec, Apply
 from webhook.actions.identity import by_parameters, comparable, places, remove, scratch_copy
 from webhook.actions.metadata import rules_applied
-from webhook.json_copy import copy_json
 from webhook.policy.model import Policy, Rule
 from webhook.policy.snapshot import PolicySnapshot
-from webhook.typing import JSONObject, as_map
+from webhook.support.json_copy import copy_json
+from webhook.support.typing import JSONObject, as_map
 from webhook.workloads import WorkloadKind
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"

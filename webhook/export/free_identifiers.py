@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.export.cel_text import NotExportable
-from webhook.policy import cel
-from webhook.policy.checked_ast import AstError, CheckedAst, Expr, decode
+from webhook.policy.cel import environment as cel
+from webhook.policy.cel.checked_ast import AstError, CheckedAst, Expr, decode
 
 PLACER_VARIABLES = {"pod": "variables.placerPod", "workload": "variables.placerWorkload"}
 NOT_EXPORTABLE = {

@@ -6,7 +6,7 @@ entries `?key: ...` are not compared, as cel-go's validator skips them)."""
 
 from typing import Any
 
-from webhook.policy.checked_ast import CheckedAst, Expr, decode
+from webhook.policy.cel.checked_ast import CheckedAst, Expr, decode
 
 _TYPE_MAP = 3
 

@@ -33,11 +33,11 @@ from cel_expr_python.ext import ext_optional, ext_strings
 
 from webhook.export.homogeneous import heterogeneous_literals
 from webhook.export.versions import KubernetesVersion, compatibility_version, show
-from webhook.policy import cel_libraries
-from webhook.policy.cel import MUTATING_ADMISSION_POLICY_VARIABLES
-from webhook.policy.cel_libraries.leaks import LeakAccount
-from webhook.policy.cel_libraries.messages import Messages
-from webhook.policy.checked_ast import AstError, CheckedAst, Expr, decode
+from webhook.policy.cel import libraries as cel_libraries
+from webhook.policy.cel.checked_ast import AstError, CheckedAst, Expr, decode
+from webhook.policy.cel.environment import MUTATING_ADMISSION_POLICY_VARIABLES
+from webhook.policy.cel.libraries.leaks import LeakAccount
+from webhook.policy.cel.libraries.messages import Messages
 
 STRINGS_VERSION = 2
 SETS_FROM: KubernetesVersion = (1, 29)

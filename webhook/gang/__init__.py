@@ -1,1 +1,4 @@
-"""Gang scheduling: each scheduler's keys, and the group identity and size every member shares."""
+"""Gang scheduling: each scheduler's keys, and the group identity and size every member shares.
+
+May import workloads, pods and support.
+"""

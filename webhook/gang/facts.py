@@ -11,8 +11,8 @@ from typing import Any
 
 from webhook.gang.native import not_for_native, scheduling_group
 from webhook.gang.native_operators import operator_manages, pods_per_gang
-from webhook.resources import effective_resources
-from webhook.typing import JSONObject, as_map
+from webhook.pods.resources import effective_resources
+from webhook.support.typing import JSONObject, as_map
 from webhook.workloads import WorkloadKind, controller_owner
 
 

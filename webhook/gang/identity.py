@@ -11,7 +11,7 @@ from typing import Any
 
 from webhook.gang.facts import GangFacts
 from webhook.gang.flavours import FLAVOURS, OPERATOR_GROUP_LABELS, Flavour, Key
-from webhook.names import label_value_error
+from webhook.support.names import label_value_error
 
 MAX_LABEL_VALUE = 63
 HASH_CHARS = 8

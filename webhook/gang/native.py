@@ -30,8 +30,8 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.names import dns1123_subdomain_error
-from webhook.typing import JSONObject, as_map
+from webhook.support.names import dns1123_subdomain_error
+from webhook.support.typing import JSONObject, as_map
 
 NATIVE = "native"
 API_GROUP = "scheduling.k8s.io"

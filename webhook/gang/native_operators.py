@@ -18,7 +18,7 @@ Pod names comes from the annotation and, per Job, from the labels JobSet puts on
 "jobset.sigs.k8s.io/replicatedjob-name"`, `JobIndexKey = "jobset.sigs.k8s.io/job-index"`, "a label/annotation
 set to the index of the Job replica within its parent replicatedJob", 0 to replicas-1).
 
-The PodGroups themselves are the controller's (`webhook.kube.native_operators`): it watches the marked
+The PodGroups themselves are the controller's (`webhook.cluster.podgroups.native_operators`): it watches the marked
 resources and computes the same names from the resource (`wanted_groups`), each owned by the resource.
 
 Shapes (`SHAPES`):
@@ -42,7 +42,7 @@ from typing import Any
 
 from webhook.gang.native import NATIVE, pod_group_name
 from webhook.gang.pod_groups import MIN_MEMBER_ANNOTATION, POD_GROUP_API_ANNOTATION, POD_GROUP_LABEL
-from webhook.typing import JSONObject, as_map
+from webhook.support.typing import JSONObject, as_map
 from webhook.workloads import WorkloadKind, controller_reference
 from webhook.workloads.builtin import job_pods
 from webhook.workloads.slots import int_at, read_path

@@ -16,7 +16,7 @@ the API server serves) with `spec.schedulingPolicy.gang.minCount`.
 For coscheduling only the built-in controllers are marked: the operators Placer knows (Kubeflow's training
 operator, KubeRay, Spark, JobSet) create their own PodGroups when set up for coscheduling, and two writers
 would fight. For native gangs the operator resources are marked too (`webhook.gang.native_operators`); their
-PodGroups are kept by `webhook.kube.native_operators`.
+PodGroups are kept by `webhook.cluster.podgroups.native_operators`.
 """
 
 from collections.abc import Mapping
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.gang.native import NATIVE, pod_group_body
-from webhook.names import dns1123_subdomain_error
-from webhook.typing import JSONObject, as_map
+from webhook.support.names import dns1123_subdomain_error
+from webhook.support.typing import JSONObject, as_map
 from webhook.workloads import WorkloadKind
 
 POD_GROUP_LABEL = "placer.dev/pod-group"

@@ -13,20 +13,20 @@ from typing import Any
 from webhook.actions.base import ActionSpec
 from webhook.actions.parameters import parse_parameters
 from webhook.actions.registry import action_specs
-from webhook.names import (
+from webhook.policy.cel import environment as cel
+from webhook.policy.cel.libraries.leaks import LeakAccount
+from webhook.policy.errors import PolicyError
+from webhook.policy.exemptions import ENFORCEMENTS, parse_exemptions
+from webhook.policy.fields.field_check import FieldChecks
+from webhook.policy.model import ConditionBatch, Inlined, Policy, Rule, Variable
+from webhook.policy.reads import Reads, reads_of
+from webhook.support.names import (
     dns1123_label_error,
     dns1123_subdomain_error,
     label_value_error,
     qualified_name_error,
 )
-from webhook.policy import cel
-from webhook.policy.cel_libraries.leaks import LeakAccount
-from webhook.policy.errors import PolicyError
-from webhook.policy.exemptions import ENFORCEMENTS, parse_exemptions
-from webhook.policy.field_check import FieldChecks
-from webhook.policy.model import ConditionBatch, Inlined, Policy, Rule, Variable
-from webhook.policy.reads import Reads, reads_of
-from webhook.selectors import OPERATORS, LabelSelector, SelectorRequirement
+from webhook.support.selectors import OPERATORS, LabelSelector, SelectorRequirement
 
 API_VERSION = "placer.dev/v1alpha1"
 KIND = "SchedulingPolicy"

@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from webhook.names import dns1123_label_error
-from webhook.selectors import LabelSelector
+from webhook.support.names import dns1123_label_error
+from webhook.support.selectors import LabelSelector
 
 Enforcement = Literal["Advisory", "Enforced"]
 ENFORCEMENTS: tuple[Enforcement, ...] = ("Advisory", "Enforced")

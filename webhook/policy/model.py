@@ -5,10 +5,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webhook.actions.base import ActionSpec
-from webhook.policy.cel import Program
+from webhook.policy.cel.environment import Program
 from webhook.policy.exemptions import Enforcement, Exemptions
 from webhook.policy.reads import Reads
-from webhook.selectors import LabelSelector
+from webhook.support.selectors import LabelSelector
 
 FailurePolicy = Literal["Ignore", "Fail"]
 

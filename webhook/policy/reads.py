@@ -16,7 +16,7 @@ a pass.
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from webhook.policy.field_reads import FieldReads, FieldTree
+from webhook.policy.cel.field_reads import FieldReads, FieldTree
 
 Path = tuple[str, ...]
 

@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.actions.spot_share import SPOT_SHARE
-from webhook.policy.cel import VARIABLE_NAMES
+from webhook.policy.cel.environment import VARIABLE_NAMES
+from webhook.policy.cel.field_reads import FieldTree, merged, prune
 from webhook.policy.errors import PolicyError
-from webhook.policy.field_reads import FieldTree, merged, prune
 from webhook.policy.model import Policy
 
 ResourcesOfPod = Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, Any]]
 """(pod spec, `resources` as the pod alone says) -> `resources` with what only the cluster knows added: the
-devices the pod claims through DRA (`webhook.claims.AdmissionDevices`)."""
+devices the pod claims through DRA (`webhook.placement.claims.AdmissionDevices`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ class LayeredNamespaces(Mapping[str, NamespaceInfo]):
     """Several sources' namespaces as one mapping, the first layer that has a name winning.
 
     Layers are looked into, never copied: the cluster's layer reads one namespace from its shard on demand
-    (`webhook.policy.namespace_shards`), so a snapshot costs the same at 10 and at 10,000 namespaces.
+    (`webhook.policy.state.namespace_shards`), so a snapshot costs the same at 10 and at 10,000 namespaces.
     """
 
     __slots__ = ("_layers",)

@@ -18,25 +18,25 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from webhook.capacity_share import ShareLedger
-from webhook.claims import ClaimLookup
-from webhook.config import Settings
-from webhook.feasibility import PlacementCheck
-from webhook.kube.background import readiness_detail
-from webhook.kube.discovery import read_served_apis
-from webhook.kube.namespace_lookup import NamespaceLookup
-from webhook.logs import AdmissionLog
-from webhook.metrics import Metrics
-from webhook.pipeline import Admission, admit
+from webhook.admission.pipeline import Admission, admit
+from webhook.admission.review import AdmissionRequest
+from webhook.admission.validation import validate_policy_review
+from webhook.cluster.client.discovery import read_served_apis
+from webhook.cluster.client.namespace_lookup import NamespaceLookup
+from webhook.cluster.reports.background import readiness_detail
+from webhook.placement.claims import ClaimLookup
+from webhook.placement.feasibility import PlacementCheck
+from webhook.pods.capacity_share import ShareLedger
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.snapshot import SnapshotHolder
-from webhook.review import AdmissionRequest
-from webhook.rule_problems import PROBLEM_OUTCOMES
 from webhook.server.decode_budget import DecodeBudget
 from webhook.server.request_body import BodyRefused, BodySource, read_body
 from webhook.server.respawn_drain import WorkerDrain
 from webhook.server.review_endpoint import AfterResponse, Reply, ReviewEndpoints, error_reply
-from webhook.validation import validate_policy_review
+from webhook.support.config import Settings
+from webhook.support.logs import AdmissionLog
+from webhook.support.metrics import Metrics
+from webhook.support.rule_problems import PROBLEM_OUTCOMES
 from webhook.workloads import WorkloadTable, default_workload_table
 
 log = logging.getLogger(__name__)

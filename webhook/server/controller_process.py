@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from webhook.config import Settings
+from webhook.support.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ class ControllerProcess:
         self._command = [
             sys.executable,
             "-m",
-            "webhook.kube.controller",
+            "webhook.cluster.controller",
             "--state",
             str(settings.cluster_state),
             "--log-level",

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from prometheus_client.mmap_dict import MmapedDict
 
-from webhook.metrics import directory_lock
-from webhook.rule_problems import FILE_PREFIX as PROBLEMS_PREFIX
+from webhook.support.metrics import directory_lock
+from webhook.support.rule_problems import FILE_PREFIX as PROBLEMS_PREFIX
 
 PROBLEMS_KEPT_SECONDS = 3600.0
 """How long the rule-problem file of an exited worker is kept: well past the 15-minute health window."""

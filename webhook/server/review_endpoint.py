@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
-from webhook.json_bytes import encode_json
-from webhook.review import AdmissionRequest, ReviewError, decode_json, parse_review
+from webhook.admission.review import AdmissionRequest, ReviewError, decode_json, parse_review
 from webhook.server.decode_budget import DecodeBudget, DecodeRefused
+from webhook.support.json_bytes import encode_json
 
 log = logging.getLogger(__name__)
 

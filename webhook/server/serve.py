@@ -19,14 +19,14 @@ from granian.constants import HTTPModes, Interfaces, Loops, SSLProtocols
 from granian.http import HTTP1Settings
 from granian.log import LogLevels
 
-from webhook.config import Settings
-from webhook.metrics import MULTIPROC_ENV
 from webhook.server.certificate_watch import CertificateWatch
 from webhook.server.controller_process import ControllerProcess
 from webhook.server.respawn_drain import RespawnWatch
 from webhook.server.supervisor import Supervisor
 from webhook.server.version_watch import ClusterVersionWatch
 from webhook.server.worker_app import build_worker_app
+from webhook.support.config import Settings
+from webhook.support.metrics import MULTIPROC_ENV
 
 log = logging.getLogger(__name__)
 

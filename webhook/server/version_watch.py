@@ -12,7 +12,7 @@ replacement on a cluster that answers.
 import time
 from pathlib import Path
 
-from webhook.kube.discovery import read_served_apis
+from webhook.cluster.client.discovery import read_served_apis
 
 FIRST_DISCOVERY_WAIT = 5.0
 """Seconds the first workers wait for the controller's first discovery; past it they use the newest

@@ -11,27 +11,27 @@ import signal
 import threading
 from pathlib import Path
 
-from webhook.claims import ClaimLookup
-from webhook.config import Settings
-from webhook.feasibility import PlacementCheck
-from webhook.kube.api import KubeApi
-from webhook.kube.connection import ConnectionSetupError, connect
-from webhook.kube.discovery import read_served_apis
-from webhook.kube.namespace_lookup import NamespaceLookup
-from webhook.logs import configure_logging
-from webhook.metrics import Metrics
-from webhook.policy.cel_libraries.leaks import LeakAccount
-from webhook.policy.cluster_state import ClusterStateSource, nodes_directory
+from webhook.cluster.client.api import KubeApi
+from webhook.cluster.client.connection import ConnectionSetupError, connect
+from webhook.cluster.client.discovery import read_served_apis
+from webhook.cluster.client.namespace_lookup import NamespaceLookup
+from webhook.placement.claims import ClaimLookup
+from webhook.placement.feasibility import PlacementCheck
+from webhook.policy.cel.libraries.leaks import LeakAccount
 from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.field_check import FieldChecks
-from webhook.policy.files import FilePolicySource
-from webhook.policy.node_facts import NodeFactsReader
-from webhook.policy.share_shards import ShareShards
+from webhook.policy.fields.field_check import FieldChecks
+from webhook.policy.fields.versions import DEFAULT
 from webhook.policy.snapshot import PolicySnapshot, SnapshotHolder
-from webhook.policy.sources import PolicyReloader, PolicySource
-from webhook.policy.versions import DEFAULT
-from webhook.policy.volume_shards import VolumeShards
+from webhook.policy.sources.files import FilePolicySource
+from webhook.policy.sources.reloader import PolicyReloader, PolicySource
+from webhook.policy.state.cluster_state import ClusterStateSource, nodes_directory
+from webhook.policy.state.node_facts import NodeFactsReader
+from webhook.policy.state.share_shards import ShareShards
+from webhook.policy.state.volume_shards import VolumeShards
 from webhook.server.app import PlacerApp, create_app
+from webhook.support.config import Settings
+from webhook.support.logs import configure_logging
+from webhook.support.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

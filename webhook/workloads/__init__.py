@@ -1,4 +1,7 @@
-"""Which kinds Placer mutates, where their pod templates are, and how many pods they run."""
+"""Which kinds Placer mutates, where their pod templates are, and how many pods they run.
+
+May import pods and support.
+"""
 
 from webhook.workloads.builtin import JOB_NAME_LABEL, builtin_kinds, controller_owner, controller_reference
 from webhook.workloads.operators import operator_kinds

@@ -6,7 +6,7 @@ The table is data: a kind names its templates, its replica count and the selecto
 from collections.abc import Callable
 from typing import Any
 
-from webhook.typing import JSONObject, as_map
+from webhook.support.typing import JSONObject, as_map
 from webhook.workloads.slots import WorkloadKind, field_int, fixed, int_at, own_pods_term, read_path
 
 POD_TEMPLATE_HASH = "pod-template-hash"

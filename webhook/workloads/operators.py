@@ -20,7 +20,7 @@ where the templates are and how many pods each one runs, which is the operator's
 from collections.abc import Callable
 from typing import Any
 
-from webhook.typing import JSONObject, as_map
+from webhook.support.typing import JSONObject, as_map
 from webhook.workloads.builtin import CREATE_UPDATE, job_pods, no_labels, template_labels_selector, template_pods
 from webhook.workloads.slots import Count, TemplateSlot, WorkloadKind, int_at, own_pods_term, read_path
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from webhook.patches import diff, escape
-from webhook.typing import JSONObject, JSONPatch
+from webhook.support.patches import diff, escape
+from webhook.support.typing import JSONObject, JSONPatch
 
 PathPart = str | int
 

@@ -24,8 +24,8 @@ one executor unless dynamic allocation is on; with it, the executors Spark start
 import re
 from typing import Any
 
-from webhook.patches import diff
-from webhook.typing import JSONObject, JSONPatch, as_map
+from webhook.support.patches import diff
+from webhook.support.typing import JSONObject, JSONPatch, as_map
 from webhook.workloads.builtin import CREATE_UPDATE, no_labels
 from webhook.workloads.operators import own_pods_by_label
 from webhook.workloads.slots import TemplateSlot, WorkloadKind, int_at, read_path

@@ -1,0 +1,216 @@
+"""An AdmissionReview in, an AdmissionReview out: the short spine between the server and the engine."""
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from webhook.admission.review import AdmissionRequest, build_response
+from webhook.engine.enforcement import ENFORCE_LABEL
+from webhook.engine.mutate import INJECT_LABEL, Mutation, mutate
+from webhook.placement.claims import AdmissionDevices, ClaimLookup
+from webhook.placement.feasibility import Findings, PlacementCheck
+from webhook.pods.capacity_share import ShareLedger
+from webhook.pods.volumes import ClaimPlacement
+from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, UnknownNamespace
+from webhook.support.config import OptIn
+from webhook.support.typing import JSONObject, JSONPatch
+from webhook.workloads import WorkloadTable, controller_reference
+
+log = logging.getLogger(__name__)
+
+Result = Literal["patched", "unchanged", "denied", "skipped", "error"]
+NamespaceResolver = Callable[[PolicySnapshot, str, float | None], NamespaceInfo | UnknownNamespace]
+"""Finds the request's namespace (snapshot, cache, API server) within the deadline; see kube.namespace_lookup."""
+
+
+@dataclass(slots=True)
+class Admission:
+    """The response to send, and what happened, for logs and metrics."""
+
+    request: AdmissionRequest
+    response: JSONObject
+    result: Result
+    mutation: Mutation = field(default_factory=Mutation)
+    unplaceable: int = 0
+    """Templates Placer left with no node to land on (each one a warning in the response)."""
+    over_capacity: int = 0
+    """Gang member templates the nodes that may host them can never hold (each one a warning)."""
+
+
+def admit(
+    request: AdmissionRequest,
+    snapshot: PolicySnapshot,
+    workloads: WorkloadTable,
+    *,
+    opt_in: OptIn = "api-server",
+    deadline: float | None = None,
+    resolve_namespace: NamespaceResolver | None = None,
+    placement: PlacementCheck | None = None,
+    claims: ClaimLookup | None = None,
+    ledger: ShareLedger | None = None,
+) -> Admission:
+    """Decide one admission. Fails open: only a policy with `failurePolicy: Fail` can deny.
+
+    `ledger`: the live pod counts of each workload by capacity class (`spot-share`); None means no counts,
+    and each Pod is decided as the first of its workload, with a warning saying so. It is released once the
+    admission is decided, whatever the outcome (`ShareLedger.release`)."""
+    try:
+        return _admit(request, snapshot, workloads, opt_in=opt_in, deadline=deadline,
+                      resolve_namespace=resolve_namespace, placement=placement, claims=claims, ledger=ledger)
+    finally:
+        if ledger is not None:
+            _release(ledger)
+
+
+def _release(ledger: ShareLedger) -> None:
+    try:
+        ledger.release()
+    except Exception:  # the admission is decided; a hold left behind ends with a deadline (share_shards)
+        log.exception("spot-share ledger could not be released")
+
+
+def _admit(
+    request: AdmissionRequest,
+    snapshot: PolicySnapshot,
+    workloads: WorkloadTable,
+    *,
+    opt_in: OptIn,
+    deadline: float | None,
+    resolve_namespace: NamespaceResolver | None,
+    placement: PlacementCheck | None,
+    claims: ClaimLookup | None,
+    ledger: ShareLedger | None,
+) -> Admission:
+    namespace = _namespace(request, snapshot, workloads, deadline, resolve_namespace)
+    if opt_in == "label-or-annotation" and not _opted_in(namespace or snapshot.namespace(request.namespace)):
+        return Admission(request, _respond(request), "skipped", Mutation(passed_through="namespace not opted in"))
+    try:
+        placements = _claims(claims, snapshot, request)
+        devices = _devices(claims, snapshot, request, workloads)
+        mutation = mutate(request, snapshot, workloads, deadline=deadline, namespace=namespace, claims=placements,
+                          devices=devices, ledger=ledger)
+        if devices is not None:  # a claim Placer does not know: a warning, and a note for explain
+            mutation.warnings.extend(devices.notes)
+            mutation.notes.extend(devices.notes)
+    except Exception:  # fail open: a bug or a pathological object must never block the user's workload
+        log.exception("admission %s failed; admitting %s/%s unchanged", request.uid, request.namespace, request.name)
+        warning = "internal error evaluating policies; admitted unchanged"
+        return Admission(request, _respond(request, warnings=[warning]), "error", Mutation(warnings=[warning]))
+    if mutation.denial is not None:
+        response = _respond(request, allowed=False, warnings=mutation.warnings, denial=mutation.denial)
+        return Admission(request, response, "denied", mutation)
+    if mutation.passed_through is not None:
+        return Admission(request, _respond(request, warnings=mutation.warnings), "skipped", mutation)
+    audit = {"applied": ",".join(mutation.applied)} if mutation.applied else None
+    findings = _placement_warnings(placement, mutation, snapshot, request)
+    response = _respond(request, patch=mutation.patch, warnings=mutation.warnings, audit_annotations=audit)
+    _record_share(ledger, request, mutation)
+    return Admission(request, response, "patched" if mutation.patch else "unchanged", mutation,
+                     len(findings.unplaceable), len(findings.over_capacity))
+
+
+def _record_share(ledger: ShareLedger | None, request: AdmissionRequest, mutation: Mutation) -> None:
+    """Tell the ledger of the class this admission gave a Pod of a workload, until its published counts hold
+    the Pod. Not for a dry run (no Pod is created), nor for a class the Pod came with (counted once it lives)."""
+    decision = mutation.share
+    if ledger is None or decision is None or not decision.decided or request.dry_run or not request.object:
+        return
+    owner = controller_reference(request.object)
+    uid = owner.get("uid") if owner is not None else None
+    if not isinstance(uid, str) or not uid:
+        return  # a bare Pod is a workload of one: nothing to count
+    try:
+        ledger.admitted(request.namespace or "", uid, decision.capacity_class)
+    except Exception:  # the response stands; the next admissions see the pod once the controller counts it
+        log.exception("ledger could not record admission %s", request.uid)
+
+
+def _claims(
+    claims: ClaimLookup | None, snapshot: PolicySnapshot, request: AdmissionRequest
+) -> dict[str, ClaimPlacement] | None:
+    """For a Pod, when some rule pins pods to their volumes' nodes: where each claim's data lives."""
+    if claims is None:
+        return None
+    try:
+        return claims.for_admission(request, snapshot)
+    except Exception:  # the other rules still apply; pins need what could not be read
+        log.exception("claims of admission %s unreadable; pod not pinned", request.uid)
+        return None
+
+
+def _devices(
+    claims: ClaimLookup | None, snapshot: PolicySnapshot, request: AdmissionRequest, workloads: WorkloadTable
+) -> AdmissionDevices | None:
+    """When some policy reads `resources`: what completes it with the devices the pods claim through DRA."""
+    if claims is None:
+        return None
+    try:
+        return claims.devices_for(request, snapshot, workloads)
+    except Exception:  # `resources` then says what the pods alone say, and its claims read as not known
+        log.exception("DRA claims of admission %s unreadable", request.uid)
+        return None
+
+
+def _placement_warnings(
+    placement: PlacementCheck | None, mutation: Mutation, snapshot: PolicySnapshot, request: AdmissionRequest
+) -> Findings:
+    """Add a warning per template left with nowhere to land and per gang that can never start; a failing
+    check never fails the admission."""
+    if placement is None:
+        return Findings()
+    try:
+        findings = placement.findings(mutation, snapshot)
+    except Exception:
+        log.exception("placement check of admission %s failed; admitted without it", request.uid)
+        return Findings()
+    mutation.warnings.extend(findings.unplaceable + findings.over_capacity)
+    return findings
+
+
+def _respond(
+    request: AdmissionRequest,
+    *,
+    allowed: bool = True,
+    patch: JSONPatch | None = None,
+    warnings: list[str] | None = None,
+    audit_annotations: dict[str, str] | None = None,
+    denial: str | None = None,
+) -> JSONObject:
+    """The response for this request, in the AdmissionReview version it came in."""
+    return build_response(
+        request.uid,
+        request.api_version,
+        allowed=allowed,
+        patch=patch,
+        warnings=warnings,
+        audit_annotations=audit_annotations,
+        denial=denial,
+    )
+
+
+def _namespace(
+    request: AdmissionRequest,
+    snapshot: PolicySnapshot,
+    workloads: WorkloadTable,
+    deadline: float | None,
+    resolve: NamespaceResolver | None,
+) -> NamespaceInfo | UnknownNamespace | None:
+    """The request's namespace, looked up only when policies could be evaluated for it."""
+    if resolve is None or not request.namespace or not snapshot.policies:
+        return None
+    if workloads.lookup(request.group, request.kind) is None:
+        return None
+    return resolve(snapshot, request.namespace, deadline)
+
+
+def _opted_in(namespace: NamespaceInfo | UnknownNamespace) -> bool:
+    """`--opt-in=label-or-annotation`: the namespace carries the opt-in label or annotation.
+
+    A namespace that could not be read is not known to have opted in: its objects pass through unchanged.
+    """
+    if not isinstance(namespace, NamespaceInfo):
+        return False
+    if namespace.labels.get(ENFORCE_LABEL) == "true":  # an Enforced policy selects it: opting out is not an option
+        return True
+    return namespace.labels.get(INJECT_LABEL) == "enabled" or namespace.annotations.get(INJECT_LABEL) == "enabled"

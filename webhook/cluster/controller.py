@@ -1,0 +1,520 @@
+"""The cluster controller: one process per replica that watches, compiles, publishes and reports.
+
+It list+watches SchedulingPolicies, Namespaces, PriorityClasses, Nodes, PersistentVolumeClaims,
+PersistentVolumes, the DRA ResourceClaimTemplates, ResourceClaims and DeviceClasses (at the version
+discovery finds served, `webhook.cluster.client.discovery`; not at all where none is) and the workloads marked for a
+PodGroup (`webhook.cluster.podgroups.pod_groups`), compiles every policy when it changes (keeping the last good version
+of a policy whose update does not compile), writes what serves to the state directory that every
+worker of this replica reads (`webhook.policy.state.cluster_state`), and, only while it holds the Lease, writes
+each policy's `status` and the PodGroups marked workloads want. A namespace event is projected to what
+`namespaceObject` shows, a node event to what the scheduler's filters read (`node_facts`), a claim or volume
+event to what `pin-to-volume-node` reads, a DRA object to what `resources` counts (`webhook.pods.dra`), and
+written to its shard at once, from the watch thread; one whose projection
+did not change (a node's status heartbeat) writes nothing. Admissions never wait for any of this: they
+read the last published state, which keeps serving while the API server is away.
+
+Pods Placer gave a capacity class are watched too (label-selected, `webhook.cluster.spot.spot_ledger`): each
+workload's live pods by class, published for the spot share's admissions.
+
+Run by the main process of `placer serve --kube` as `python -m webhook.cluster.controller --state DIRECTORY`.
+"""
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from webhook.cluster.client.api import ApiError, KubeApi, TransportError
+from webhook.cluster.client.connection import ConnectionSetupError, connect, identity
+from webhook.cluster.client.discovery import DRA_KINDS, DiscoveryRefresh, ServedApis, discover, write_served_apis
+from webhook.cluster.client.leader import LeaseElector
+from webhook.cluster.client.node_events import UnchangedNodeEvents
+from webhook.cluster.client.reflector import Reflector, Resource, Store
+from webhook.cluster.enforce_labels import EnforceLabels
+from webhook.cluster.health.health_round import HealthRound, PodGroupApiCheck
+from webhook.cluster.health.policy_health import combine
+from webhook.cluster.health.recent_counts import RecentCounts
+from webhook.cluster.health.replica_reports import PUBLISH_INTERVAL, ReplicaPublisher
+from webhook.cluster.health.status import PolicyOutcome
+from webhook.cluster.health.status_writer import CompiledPolicy, StatusWriter
+from webhook.cluster.podgroups.native_gang import native_gang_not_served, native_version_of
+from webhook.cluster.podgroups.native_operators import OperatorPodGroups
+from webhook.cluster.podgroups.pod_groups import PodGroupKeeper
+from webhook.cluster.reports.background import BackgroundReports, ServedPolicies
+from webhook.cluster.spot.spot_ledger import PODS, PodShareSink
+from webhook.engine.configuration import gang_not_enforced, pod_groups_not_served
+from webhook.pods.dra import CLAIM_KIND, CLASS_KIND, class_entry, device_entry, is_generated_claim
+from webhook.pods.volumes import claim_entry, volume_entry
+from webhook.policy.cel.libraries.leaks import LeakAccount
+from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.errors import PolicyError
+from webhook.policy.fields.field_check import FieldChecks
+from webhook.policy.sources.documents import namespace_info, served_document
+from webhook.policy.state.cluster_state import (
+    CLUSTER_SOURCE,
+    ClusterState,
+    claims_directory,
+    namespaces_directory,
+    nodes_directory,
+    volumes_directory,
+    write_state,
+)
+from webhook.policy.state.device_shards import (
+    claim_templates_directory,
+    device_classes_directory,
+    resource_claims_directory,
+)
+from webhook.policy.state.namespace_shards import entry_of
+from webhook.policy.state.node_facts import node_facts
+from webhook.policy.state.shards import Entry, ShardWriter
+from webhook.policy.state.share_shards import shares_directory
+from webhook.support.config import CEL_LEAK_BUDGET_MIB
+from webhook.support.logs import configure_logging
+from webhook.support.metrics import MULTIPROC_ENV, ControllerMetrics
+from webhook.workloads import default_workload_table
+
+log = logging.getLogger(__name__)
+
+POLICIES = Resource("/apis/placer.dev/v1alpha1/schedulingpolicies", "SchedulingPolicy")
+NAMESPACES = Resource("/api/v1/namespaces", "Namespace")
+PRIORITY_CLASSES = Resource("/apis/scheduling.k8s.io/v1/priorityclasses", "PriorityClass")
+NODES = Resource("/api/v1/nodes", "Node")
+CLAIMS = Resource("/api/v1/persistentvolumeclaims", "PersistentVolumeClaim", namespaced=True)
+VOLUMES = Resource("/api/v1/persistentvolumes", "PersistentVolume")
+NODE_WATCH_PACE = 0.1
+"""Node events are read in bursts (at most every 0.1 s when the stream is busy): kubelets' status updates
+are the busiest watch, and what Placer reads of a node (labels, taints, allocatable, cordon) may well
+arrive a tenth of a second later. Those updates that change none of it are not even decoded
+(`node_events`)."""
+POD_WATCH_PACE = 0.1
+"""Labelled pods' events are read in bursts too: their status updates (conditions, container states) are
+many, and a new pod counted a tenth of a second later is within the watch lag the spot share allows for."""
+LEASE_NAME = "placer-status-writer"
+RESTART_TO_FOLLOW_THE_API_SERVER = 3
+"""Exit code when discovery changed what the watches depend on: the supervisor of `placer serve` starts it again,
+which then watches what the API server serves now."""
+HEALTH_INTERVAL_ENV = "PLACER_HEALTH_INTERVAL"
+"""Seconds between two publications of a replica's rule counts and two readings by the leader (default 30)."""
+_OPTIONAL_SYNC_WAIT = 5.0
+
+
+class ProjectedSink:
+    """A watch's sink that keeps only a projection of each object (what Placer reads of it) and writes the
+    projection's shard at once, from the watch thread. An update whose projection did not change (a
+    resourceVersion, managed fields, a Node's status heartbeat) writes nothing."""
+
+    def __init__(
+        self,
+        kind: str,
+        writer: ShardWriter,
+        project: Callable[[str, Mapping[str, Any]], Entry],
+        on_synced: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._kind = kind
+        self._writer = writer
+        self._project = project
+        self._on_synced = on_synced
+        self._lock = threading.Lock()
+        self.synced = False
+        self.events = 0
+        self.published = 0
+        """Watch events that rewrote a shard (the rest changed nothing Placer reads)."""
+
+    def keep(self, name: str, obj: Mapping[str, Any]) -> Entry:
+        return self._project(name, obj)
+
+    def replace(self, entries: Mapping[str, Entry]) -> None:
+        with self._lock:
+            written = self._writer.replace(entries)
+            self.synced = True
+        log.info("%s: %d published (%d shards written)", self._kind, len(entries), written)
+        self._on_synced()
+
+    def upsert(self, name: str, obj: Mapping[str, Any]) -> None:
+        entry = self._project(name, obj)
+        with self._lock:
+            self.events += 1
+            self.published += self._writer.put(name, entry)
+
+    def remove(self, name: str) -> None:
+        with self._lock:
+            self.events += 1
+            self.published += self._writer.delete(name)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._writer)
+
+
+def _namespace_entry(name: str, obj: Mapping[str, Any]) -> Entry:
+    return entry_of(namespace_info(name, obj))
+
+
+def _node_entry(name: str, obj: Mapping[str, Any]) -> Entry:
+    return node_facts(obj)
+
+
+def _claim_entry(name: str, obj: Mapping[str, Any]) -> Entry:
+    return claim_entry(obj)
+
+
+def _volume_entry(name: str, obj: Mapping[str, Any]) -> Entry:
+    return volume_entry(obj)
+
+
+class SharedClaimsSink(ProjectedSink):
+    """The ResourceClaims pods name (shared ones), leaving out those Kubernetes makes for one pod
+    (`webhook.pods.dra.is_generated_claim`): what is published grows with the shared claims, not with DRA pods."""
+
+    _LEFT_OUT = "placer.dev/left-out"
+
+    def keep(self, name: str, obj: Mapping[str, Any]) -> Entry:
+        return {self._LEFT_OUT: True} if is_generated_claim(obj) else super().keep(name, obj)
+
+    def replace(self, entries: Mapping[str, Entry]) -> None:
+        super().replace({name: entry for name, entry in entries.items() if self._LEFT_OUT not in entry})
+
+    def upsert(self, name: str, obj: Mapping[str, Any]) -> None:
+        if is_generated_claim(obj):
+            self.remove(name)
+        else:
+            super().upsert(name, obj)
+
+
+def _device_projection(kind: str) -> Callable[[str, Mapping[str, Any]], Entry]:
+    def project(name: str, obj: Mapping[str, Any]) -> Entry:
+        return class_entry(obj) if kind == CLASS_KIND else device_entry(obj, kind)
+
+    return project
+
+
+class ClusterController:
+    def __init__(
+        self,
+        api: KubeApi,
+        state_directory: Path,
+        *,
+        compiler: PolicyCompiler,
+        elector: LeaseElector | None,
+        election_interval: float = 2.0,
+        monotonic: Callable[[], float] = time.monotonic,
+        metrics: ControllerMetrics | None = None,
+        served: ServedApis | None = None,
+        discovery: DiscoveryRefresh | None = None,
+        health: HealthRound | None = None,
+        background: BackgroundReports | None = None,
+    ) -> None:
+        """`health`: where this replica publishes its rule counts and the leader reads every replica's (None:
+        the status says nothing of counts, `Healthy` is Unknown unless the configuration says otherwise).
+        `background`: judges existing workloads into PolicyReports, in a thread of its own (None: no reports)."""
+        self.background = background
+        self._api = api
+        self.served = served or ServedApis()
+        self._discovery = discovery
+        self.restart = False
+        """Set when discovery found the API server serving other versions than the watches use."""
+        self._state_directory = state_directory
+        self._compiler = compiler
+        self._elector = elector
+        self._election_interval = election_interval
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._policies: Store | None = None
+        self.namespaces = ProjectedSink(
+            "namespaces", ShardWriter(namespaces_directory(state_directory)), _namespace_entry, self._wake.set
+        )
+        self.nodes = ProjectedSink("nodes", ShardWriter(nodes_directory(state_directory)), _node_entry)
+        self.claims = ProjectedSink("claims", ShardWriter(claims_directory(state_directory)), _claim_entry)
+        self.volumes = ProjectedSink("volumes", ShardWriter(volumes_directory(state_directory)), _volume_entry)
+        self.pod_shares = PodShareSink(ShardWriter(shares_directory(state_directory)))
+        self.node_events = UnchangedNodeEvents()
+        self._priority_classes: Store | None = None
+        self._compiled: dict[str, CompiledPolicy] = {}
+        self._last_good: dict[str, tuple[str, CompiledPolicy]] = {}
+        self._published: tuple[Any, ...] | None = None
+        self._inputs: tuple[Store, Store | None] | None = None
+        self._generation = 0
+        self._next_election = 0.0
+        self._started = monotonic()
+        self._status = StatusWriter(api, POLICIES.path, monotonic=monotonic)
+        self._health = health
+        self.pod_group_api = PodGroupApiCheck(api, monotonic=monotonic)
+        self._pod_groups_served: bool | None = None
+        self._native_gang_version = native_version_of(self.served)
+        """The kube-scheduler PodGroup version served ("" none, None not known), followed from discovery."""
+        self.watch_threads: list[threading.Thread] = []
+        """One per watched resource, once `run` has started them (they end when `stop` is set)."""
+        self.pod_groups = PodGroupKeeper(api, default_workload_table(), wake=self._wake.set,
+                                         observe=(metrics or ControllerMetrics()).observe_pod_group,
+                                         monotonic=monotonic, native_version=lambda: self._native_gang_version)
+        self.operator_pod_groups = OperatorPodGroups(
+            api, default_workload_table(), native_version=lambda: self._native_gang_version, wake=self._wake.set,
+            observe=(metrics or ControllerMetrics()).observe_pod_group, monotonic=monotonic)
+        self.enforce_labels = EnforceLabels(api, wake=self._wake.set)
+        self.reflectors = (
+            Reflector(api, POLICIES, self._set_policies),
+            Reflector(api, NAMESPACES, self.enforce_labels.sink(self.namespaces)),
+            Reflector(api, PRIORITY_CLASSES, self._set_priority_classes),
+            Reflector(api, NODES, self.nodes, pace=NODE_WATCH_PACE, unchanged=self.node_events),
+            Reflector(api, CLAIMS, self.claims),
+            Reflector(api, VOLUMES, self.volumes),
+            Reflector(api, PODS, self.pod_shares, pace=POD_WATCH_PACE),
+            *self.pod_groups.reflectors,
+            *self.operator_pod_groups.reflectors,
+            *self._device_claim_reflectors(api, state_directory),
+        )
+
+    def _device_claim_reflectors(self, api: KubeApi, state_directory: Path) -> list[Reflector]:
+        """ResourceClaimTemplates, ResourceClaims and DeviceClasses, at the version the API server serves them
+        (none where resource.k8s.io is not served): what `resources` counts of a pod's DRA claims
+        (`webhook.pods.dra`)."""
+        reflectors = []
+        directories = (claim_templates_directory(state_directory), resource_claims_directory(state_directory),
+                       device_classes_directory(state_directory))
+        for (group, kind), directory in zip(DRA_KINDS, directories, strict=True):
+            path, served = self.served.path_of(group, kind), self.served.resource_of(group, kind)
+            if path is None or served is None:
+                continue
+            sink_type = SharedClaimsSink if kind == CLAIM_KIND else ProjectedSink
+            sink = sink_type(f"{kind}s", ShardWriter(directory), _device_projection(kind))
+            reflectors.append(Reflector(api, Resource(path, kind, namespaced=served.namespaced), sink))
+        return reflectors
+
+    # -- inputs (reflector threads) -------------------------------------------------------------------------
+
+    def _set_policies(self, store: Store) -> None:
+        with self._lock:
+            self._policies = store
+        self._wake.set()
+
+    def _set_priority_classes(self, store: Store) -> None:
+        with self._lock:
+            self._priority_classes = store
+        self._wake.set()
+
+    # -- the loop ---------------------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        self.watch_threads = [
+            threading.Thread(target=r.run, args=(stop,), name=f"placer-watch-{r.kind.lower()}", daemon=True)
+            for r in self.reflectors
+        ]
+        if self.background is not None:
+            self.watch_threads.append(threading.Thread(target=self.background.run, args=(stop,),
+                                                       name="placer-background-reports", daemon=True))
+        for thread in self.watch_threads:
+            thread.start()
+        while not stop.is_set():
+            self._wake.wait(1.0)
+            self._wake.clear()
+            try:
+                self.step()
+            except Exception:  # keep publishing and reporting whatever happens to one round
+                log.exception("cluster controller round failed")
+            if self._discovery is not None and self._discovery.check(self._monotonic()):
+                log.warning("the API server serves other versions than watched (%s); restarting to follow",
+                            self._discovery.served.summary())
+                self.restart = True
+                stop.set()
+        if self._elector is not None:
+            self._elector.release()
+
+    def step(self) -> None:
+        """Publish the state if the inputs changed, take part in the election, and report status if leading."""
+        with self._lock:
+            policies, priority_classes = self._policies, self._priority_classes
+        if policies is None or not self.namespaces.synced:
+            return  # not synced: publish nothing, so workers keep the previous state (or stay not ready)
+        if priority_classes is None and self._monotonic() - self._started < _OPTIONAL_SYNC_WAIT:
+            return  # give the optional PriorityClass list a moment, so the first state already has the default
+        # PriorityClasses are optional: when they cannot be listed (RBAC of an older release), no default.
+        # Reflectors hand over a new dict on every change, so identity says whether anything changed.
+        inputs = (policies, priority_classes)
+        if self._inputs is None or any(a is not b for a, b in zip(self._inputs, inputs, strict=True)):
+            self._publish(policies, priority_classes)
+            self._inputs = inputs
+        wanted = any(good.pod_group_findings for _, good in self._last_good.values())
+        served = self.pod_group_api.check(wanted)
+        native = native_version_of(self._discovery.served if self._discovery is not None else self.served)
+        if served != self._pod_groups_served or native != self._native_gang_version:  # workers warn: tell them
+            self._pod_groups_served, self._native_gang_version = served, native
+            self._publish(policies, priority_classes)
+        if self._health is not None:
+            self._health.publish()
+        if self._elector is None:
+            self.pod_groups.reconcile()  # no election (--no-status): every replica keeps them, idempotently
+            self.operator_pod_groups.reconcile()
+            return
+        now = self._monotonic()
+        if now >= self._next_election:
+            self._next_election = now + self._election_interval
+            if not self._elector.try_acquire_or_renew():
+                self._status.forget()
+                if self._health is not None:
+                    self._health.not_leading()
+                return
+        if self._elector.is_leader:
+            self._report(policies)
+            self.pod_groups.reconcile()
+            self.operator_pod_groups.reconcile()
+            self.enforce_labels.reconcile(good.document for _, good in self._last_good.values() if good.document)
+
+    def _publish(self, policies: Store, priority_classes: Store | None) -> None:
+        """Write `policies.json` when what it holds changed (the namespaces are published by their sink)."""
+        serving: list[Mapping[str, Any]] = []
+        errors: list[PolicyError] = []
+        for name in sorted(policies):
+            compiled = self._compile(name, policies[name])
+            errors.extend(compiled.outcome.errors)
+            good = self._last_good.get(name)
+            if good is not None and good[1].document is not None:
+                serving.append(good[1].document)
+        for gone in set(self._compiled) - set(policies):
+            del self._compiled[gone]
+            self._last_good.pop(gone, None)
+        default_class = global_default_priority_class(priority_classes or {})
+        content = (serving, errors, default_class, self._pod_groups_served, self._native_gang_version)
+        if content == self._published:
+            return  # e.g. only a status or an unrelated annotation changed: workers need not recompile
+        self._generation += 1
+        state = ClusterState(self._generation, True, serving, errors, default_priority_class=default_class,
+                             pod_groups_served=self._pod_groups_served,
+                             native_gang_version=self._native_gang_version)
+        write_state(self._state_directory, state)
+        self._published = content
+        log.info(
+            "published cluster state %d: %d policies serving, %d errors, %d namespaces",
+            self._generation,
+            len(serving),
+            len(errors),
+            self.namespaces.count(),
+        )
+
+    def _compile(self, name: str, obj: Mapping[str, Any]) -> CompiledPolicy:
+        metadata = obj.get("metadata") or {}
+        uid = str(metadata.get("uid") or "")
+        generation = metadata.get("generation") if isinstance(metadata.get("generation"), int) else None
+        key = (uid, generation if generation is not None else metadata.get("resourceVersion"))
+        cached = self._compiled.get(name)
+        if cached is not None and cached.key == key:
+            return cached
+        document = served_document(obj)
+        result = self._compiler.compile(document, CLUSTER_SOURCE)
+        good = self._last_good.get(name)
+        if good is not None and good[0] != uid:  # deleted and re-created: the old object's version is gone
+            del self._last_good[name]
+            good = None
+        if result.policy is not None:
+            policy = result.policy
+            outcome = PolicyOutcome(generation, len(policy.rules), (), generation,
+                                    tuple(rule.name for rule in policy.rules), tuple(gang_not_enforced(policy)))
+            compiled = CompiledPolicy(key, outcome, document, tuple(pod_groups_not_served(policy)),
+                                      tuple(native_gang_not_served(policy)))
+            self._last_good[name] = (uid, compiled)
+        else:
+            last = good[1] if good is not None else None
+            serving = last.outcome.generation if last is not None else None
+            outcome = PolicyOutcome(generation, 0, result.errors, serving,
+                                    last.outcome.rule_names if last else (), last.outcome.findings if last else ())
+            compiled = CompiledPolicy(key, outcome, None, last.pod_group_findings if last else (),
+                                      last.native_gang_findings if last else ())
+            log.error(
+                "SchedulingPolicy %s generation %s does not compile (%s): %s",
+                name,
+                generation,
+                "last good version keeps serving" if good else "not serving",
+                "; ".join(map(str, result.errors)),
+            )
+        self._compiled[name] = compiled
+        return compiled
+
+    def _report(self, policies: Store) -> None:
+        """Write each policy's status (the leader): compiled, healthy, and its counts over every replica."""
+        readings = self._health.readings() if self._health is not None else None
+        health = None
+        if readings is not None and self._health is not None:
+            rules_of = {name: compiled.outcome.rule_names for name, compiled in self._compiled.items()}
+            health = combine(readings, rules_of, self._health.window_seconds)
+        self._status.write(policies, self._compiled, health=health, pod_groups_served=self._pod_groups_served,
+                           native_gang_version=self._native_gang_version,
+                           health_known=health is not None or self._health is None)
+
+
+def global_default_priority_class(classes: Store) -> str | None:
+    """The PriorityClass with `globalDefault: true` (the API server allows one; the lowest name if several)."""
+    defaults = sorted(name for name, obj in classes.items() if obj.get("globalDefault") is True)
+    return defaults[0] if defaults else None
+
+
+def _health_round(api: KubeApi, namespace: str) -> HealthRound:
+    """Counts from the workers' multiprocess directory (`placer serve` starts this process with it), published
+    under the Pod's name (downward API `POD_NAME`, else the hostname, which is the Pod's name too)."""
+    directory = os.environ.get(MULTIPROC_ENV)
+    interval = float(os.environ.get(HEALTH_INTERVAL_ENV) or PUBLISH_INTERVAL)
+    publisher = None
+    if directory:
+        replica = os.environ.get("POD_NAME") or socket.gethostname()
+        publisher = ReplicaPublisher(api, namespace=namespace, replica=replica, interval=interval,
+                                     counts=RecentCounts.from_directory(Path(directory)))
+    return HealthRound(api, namespace=namespace, publisher=publisher, interval=interval)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m webhook.cluster.controller")
+    parser.add_argument("--state", required=True, type=Path, help="state directory the workers read")
+    parser.add_argument("--kubeconfig", type=Path)
+    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--no-status", action="store_true", help="never write policy status (no leader election)")
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level)
+    try:
+        connection = connect(args.kubeconfig)
+    except ConnectionSetupError as error:
+        log.error("%s", error)
+        return 1
+    api = KubeApi(connection)
+    elector = None
+    if not args.no_status:
+        elector = LeaseElector(api, namespace=connection.namespace, name=LEASE_NAME, identity=identity())
+    served = served_at_start(api, args.state)
+    discovery = DiscoveryRefresh(api, args.state, served)
+    # Policies are checked against the API server's own minor, as the workers check them (`field_target`),
+    # so the status, the validating webhook and the admissions agree.
+    compiler = PolicyCompiler(fields=FieldChecks(served.field_target))
+    judging = PolicyCompiler(LeakAccount(int(CEL_LEAK_BUDGET_MIB * 2**20)), fields=FieldChecks(served.field_target))
+    background = BackgroundReports(api, args.state, ServedPolicies(args.state, judging),
+                                   leading=lambda: elector is None or elector.is_leader,
+                                   exhausted=judging.leaks.exhausted)
+    controller = ClusterController(api, args.state, compiler=compiler, elector=elector, served=served,
+                                   discovery=discovery, background=background,
+                                   health=None if args.no_status else _health_round(api, connection.namespace))
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    log.info("cluster controller watching %s (%s)", connection.server, served.summary())
+    controller.run(stop)
+    return RESTART_TO_FOLLOW_THE_API_SERVER if controller.restart or background.restart else 0
+
+
+def served_at_start(api: KubeApi, state: Path) -> ServedApis:
+    """The API server's version and discovery, written to the state directory; when it cannot be read (the
+    API server is away), nothing optional is watched until `DiscoveryRefresh` reads it and restarts."""
+    try:
+        served = discover(api)
+    except (ApiError, TransportError) as error:
+        log.warning("API discovery failed (%s); optional watches wait for it", error)
+        return ServedApis()
+    write_served_apis(state, served)
+    return served
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Writing each SchedulingPolicy's `status` from the leader: only what changed, never twice in a row.
+
+A status write comes back as a MODIFIED event before the next round reads it; the fingerprint of what was
+written (without transition times) keeps the same status from being written again for 30 seconds, and a
+write the API server refused is tried again after 10.
+"""
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from webhook.cluster.client.api import ApiError, KubeApi, TransportError
+from webhook.cluster.health.policy_health import PolicyHealth
+from webhook.cluster.health.status import PolicyOutcome, desired_status, status_differs
+from webhook.engine.configuration import Finding
+from webhook.support.json_bytes import encode_json
+
+log = logging.getLogger(__name__)
+
+REWRITE_AFTER = 30.0
+RETRY_AFTER = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledPolicy:
+    """What the controller compiled of one SchedulingPolicy object."""
+
+    key: tuple[Any, ...]
+    outcome: PolicyOutcome
+    document: Mapping[str, Any] | None
+    """The object itself when it compiled."""
+    pod_group_findings: tuple[Finding, ...] = ()
+    """What to say on the policy if the API server does not serve PodGroups (its createPodGroup rules)."""
+    native_gang_findings: tuple[Finding, ...] = ()
+    """What to say if it serves no kube-scheduler PodGroup API (its `scheduler: native` rules)."""
+
+
+class StatusWriter:
+    def __init__(self, api: KubeApi, collection: str, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._api = api
+        self._collection = collection
+        self._monotonic = monotonic
+        self._written: dict[str, tuple[bytes, float]] = {}
+
+    def forget(self) -> None:
+        """Leadership lost: what was written says nothing about what the next leader will find."""
+        self._written.clear()
+
+    def write(
+        self,
+        policies: Mapping[str, Mapping[str, Any]],
+        compiled: Mapping[str, CompiledPolicy],
+        *,
+        health: Mapping[str, PolicyHealth] | None,
+        health_known: bool,
+        pod_groups_served: bool | None,
+        native_gang_version: str | None = None,
+    ) -> None:
+        """`native_gang_version`: the kube-scheduler PodGroup version served, "" for none (None: not known)."""
+        now = self._monotonic()
+        for name, obj in policies.items():
+            policy = compiled.get(name)
+            if policy is None:
+                continue
+            current = obj.get("status") if isinstance(obj.get("status"), dict) else None
+            findings = policy.pod_group_findings if pod_groups_served is False else ()
+            if native_gang_version == "":
+                findings = (*findings, *policy.native_gang_findings)
+            desired = desired_status(policy.outcome, current, datetime.now(UTC), policy=name,
+                                     health=health.get(name) if health is not None else None, findings=findings,
+                                     health_known=health_known)
+            if not status_differs(current, desired):
+                continue
+            fingerprint = encode_json({**desired, "conditions": [
+                {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in desired["conditions"]]})
+            written = self._written.get(name)
+            if written is not None and written[0] == fingerprint and now - written[1] < REWRITE_AFTER:
+                continue  # written already; the watch has not delivered it yet
+            try:
+                self._api.merge_patch(f"{self._collection}/{name}/status", {"status": desired})
+            except ApiError as error:
+                if error.code != 404:
+                    log.warning("status of SchedulingPolicy %s not written: %s", name, error)
+                    self._written[name] = (fingerprint, now - REWRITE_AFTER + RETRY_AFTER)
+                continue
+            except TransportError as error:
+                log.warning("status of SchedulingPolicy %s not written: %s", name, error)
+                return
+            self._written[name] = (fingerprint, now)
+            log.info("status of SchedulingPolicy %s: Ready=%s Healthy=%s", name, desired["conditions"][0]["status"],
+                     desired["conditions"][1]["status"])

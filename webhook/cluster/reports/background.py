@@ -1,0 +1,311 @@
+"""Background evaluation: every existing workload judged against the current policies, into PolicyReports.
+
+The controller watches the workloads of the kinds Placer mutates (operator resources where their CRDs are
+served; not Pods nor ReplicaSets, which belong to their controllers) with the same reflectors as everything
+else, and keeps of each only what the engine reads: the object as its CREATE (`compliance.as_create`),
+compressed, with a digest of it and the results of its last judgement. Work follows change:
+- a workload event whose projection did not change (status, resourceVersion, managedFields) costs nothing;
+  one that did marks that workload;
+- a policy change (the state the workers serve, `ClusterStateSource`) marks the workloads of the namespaces
+  the old or new version of the changed policies selects; a namespace whose labels changed marks its own
+  (namespaces are compared every 30 s);
+- every `period` seconds every workload is judged again (a safety net for what no event tells).
+Only the leader judges and writes, in a thread of its own (the controller's loop never waits for it); a
+namespace's report is written only when its content changed (`reports.ReportWriter`).
+
+Without the report CRDs (wgpolicyk8s.io/v1alpha2 not served) nothing is watched: reports are off, said once
+in the log and in `/readyz` details (`readiness_detail`), and the CRDs are looked for again every 30 s.
+"""
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from webhook.cluster.client.api import ApiError, KubeApi, TransportError
+from webhook.cluster.client.reflector import Reflector, Resource
+from webhook.cluster.reports.compliance import RuleResult, Verdict, evaluate
+from webhook.cluster.reports.reports import (
+    API_VERSION,
+    GROUP,
+    ReportWriter,
+    RuleCounts,
+    cluster_report,
+    namespace_report,
+    rule_counts,
+)
+from webhook.cluster.reports.workload_book import KindSink, WorkloadBook
+from webhook.engine.value_drift import ValueCheck
+from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.model import Policy
+from webhook.policy.snapshot import PolicySnapshot
+from webhook.policy.state.cluster_state import ClusterStateSource
+from webhook.workloads import WorkloadKind, all_kinds, default_workload_table
+
+log = logging.getLogger(__name__)
+
+PERIOD = 600.0
+"""Seconds between two full judgements of every workload."""
+NAMESPACE_SCAN = 30.0
+"""Seconds between two comparisons of every namespace's labels with those its workloads were judged with."""
+LOOK_AGAIN = 30.0
+"""Seconds between two looks for the report CRDs while they are not served (one discovery GET each)."""
+STATE_FILE = "reports.json"
+BACKGROUND_KINDS_LEFT_OUT = ("Pod", "ReplicaSet")
+
+
+def reports_served(api: KubeApi) -> bool:
+    """Whether the API server serves wgpolicyk8s.io/v1alpha2 PolicyReports (discovery: granted to every
+    authenticated client by the system:discovery ClusterRole)."""
+    try:
+        listed = api.get(f"/apis/{API_VERSION}")
+    except ApiError as error:
+        if error.code == 404:
+            return False
+        raise
+    names = {resource.get("name") for resource in listed.get("resources") or [] if isinstance(resource, dict)}
+    return {"policyreports", "clusterpolicyreports"} <= names
+
+
+def served_kinds(api: KubeApi) -> list[tuple[WorkloadKind, str]]:
+    """(kind, version) of every kind to watch that the API server serves (operator CRDs may not be)."""
+    found = []
+    for kind in all_kinds():
+        if kind.kind in BACKGROUND_KINDS_LEFT_OUT:
+            continue
+        if not kind.group or kind.group in ("apps", "batch"):
+            found.append((kind, kind.versions[0]))
+            continue
+        for version in kind.versions:
+            try:
+                listed = api.get(f"/apis/{kind.group}/{version}")
+            except ApiError:
+                continue
+            if any(isinstance(r, dict) and r.get("name") == kind.resource for r in listed.get("resources") or []):
+                found.append((kind, version))
+                break
+    return found
+
+
+def readiness_detail(state_directory: Path) -> str | None:
+    """The line `/readyz` shows about reports: on, or off and why; None before the controller said."""
+    try:
+        state = json.loads((state_directory / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if state.get("enabled"):
+        return "policy reports: on"
+    return f"policy reports: off ({state.get('reason') or 'not started'})"
+
+
+class BackgroundReports:
+    """Judges the cluster's workloads and writes the reports while `leading()` says this replica leads."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        state_directory: Path,
+        snapshot: Callable[[], tuple[PolicySnapshot, bool]],
+        *,
+        leading: Callable[[], bool],
+        exhausted: Callable[[], bool] = lambda: False,
+        period: float = PERIOD,
+        monotonic: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`snapshot()`: the policies as the workers serve them, and whether they changed since last asked.
+        `exhausted()`: whether Kubernetes CEL library calls have leaked this process's budget (the library
+        never frees what it hands a Python function, `webhook.policy.cel.libraries.leaks`); then judging stops
+        and `restart` is set, so that the process is replaced as a worker is."""
+        self._api = api
+        self._state_directory = state_directory
+        self._snapshot = snapshot
+        self._leading = leading
+        self._exhausted = exhausted
+        self.restart = False
+        self._period = period
+        self._monotonic = monotonic
+        self._clock = clock
+        self.book = WorkloadBook()
+        self.writer = ReportWriter(api)
+        self.enabled = False
+        self.reflectors: list[Reflector] = []
+        self.threads: list[threading.Thread] = []
+        self._policies: dict[str, Policy] = {}
+        self._labels: dict[str, Mapping[str, str]] = {}
+        self._counts: dict[str, RuleCounts] = {}
+        """Per namespace, what the cluster report needs of its report."""
+        self._values: ValueCheck | None = None
+        """The snapshot's rules comparing the values in their places, made again when the snapshot changes."""
+        self._next_full = 0.0
+        self._next_scan = 0.0
+        self.judged = 0
+        """Workloads judged so far (for the benchmark and tests)."""
+
+    def run(self, stop: threading.Event) -> None:
+        """Until `stop`: find out whether reports can be written, watch, and judge while leading."""
+        next_check = 0.0
+        while not stop.is_set() and not self.enabled:
+            if self._monotonic() >= next_check:
+                next_check = self._monotonic() + min(LOOK_AGAIN, self._period)
+                self._start_if_served(stop)
+            if not self.enabled:
+                stop.wait(min(1.0, self._period))
+        while not stop.is_set():
+            self.book.wake.wait(1.0)
+            self.book.wake.clear()
+            try:
+                if self._leading():
+                    self.round()
+            except Exception:  # a bad round must not end reporting
+                log.exception("background evaluation round failed")
+            if self._exhausted():
+                log.warning("background evaluation: Kubernetes CEL library calls leaked this process's budget; "
+                            "restarting the controller to free it")
+                self.restart = True
+                stop.set()
+
+    def _start_if_served(self, stop: threading.Event) -> None:
+        try:
+            served = reports_served(self._api)
+            kinds = served_kinds(self._api) if served else []
+        except (ApiError, TransportError) as error:
+            log.warning("policy reports: cannot tell whether %s is served (%s); looking again later", GROUP, error)
+            return
+        if not served:
+            if not (self._state_directory / STATE_FILE).exists():
+                log.warning("policy reports off: %s is not served (install deploy/components/policy-reports)",
+                            API_VERSION)
+            self._write_state(False, f"{API_VERSION} is not served; install deploy/components/policy-reports")
+            return
+        self.enabled = True
+        self._write_state(True, "")
+        log.info("policy reports on: watching %s", ", ".join(f"{kind.kind}.{version}" for kind, version in kinds))
+        for kind, version in kinds:
+            prefix = f"/apis/{kind.group}/{version}" if kind.group else f"/api/{version}"
+            reflector = Reflector(self._api, Resource(f"{prefix}/{kind.resource}", kind.kind, namespaced=True),
+                                  KindSink(kind, version, self.book))
+            self.reflectors.append(reflector)
+            thread = threading.Thread(target=reflector.run, args=(stop,), name=f"placer-report-{kind.kind.lower()}",
+                                      daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def _write_state(self, enabled: bool, reason: str) -> None:
+        path = self._state_directory / STATE_FILE
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_suffix(".tmp")
+            temporary.write_text(json.dumps({"enabled": enabled, "reason": reason}))
+            temporary.replace(path)
+        except OSError as error:
+            log.warning("cannot record the reports' state in %s: %s", path, error)
+
+    def round(self) -> int:
+        """Judge what changed and write the reports whose content changed; the number of workloads judged."""
+        snapshot, changed = self._snapshot()
+        if changed:
+            self._policy_change(snapshot)
+        now = self._monotonic()
+        if now >= self._next_scan:
+            self._next_scan = now + NAMESPACE_SCAN
+            self._namespace_changes(snapshot)
+        if now >= self._next_full:
+            self._next_full = now + self._period
+            self.book.mark(None)
+        dirty = self.book.take_dirty()
+        if not dirty:
+            return 0
+        workloads = default_workload_table()
+        if self._values is None or self._values.source is not snapshot:
+            self._values = ValueCheck(snapshot)
+        values = self._values
+        touched: set[str] = set()
+        shared: dict[RuleResult, RuleResult] = {}
+        """One copy of each distinct result this round (workloads of one template share their messages)."""
+        for namespace, key in dirty:
+            touched.add(namespace)
+            with self.book.lock:
+                record = self.book.by_namespace.get(namespace, {}).get(key)
+            if record is None:
+                continue
+            results = tuple(shared.setdefault(result, result)
+                            for result in evaluate(record.unpacked(), snapshot, workloads, values).results)
+            if results != record.results:
+                record.results, record.found = results, self._clock()
+            self.judged += 1
+        self._write(touched, snapshot)
+        return len(dirty)
+
+    def _policy_change(self, snapshot: PolicySnapshot) -> None:
+        """Mark the workloads of every namespace a changed policy (old or new version) selects."""
+        current = {policy.name: policy for policy in snapshot.policies}
+        changed = [name for name in current.keys() | self._policies.keys()
+                   if current.get(name) is not self._policies.get(name)]
+        versions = [policy for name in changed for policy in (current.get(name), self._policies.get(name)) if policy]
+        self._policies = current
+        if not versions:
+            return
+        if any(policy.namespace_selector is None for policy in versions):
+            self.book.mark(None)
+            return
+        with self.book.lock:
+            namespaces = list(self.book.by_namespace)
+        self.book.mark(name for name in namespaces
+                       if any(policy.applies_to_namespace(snapshot.namespace(name).labels) for policy in versions))
+
+    def _namespace_changes(self, snapshot: PolicySnapshot) -> None:
+        with self.book.lock:
+            namespaces = list(self.book.by_namespace)
+        relabelled = []
+        for name in namespaces:
+            labels = snapshot.namespace(name).labels
+            if self._labels.get(name) != labels:
+                self._labels[name] = labels
+                relabelled.append(name)
+        if relabelled:
+            self.book.mark(relabelled)
+
+    def _write(self, namespaces: set[str], snapshot: PolicySnapshot) -> None:
+        changed = False
+        for namespace in sorted(namespaces):
+            with self.book.lock:
+                records = dict(self.book.by_namespace.get(namespace, {}))
+            judged = [(Verdict(record.workload, record.results), record.found)
+                      for record in records.values() if record.results]
+            report = namespace_report(namespace, judged)
+            if not report["results"] and namespace not in self._counts:
+                continue  # nothing to say, and nothing said before
+            if not records and namespace not in snapshot.namespaces:  # the namespace is gone, its report too
+                changed |= self._counts.pop(namespace, None) is not None
+                self.writer.forget(namespace)
+                continue
+            self._counts[namespace] = rule_counts(report)
+            changed |= self.writer.write(namespace, report)
+        if changed or not self.writer.written(None):
+            self.writer.write(None, cluster_report(self._counts))
+
+
+
+class ServedPolicies:
+    """The policies and namespaces exactly as this replica's workers serve them (the state directory)."""
+
+    def __init__(self, state_directory: Path, compiler: PolicyCompiler) -> None:
+        self._source = ClusterStateSource(state_directory, compiler=compiler)
+        self._environment = compiler.environment
+
+        self._snapshot: PolicySnapshot | None = None
+
+    def __call__(self) -> tuple[PolicySnapshot, bool]:
+        """The snapshot, built again only when the published state changed (a stat of `policies.json`
+        otherwise); its namespaces are the live shards."""
+        changed = self._source.refresh()
+        if changed or self._snapshot is None:
+            content = self._source.content()
+            self._snapshot = PolicySnapshot.build(content.policies.values(), content.namespaces, content.errors,
+                                                  self._environment, ready=content.ready,
+                                                  default_priority_class=content.default_priority_class,
+                                                  pod_groups_served=content.pod_groups_served)
+        return self._snapshot, changed

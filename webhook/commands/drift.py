@@ -1,0 +1,271 @@
+"""`kubectl placer drift`: the workloads that run without the current policies, and the patch for each.
+
+Each workload of the kinds Placer mutates (operator resources included) is judged by
+`webhook.cluster.reports.compliance`:
+the admission engine run on the stored object as its CREATE. A workload is out of step when applying the
+policies now would change it, or when a value Placer wrote under an earlier version of a rule differs from
+the one the rule writes now (`webhook.engine.value_drift`; its patch replaces that value, a user's own value
+is never touched). Listing only reads (lists and gets).
+
+`--apply` brings the chosen workloads in step: first every patch is sent as a server-side dry run
+(`dryRun=All`: admission and validation run, nothing is stored; API reference, "Dry-run":
+https://kubernetes.io/docs/reference/using-api/api-concepts/#dry-run), then, after a confirmation (or
+`--yes`), for real, at most `--qps` writes per second. Each write is a JSON merge patch that carries the
+resourceVersion the judgement was made on, so a workload changed in between is refused with 409 Conflict
+instead of overwritten (the API server checks a patch's resourceVersion as a precondition: kubernetes/
+kubernetes staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go, `patcher.applyPatch` keeps the
+patched object's resourceVersion and the registry's update compares it). Changing a pod template starts a
+rollout: Deployments, StatefulSets and DaemonSets replace their pods, and the command says so before asking.
+A Pod cannot take scheduling changes in place (its spec is immutable there) and is never patched.
+"""
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import jsonpatch
+
+from webhook.admission.offline import DEFAULT_NAMESPACE, load_policies
+from webhook.cluster.client.api import ApiError, KubeApi, TransportError, api_from_flags
+from webhook.cluster.client.connection import ConnectionSetupError
+from webhook.cluster.client.workload_lists import Served, list_workloads
+from webhook.cluster.reports.compliance import Verdict, evaluate, stale_values
+from webhook.commands.live import LiveError, cluster_snapshot, read_namespaces, resolve_kind
+from webhook.engine.value_drift import ValueCheck
+from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.snapshot import PolicySnapshot
+from webhook.support.typing import JSONObject, as_map
+from webhook.workloads import default_workload_table
+
+ROLLOUT_WARNING = ("Changing a pod template starts a rollout: Deployments, StatefulSets and DaemonSets replace "
+                   "their pods, Jobs and operator resources take the change as their controller does.")
+
+
+@dataclass(slots=True)
+class Judged:
+    served: Served
+    stored: JSONObject
+    verdict: Verdict
+
+
+@dataclass(slots=True)
+class DriftOptions:
+    namespace: str | None
+    selector: str | None
+    targets: Sequence[str] = ()
+    """`KIND/NAME`s: only these (in `namespace`)."""
+    apply: bool = False
+    yes: bool = False
+    qps: float = 5.0
+    output: str = "text"
+
+
+def judge_cluster(api: KubeApi, snapshot: PolicySnapshot, namespace: str | None, selector: str | None) -> list[Judged]:
+    """Every workload in `namespace` (None: all) matching `selector`, judged against `snapshot`'s policies
+    with its namespace's real labels."""
+    listed = list(list_workloads(api, namespace, selector))
+    names = {str(as_map(obj.get("metadata")).get("namespace") or "") for _, obj in listed}
+    namespaces = {**snapshot.namespaces, **read_namespaces(api, sorted(name for name in names if name))}
+    serving = dataclasses.replace(snapshot, namespaces=namespaces)
+    workloads = default_workload_table()
+    values = ValueCheck(serving)
+    return [Judged(served, obj, evaluate(obj, serving, workloads, values)) for served, obj in listed]
+
+
+def chosen(judged: list[Judged], targets: Sequence[str]) -> list[Judged]:
+    """Those named by `targets` (`deployment/web`, `deploy/web`, `pytorchjob.kubeflow.org/train`); all when
+    none are named."""
+    if not targets:
+        return judged
+    wanted = set()
+    for target in targets:
+        kind_name, _, name = target.partition("/")
+        kind = resolve_kind(kind_name)
+        wanted.add((kind.group, kind.kind, name))
+    return [item for item in judged
+            if (item.served.kind.group, item.served.kind.kind, item.verdict.workload.name) in wanted]
+
+
+def merge_patch(before: Any, after: Any) -> Any:
+    """The JSON merge patch (RFC 7386) turning `before` into `after`: maps recursively, anything else whole."""
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return after
+    patch: dict[str, Any] = {}
+    for key in before.keys() - after.keys():
+        patch[key] = None
+    for key, value in after.items():
+        if key not in before:
+            patch[key] = value
+        elif before[key] != value:
+            patch[key] = merge_patch(before[key], value)
+    return patch
+
+
+def write_body(item: Judged) -> JSONObject:
+    """The merge patch bringing the workload in step, guarded by the resourceVersion it was judged on."""
+    stored = item.stored
+    body: JSONObject = merge_patch(stored, jsonpatch.apply_patch(stored, item.verdict.patch))
+    version = as_map(stored.get("metadata")).get("resourceVersion")
+    if version:
+        body.setdefault("metadata", {})["resourceVersion"] = version
+    return body
+
+
+def render_text(judged: list[Judged], out: TextIO) -> None:
+    shown = [item for item in judged if item.verdict.drifted or any(r.result == "error" for r in item.verdict.results)]
+    for item in shown:
+        verdict = item.verdict
+        out.write(f"{verdict.workload.title}\n")
+        for result in verdict.results:
+            if result.result in ("fail", "error"):
+                stale = stale_values(result)
+                detail = ("out of step" + (f": {stale}" if stale else "") if result.result == "fail"
+                          else f"error: {result.message}")
+                out.write(f"  {result.policy}/{result.rule}: {detail}\n")
+        if verdict.patch:
+            out.write(f"  patch: {json.dumps(verdict.patch)}\n")
+    totals = {"pass": 0, "fail": 0, "error": 0, "skip": 0}
+    for item in judged:
+        verdict = item.verdict
+        state = ("skip" if verdict.skipped else "error" if any(r.result == "error" for r in verdict.results)
+                 else "fail" if verdict.drifted else "pass" if verdict.results else "")
+        if state:
+            totals[state] += 1
+    out.write(f"{_workloads(len(judged))}: {totals['fail']} out of step, {totals['pass']} in step, "
+              f"{totals['error']} with rule errors, {totals['skip']} skipped, "
+              f"{len(judged) - sum(totals.values())} no policy matches\n")
+
+
+def render_json(judged: list[Judged], out: TextIO) -> None:
+    items = [{"workload": item.verdict.workload.as_report_resource(),
+              "results": [dataclasses.asdict(result) for result in item.verdict.results],
+              "patch": item.verdict.patch} for item in judged if item.verdict.results]
+    out.write(json.dumps({"items": items}, indent=2) + "\n")
+
+
+def bring_in_step(
+    api: KubeApi,
+    judged: list[Judged],
+    *,
+    yes: bool,
+    qps: float,
+    out: TextIO,
+    ask: Callable[[str], str] = input,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Dry run every patch, confirm, then write them at most `qps` per second. 0 when all were written."""
+    drifted = [item for item in judged if item.verdict.drifted]
+    pods = [item for item in drifted if item.served.kind.kind == "Pod"]
+    for item in pods:
+        out.write(f"{item.verdict.workload.title}: a Pod takes no scheduling change in place; recreate it\n")
+    writable = [item for item in drifted if item not in pods]
+    if not writable:
+        out.write("nothing to apply\n")
+        return 1 if pods else 0
+    refused = []
+    for item in writable:
+        try:
+            api.merge_patch(_path(item), write_body(item), {"dryRun": "All"})
+        except ApiError as error:
+            refused.append(item)
+            out.write(f"{item.verdict.workload.title}: dry run refused: {error}\n")
+    ready = [item for item in writable if item not in refused]
+    if not ready:
+        return 1
+    out.write(f"{_workloads(len(ready))} will be changed (dry run passed):\n")
+    for item in ready:
+        out.write(f"  {item.verdict.workload.title}\n")
+    out.write(ROLLOUT_WARNING + "\n")
+    if not yes:
+        out.flush()
+        if ask("Apply? [y/N] ").strip().lower() not in ("y", "yes"):
+            out.write("nothing applied\n")
+            return 1
+    failed = bool(refused)
+    interval = 1.0 / qps if qps > 0 else 0.0
+    for index, item in enumerate(ready):
+        if index and interval:
+            sleep(interval)
+        try:
+            api.merge_patch(_path(item), write_body(item))
+            out.write(f"{item.verdict.workload.title}: brought in step\n")
+        except ApiError as error:
+            failed = True
+            out.write(f"{item.verdict.workload.title}: not changed: {error}\n")
+    return 1 if failed or pods else 0
+
+
+def _workloads(count: int) -> str:
+    return f"{count} workload" + ("" if count == 1 else "s")
+
+
+def _path(item: Judged) -> str:
+    workload = item.verdict.workload
+    return item.served.object_path(workload.namespace, workload.name)
+
+
+def run(api: KubeApi, options: DriftOptions, snapshot: PolicySnapshot | None = None, *,
+        out: TextIO | None = None, ask: Callable[[str], str] = input) -> int:
+    """The command: 0 when every chosen workload is in step (or was brought in step), 1 otherwise."""
+    out = out or sys.stdout
+    try:
+        snapshot = snapshot or cluster_snapshot(api, PolicyCompiler())
+        judged = chosen(judge_cluster(api, snapshot, options.namespace, options.selector), options.targets)
+    except (ApiError, TransportError, LiveError) as error:
+        print(f"kubectl placer drift: {error}", file=sys.stderr)
+        return 1
+    for problem in snapshot.errors:
+        print(f"error: {problem}", file=sys.stderr)
+    (render_json if options.output == "json" else render_text)(judged, out)
+    if options.apply:
+        return bring_in_step(api, judged, yes=options.yes, qps=options.qps, out=out, ask=ask)
+    return 1 if any(item.verdict.drifted for item in judged) else 0
+
+
+def add_parser(commands: Any) -> None:
+    """Register `kubectl placer drift` on the plugin's subcommands."""
+    drift = commands.add_parser(
+        "drift", help="workloads out of step with the current policies, and the patch for each",
+        description="Judge every workload of the kinds Placer mutates with the admission engine, as if created "
+        "now; list those the policies would change, with the patch. --apply writes the patches (dry run first).")
+    drift.add_argument("targets", nargs="*", metavar="KIND/NAME", help="only these workloads (in -n)")
+    scope = drift.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", metavar="NS")
+    scope.add_argument("-A", "--all-namespaces", action="store_true")
+    drift.add_argument("-l", "--selector", metavar="SELECTOR", help="label selector, as kubectl's")
+    drift.add_argument("--policies", action="append", metavar="PATH",
+                       help="judge with these policy files instead of the cluster's SchedulingPolicies")
+    drift.add_argument("--apply", action="store_true", help="bring the workloads in step (starts rollouts)")
+    drift.add_argument("--yes", action="store_true", help="with --apply: do not ask for confirmation")
+    drift.add_argument("--qps", type=float, default=5.0, help="with --apply: writes per second at most (default 5)")
+    drift.add_argument("-o", "--output", default="text", choices=["text", "json"])
+    drift.add_argument("--context", metavar="NAME")
+    drift.add_argument("--kubeconfig", metavar="FILE")
+    drift.set_defaults(run=command)
+
+
+def command(args: argparse.Namespace) -> int:
+    if args.targets and args.all_namespaces:
+        print("kubectl placer drift: KIND/NAME is looked up in -n NAMESPACE, not with -A", file=sys.stderr)
+        return 2
+    if args.qps <= 0:
+        print("kubectl placer drift: --qps must be positive", file=sys.stderr)
+        return 2
+    try:
+        api = api_from_flags(args.kubeconfig, args.context)
+    except ConnectionSetupError as error:
+        print(f"kubectl placer drift: {error}", file=sys.stderr)
+        return 1
+    namespace = None if args.all_namespaces else (args.namespace or DEFAULT_NAMESPACE)
+    snapshot = load_policies(args.policies, required=True) if args.policies else None
+    options = DriftOptions(namespace, args.selector, args.targets, args.apply, args.yes, args.qps, args.output)
+    try:
+        return run(api, options, snapshot)
+    finally:
+        api.close()
+
