@@ -6,7 +6,7 @@
 The fake API server (tests.kube.fake_apiserver, in this process) holds `--nodes` Nodes as kubelets report
 them, `--claims` bound PersistentVolumeClaims over 1,000 namespaces with as many local PersistentVolumes
 (local-path style: node affinity on kubernetes.io/hostname, spread over the nodes), and `--jobs` Jobs marked
-for a PodGroup. The controller runs as Placer runs it (`python -m webhook.cluster.controller --no-status`, its
+for a PodGroup. The controller runs as Placer runs it (`python -m webhook.cluster.process --no-status`, its
 own process). Printed:
 
 - sync: seconds from the controller's start until every claim and volume is published, and until every
@@ -117,7 +117,7 @@ def size(directory: Path) -> int:
 
 @contextlib.contextmanager
 def controller(kubeconfig: Path, state: Path) -> Iterator[subprocess.Popen[bytes]]:
-    process = subprocess.Popen([sys.executable, "-m", "webhook.cluster.controller", "--state", str(state),
+    process = subprocess.Popen([sys.executable, "-m", "webhook.cluster.process", "--state", str(state),
                                 "--kubeconfig", str(kubeconfig), "--no-status", "--log-level", "warning"])
     try:
         yield process

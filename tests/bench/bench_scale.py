@@ -64,7 +64,7 @@ def placer_processes(server: RunningServer) -> dict[str, int]:
     workers = 0
     for pid in sorted(server.worker_pids()):
         with contextlib.suppress(OSError):
-            if b"webhook.cluster.controller" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"webhook.cluster.process" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 found["controller"] = pid
             else:
                 found[f"worker-{workers}"], workers = pid, workers + 1

@@ -140,7 +140,7 @@ def _status(server: RunningServer, path: str) -> int | None:
 
 
 def _controller_pid(server: RunningServer, not_pid: int | None = None) -> int | None:
-    """The pid of `python -m webhook.cluster.controller` among the server's process group."""
+    """The pid of `python -m webhook.cluster.process` among the server's process group."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -149,7 +149,7 @@ def _controller_pid(server: RunningServer, not_pid: int | None = None) -> int | 
             group = os.getpgid(int(entry.name))
         except OSError:
             continue
-        if b"webhook.cluster.controller" in command and group == server.process.pid and int(entry.name) != not_pid:
+        if b"webhook.cluster.process" in command and group == server.process.pid and int(entry.name) != not_pid:
             return int(entry.name)
     return None
 

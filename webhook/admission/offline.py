@@ -15,8 +15,9 @@ from typing import Any
 import jsonpatch
 import yaml
 
-from webhook.admission.review import AdmissionRequest, decode_json
+from webhook.admission.review import decode_json
 from webhook.engine.mutate import Mutation, mutate
+from webhook.engine.request import AdmissionRequest
 from webhook.placement.claims import ClaimLookup
 from webhook.placement.node_fit import Nodes, node_fit
 from webhook.placement.share_counts import CountedShares

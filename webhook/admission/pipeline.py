@@ -5,9 +5,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from webhook.admission.review import AdmissionRequest, build_response
+from webhook.admission.review import build_response
 from webhook.engine.enforcement import ENFORCE_LABEL
 from webhook.engine.mutate import INJECT_LABEL, Mutation, mutate
+from webhook.engine.request import AdmissionRequest
 from webhook.placement.claims import AdmissionDevices, ClaimLookup
 from webhook.placement.feasibility import Findings, PlacementCheck
 from webhook.pods.capacity_share import ShareLedger

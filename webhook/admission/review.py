@@ -6,11 +6,11 @@ Placer cannot or will not admit is an ordinary response (`allowed`, `status`, `w
 
 import base64
 import json
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
+from webhook.engine.request import AdmissionRequest
 from webhook.support.json_bytes import encode_json
 from webhook.support.typing import JSONObject, JSONPatch
 
@@ -29,8 +29,6 @@ fit. A webhook's warnings reach it through `warning.AddWarning` (the mutating di
 256 runes (2560) leave room for other webhooks' and the API server's own, and none is ever cut further."""
 WARNING_PREFIX = "placer: "
 
-Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
-
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
 """A `bytes.translate` table: every ASCII digit becomes "0", every other byte a space."""
@@ -42,49 +40,6 @@ _STATUS_REASONS = {403: "Forbidden", 422: "Invalid"}
 
 class ReviewError(ValueError):
     """The body is not a usable AdmissionReview: answered with HTTP 400 and this message."""
-
-
-@dataclass(frozen=True, slots=True)
-class AdmissionRequest:
-    """The fields of `request` Placer uses, checked for type."""
-
-    api_version: str
-    uid: str
-    group: str
-    version: str
-    kind: str
-    resource: JSONObject
-    sub_resource: str
-    name: str
-    namespace: str
-    operation: Operation
-    user_info: JSONObject
-    dry_run: bool
-    object: JSONObject | None
-    old_object: JSONObject | None
-    fields: JSONObject = field(default_factory=dict)
-    """Every other field of the request as the API server sent it (requestKind, options, userInfo.extra...)."""
-
-    def as_cel(self) -> JSONObject:
-        """The `request` CEL variable: the admission.k8s.io/v1 AdmissionRequest without object and oldObject,
-        as in Kubernetes' admission policies. Fields the API server leaves out read as their empty value."""
-        kind = {"group": self.group, "version": self.version, "kind": self.kind}
-        return {
-            "requestKind": kind,
-            "requestResource": self.resource,
-            "requestSubResource": self.sub_resource,
-            "options": {},
-            **self.fields,
-            "uid": self.uid,
-            "operation": self.operation,
-            "name": self.name,
-            "namespace": self.namespace,
-            "kind": kind,
-            "resource": self.resource,
-            "subResource": self.sub_resource,
-            "userInfo": {"username": "", "uid": "", "groups": [], "extra": {}, **self.user_info},
-            "dryRun": self.dry_run,
-        }
 
 
 def decode_json(body: bytes) -> Any:

@@ -9,8 +9,9 @@ for the API server's own validation errors.
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.admission.review import AdmissionRequest, build_response
+from webhook.admission.review import build_response
 from webhook.engine.configuration import gang_not_enforced
+from webhook.engine.request import AdmissionRequest
 from webhook.policy.compiler import KIND, PolicyCompiler
 from webhook.policy.errors import PolicyError
 from webhook.support.typing import JSONObject

@@ -16,47 +16,46 @@ read the last published state, which keeps serving while the API server is away.
 Pods Placer gave a capacity class are watched too (label-selected, `webhook.cluster.spot.spot_ledger`): each
 workload's live pods by class, published for the spot share's admissions.
 
-Run by the main process of `placer serve --kube` as `python -m webhook.cluster.controller --state DIRECTORY`.
+Run by the main process of `placer serve --kube` as `python -m webhook.cluster.process --state DIRECTORY`;
+what each watch keeps of its objects is `webhook.cluster.projections`.
 """
 
-import argparse
 import logging
-import os
-import signal
-import socket
-import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from webhook.cluster.client.api import ApiError, KubeApi, TransportError
-from webhook.cluster.client.connection import ConnectionSetupError, connect, identity
-from webhook.cluster.client.discovery import DRA_KINDS, DiscoveryRefresh, ServedApis, discover, write_served_apis
+from webhook.cluster.client.api import KubeApi
+from webhook.cluster.client.discovery import DRA_KINDS, DiscoveryRefresh, ServedApis
 from webhook.cluster.client.leader import LeaseElector
 from webhook.cluster.client.node_events import UnchangedNodeEvents
 from webhook.cluster.client.reflector import Reflector, Resource, Store
 from webhook.cluster.enforce_labels import EnforceLabels
 from webhook.cluster.health.health_round import HealthRound, PodGroupApiCheck
 from webhook.cluster.health.policy_health import combine
-from webhook.cluster.health.recent_counts import RecentCounts
-from webhook.cluster.health.replica_reports import PUBLISH_INTERVAL, ReplicaPublisher
 from webhook.cluster.health.status import PolicyOutcome
 from webhook.cluster.health.status_writer import CompiledPolicy, StatusWriter
 from webhook.cluster.podgroups.native_gang import native_gang_not_served, native_version_of
 from webhook.cluster.podgroups.native_operators import OperatorPodGroups
 from webhook.cluster.podgroups.pod_groups import PodGroupKeeper
-from webhook.cluster.reports.background import BackgroundReports, ServedPolicies
+from webhook.cluster.projections import (
+    ProjectedSink,
+    SharedClaimsSink,
+    claim_projection,
+    device_projection,
+    namespace_entry,
+    node_entry,
+    volume_projection,
+)
+from webhook.cluster.reports.background import BackgroundReports
 from webhook.cluster.spot.spot_ledger import PODS, PodShareSink
 from webhook.engine.configuration import gang_not_enforced, pod_groups_not_served
-from webhook.pods.dra import CLAIM_KIND, CLASS_KIND, class_entry, device_entry, is_generated_claim
-from webhook.pods.volumes import claim_entry, volume_entry
-from webhook.policy.cel.libraries.leaks import LeakAccount
+from webhook.pods.dra import CLAIM_KIND
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.errors import PolicyError
-from webhook.policy.fields.field_check import FieldChecks
-from webhook.policy.sources.documents import namespace_info, served_document
+from webhook.policy.sources.documents import served_document
 from webhook.policy.state.cluster_state import (
     CLUSTER_SOURCE,
     ClusterState,
@@ -71,13 +70,9 @@ from webhook.policy.state.device_shards import (
     device_classes_directory,
     resource_claims_directory,
 )
-from webhook.policy.state.namespace_shards import entry_of
-from webhook.policy.state.node_facts import node_facts
-from webhook.policy.state.shards import Entry, ShardWriter
+from webhook.policy.state.shards import ShardWriter
 from webhook.policy.state.share_shards import shares_directory
-from webhook.support.config import CEL_LEAK_BUDGET_MIB
-from webhook.support.logs import configure_logging
-from webhook.support.metrics import MULTIPROC_ENV, ControllerMetrics
+from webhook.support.metrics import ControllerMetrics
 from webhook.workloads import default_workload_table
 
 log = logging.getLogger(__name__)
@@ -97,102 +92,7 @@ POD_WATCH_PACE = 0.1
 """Labelled pods' events are read in bursts too: their status updates (conditions, container states) are
 many, and a new pod counted a tenth of a second later is within the watch lag the spot share allows for."""
 LEASE_NAME = "placer-status-writer"
-RESTART_TO_FOLLOW_THE_API_SERVER = 3
-"""Exit code when discovery changed what the watches depend on: the supervisor of `placer serve` starts it again,
-which then watches what the API server serves now."""
-HEALTH_INTERVAL_ENV = "PLACER_HEALTH_INTERVAL"
-"""Seconds between two publications of a replica's rule counts and two readings by the leader (default 30)."""
 _OPTIONAL_SYNC_WAIT = 5.0
-
-
-class ProjectedSink:
-    """A watch's sink that keeps only a projection of each object (what Placer reads of it) and writes the
-    projection's shard at once, from the watch thread. An update whose projection did not change (a
-    resourceVersion, managed fields, a Node's status heartbeat) writes nothing."""
-
-    def __init__(
-        self,
-        kind: str,
-        writer: ShardWriter,
-        project: Callable[[str, Mapping[str, Any]], Entry],
-        on_synced: Callable[[], None] = lambda: None,
-    ) -> None:
-        self._kind = kind
-        self._writer = writer
-        self._project = project
-        self._on_synced = on_synced
-        self._lock = threading.Lock()
-        self.synced = False
-        self.events = 0
-        self.published = 0
-        """Watch events that rewrote a shard (the rest changed nothing Placer reads)."""
-
-    def keep(self, name: str, obj: Mapping[str, Any]) -> Entry:
-        return self._project(name, obj)
-
-    def replace(self, entries: Mapping[str, Entry]) -> None:
-        with self._lock:
-            written = self._writer.replace(entries)
-            self.synced = True
-        log.info("%s: %d published (%d shards written)", self._kind, len(entries), written)
-        self._on_synced()
-
-    def upsert(self, name: str, obj: Mapping[str, Any]) -> None:
-        entry = self._project(name, obj)
-        with self._lock:
-            self.events += 1
-            self.published += self._writer.put(name, entry)
-
-    def remove(self, name: str) -> None:
-        with self._lock:
-            self.events += 1
-            self.published += self._writer.delete(name)
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self._writer)
-
-
-def _namespace_entry(name: str, obj: Mapping[str, Any]) -> Entry:
-    return entry_of(namespace_info(name, obj))
-
-
-def _node_entry(name: str, obj: Mapping[str, Any]) -> Entry:
-    return node_facts(obj)
-
-
-def _claim_entry(name: str, obj: Mapping[str, Any]) -> Entry:
-    return claim_entry(obj)
-
-
-def _volume_entry(name: str, obj: Mapping[str, Any]) -> Entry:
-    return volume_entry(obj)
-
-
-class SharedClaimsSink(ProjectedSink):
-    """The ResourceClaims pods name (shared ones), leaving out those Kubernetes makes for one pod
-    (`webhook.pods.dra.is_generated_claim`): what is published grows with the shared claims, not with DRA pods."""
-
-    _LEFT_OUT = "placer.dev/left-out"
-
-    def keep(self, name: str, obj: Mapping[str, Any]) -> Entry:
-        return {self._LEFT_OUT: True} if is_generated_claim(obj) else super().keep(name, obj)
-
-    def replace(self, entries: Mapping[str, Entry]) -> None:
-        super().replace({name: entry for name, entry in entries.items() if self._LEFT_OUT not in entry})
-
-    def upsert(self, name: str, obj: Mapping[str, Any]) -> None:
-        if is_generated_claim(obj):
-            self.remove(name)
-        else:
-            super().upsert(name, obj)
-
-
-def _device_projection(kind: str) -> Callable[[str, Mapping[str, Any]], Entry]:
-    def project(name: str, obj: Mapping[str, Any]) -> Entry:
-        return class_entry(obj) if kind == CLASS_KIND else device_entry(obj, kind)
-
-    return project
 
 
 class ClusterController:
@@ -229,11 +129,11 @@ class ClusterController:
         self._wake = threading.Event()
         self._policies: Store | None = None
         self.namespaces = ProjectedSink(
-            "namespaces", ShardWriter(namespaces_directory(state_directory)), _namespace_entry, self._wake.set
+            "namespaces", ShardWriter(namespaces_directory(state_directory)), namespace_entry, self._wake.set
         )
-        self.nodes = ProjectedSink("nodes", ShardWriter(nodes_directory(state_directory)), _node_entry)
-        self.claims = ProjectedSink("claims", ShardWriter(claims_directory(state_directory)), _claim_entry)
-        self.volumes = ProjectedSink("volumes", ShardWriter(volumes_directory(state_directory)), _volume_entry)
+        self.nodes = ProjectedSink("nodes", ShardWriter(nodes_directory(state_directory)), node_entry)
+        self.claims = ProjectedSink("claims", ShardWriter(claims_directory(state_directory)), claim_projection)
+        self.volumes = ProjectedSink("volumes", ShardWriter(volumes_directory(state_directory)), volume_projection)
         self.pod_shares = PodShareSink(ShardWriter(shares_directory(state_directory)))
         self.node_events = UnchangedNodeEvents()
         self._priority_classes: Store | None = None
@@ -284,7 +184,7 @@ class ClusterController:
             if path is None or served is None:
                 continue
             sink_type = SharedClaimsSink if kind == CLAIM_KIND else ProjectedSink
-            sink = sink_type(f"{kind}s", ShardWriter(directory), _device_projection(kind))
+            sink = sink_type(f"{kind}s", ShardWriter(directory), device_projection(kind))
             reflectors.append(Reflector(api, Resource(path, kind, namespaced=served.namespaced), sink))
         return reflectors
 
@@ -452,69 +352,3 @@ def global_default_priority_class(classes: Store) -> str | None:
     """The PriorityClass with `globalDefault: true` (the API server allows one; the lowest name if several)."""
     defaults = sorted(name for name, obj in classes.items() if obj.get("globalDefault") is True)
     return defaults[0] if defaults else None
-
-
-def _health_round(api: KubeApi, namespace: str) -> HealthRound:
-    """Counts from the workers' multiprocess directory (`placer serve` starts this process with it), published
-    under the Pod's name (downward API `POD_NAME`, else the hostname, which is the Pod's name too)."""
-    directory = os.environ.get(MULTIPROC_ENV)
-    interval = float(os.environ.get(HEALTH_INTERVAL_ENV) or PUBLISH_INTERVAL)
-    publisher = None
-    if directory:
-        replica = os.environ.get("POD_NAME") or socket.gethostname()
-        publisher = ReplicaPublisher(api, namespace=namespace, replica=replica, interval=interval,
-                                     counts=RecentCounts.from_directory(Path(directory)))
-    return HealthRound(api, namespace=namespace, publisher=publisher, interval=interval)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m webhook.cluster.controller")
-    parser.add_argument("--state", required=True, type=Path, help="state directory the workers read")
-    parser.add_argument("--kubeconfig", type=Path)
-    parser.add_argument("--log-level", default="info")
-    parser.add_argument("--no-status", action="store_true", help="never write policy status (no leader election)")
-    args = parser.parse_args(argv)
-    configure_logging(args.log_level)
-    try:
-        connection = connect(args.kubeconfig)
-    except ConnectionSetupError as error:
-        log.error("%s", error)
-        return 1
-    api = KubeApi(connection)
-    elector = None
-    if not args.no_status:
-        elector = LeaseElector(api, namespace=connection.namespace, name=LEASE_NAME, identity=identity())
-    served = served_at_start(api, args.state)
-    discovery = DiscoveryRefresh(api, args.state, served)
-    # Policies are checked against the API server's own minor, as the workers check them (`field_target`),
-    # so the status, the validating webhook and the admissions agree.
-    compiler = PolicyCompiler(fields=FieldChecks(served.field_target))
-    judging = PolicyCompiler(LeakAccount(int(CEL_LEAK_BUDGET_MIB * 2**20)), fields=FieldChecks(served.field_target))
-    background = BackgroundReports(api, args.state, ServedPolicies(args.state, judging),
-                                   leading=lambda: elector is None or elector.is_leader,
-                                   exhausted=judging.leaks.exhausted)
-    controller = ClusterController(api, args.state, compiler=compiler, elector=elector, served=served,
-                                   discovery=discovery, background=background,
-                                   health=None if args.no_status else _health_round(api, connection.namespace))
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    log.info("cluster controller watching %s (%s)", connection.server, served.summary())
-    controller.run(stop)
-    return RESTART_TO_FOLLOW_THE_API_SERVER if controller.restart or background.restart else 0
-
-
-def served_at_start(api: KubeApi, state: Path) -> ServedApis:
-    """The API server's version and discovery, written to the state directory; when it cannot be read (the
-    API server is away), nothing optional is watched until `DiscoveryRefresh` reads it and restarts."""
-    try:
-        served = discover(api)
-    except (ApiError, TransportError) as error:
-        log.warning("API discovery failed (%s); optional watches wait for it", error)
-        return ServedApis()
-    write_served_apis(state, served)
-    return served
-
-
-if __name__ == "__main__":
-    sys.exit(main())

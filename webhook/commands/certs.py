@@ -4,17 +4,22 @@ ECDSA P-256 keys: fast to generate and to handshake with, and accepted by every 
 The CA goes into the webhook configuration's `caBundle`; the serving certificate names the Service.
 """
 
+import argparse
 import base64
 import datetime
 import ipaddress
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from webhook.support.config import DEFAULT_CERTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,3 +162,22 @@ def _general_name(host: str) -> x509.GeneralName:
         return x509.IPAddress(ipaddress.ip_address(host))
     except ValueError:
         return x509.DNSName(host)
+
+
+def add_parser(commands: Any) -> None:
+    """`placer certs` and its flags."""
+    certs = commands.add_parser("certs", help="write a CA and a serving certificate for the webhook Service")
+    certs.add_argument("--out", default=str(DEFAULT_CERTS), metavar="DIR")
+    certs.add_argument("--service", default="placer")
+    certs.add_argument("--namespace", default="placer-system")
+    certs.add_argument("--host", action="append", default=None, metavar="DNS_OR_IP")
+    certs.add_argument("--days", type=int, default=365)
+    certs.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    hosts = [*service_names(args.service, args.namespace), *(args.host or [])]
+    issued = issue(Path(args.out), hosts, days=args.days, common_name=f"{args.service}.{args.namespace}.svc")
+    print(f"wrote {issued.ca_cert}, {issued.cert}, {issued.key} for: {', '.join(hosts)}", file=sys.stderr)
+    print(issued.ca_bundle())
+    return 0

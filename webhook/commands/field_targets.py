@@ -120,3 +120,9 @@ def _cluster_checks(api: KubeApi, crds: dict[KindKey, Schema]) -> FieldChecks:
         log.warning("the cluster's /openapi/v3 cannot be read (%s): field paths are checked against the schemas "
                     "Kubernetes %s publishes", error, version)
         return FieldChecks(version, crds=crds)
+
+
+def quiet_policy_log() -> None:
+    """One-shot commands print every policy error themselves; the source's log lines (written for a server,
+    "keeping its last good content") would only repeat them, misleadingly."""
+    logging.getLogger("webhook.policy").setLevel(logging.CRITICAL)

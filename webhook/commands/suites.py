@@ -23,7 +23,9 @@ Subset comparison: every key a map names must be there with a matching value; li
 length, element by element (a subset of each element).
 """
 
+import argparse
 import difflib
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +35,7 @@ from xml.etree import ElementTree
 import yaml
 
 from webhook.admission.offline import DEFAULT_NAMESPACE, ApplyReport, ManifestResult, apply_manifests
+from webhook.commands.field_targets import add_target_flags, compiler_from_flags, quiet_policy_log
 from webhook.policy.compiler import PolicyCompiler
 
 API_VERSION = "placer.dev/v1alpha1"
@@ -201,3 +204,26 @@ def render_junit(cases: Sequence[CaseResult]) -> str:
                 failure = ElementTree.SubElement(testcase, "failure", message=case.failures[0].splitlines()[0])
                 failure.text = "\n".join(case.failures)
     return ElementTree.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def add_parser(commands: Any) -> None:
+    """`placer test` and its flags."""
+    test = commands.add_parser("test", help="run policy test suites (*-test.yaml); exit 1 on any failure")
+    test.add_argument("suites", nargs="+", metavar="PATH", help="suite files, or directories to search")
+    test.add_argument("-o", "--output", default="text", choices=["text", "junit"])
+    add_target_flags(test)
+    test.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    quiet_policy_log()
+    suites = find_suites(args.suites)
+    if not suites:
+        print(f"placer test: no *-test.yaml under {', '.join(args.suites)}", file=sys.stderr)
+        return 1
+    compiler = compiler_from_flags(args)
+    if isinstance(compiler, int):
+        return compiler
+    cases = [case for suite in suites for case in run_suite(suite, compiler)]
+    sys.stdout.write(render_junit(cases) if args.output == "junit" else render_text(cases))
+    return 0 if all(case.passed for case in cases) else 1

@@ -1,6 +1,6 @@
 """The CEL variables of one admission, built once per request and pod template."""
 
-from webhook.admission.review import AdmissionRequest
+from webhook.engine.request import AdmissionRequest
 from webhook.pods.resources import effective_resources
 from webhook.support.typing import JSONObject, as_map
 from webhook.workloads import WorkloadKind, controller_reference

@@ -14,8 +14,8 @@ from typing import Any
 
 from webhook.actions.base import Conflict
 from webhook.actions.restrictions import describe
-from webhook.admission.review import AdmissionRequest
 from webhook.engine.outcome import Mutation
+from webhook.engine.request import AdmissionRequest
 from webhook.policy.model import Policy, Rule
 from webhook.support.typing import JSONObject, as_map
 from webhook.workloads import TemplateSlot

@@ -9,7 +9,6 @@ Pure: no I/O, no clock other than the deadline, no metrics.
 
 from collections.abc import Mapping
 
-from webhook.admission.review import AdmissionRequest
 from webhook.engine.configuration import gang_warnings
 from webhook.engine.enforcement import enforcing, holding, names_its_node, node_name_refusal, refusal_mutation
 from webhook.engine.native_pods import with_native_groups
@@ -17,6 +16,7 @@ from webhook.engine.outcome import DEADLINE_WARNING, DeadlineReached, DenyReques
 from webhook.engine.passes import Run
 from webhook.engine.patch_assembly import marks_patch, pointer_tokens
 from webhook.engine.pod_check import refusals_of_controller_pod
+from webhook.engine.request import AdmissionRequest
 from webhook.engine.selection import (
     INJECT_LABEL,
     applied_rules,

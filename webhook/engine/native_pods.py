@@ -10,8 +10,8 @@ PodGroup API (the pod would wait for a group that cannot exist), nor when the Po
 On the operator resource itself, explain lists the PodGroups Placer's controller will keep for it.
 """
 
-from webhook.admission.review import AdmissionRequest
 from webhook.engine.outcome import Mutation
+from webhook.engine.request import AdmissionRequest
 from webhook.gang.native import NOT_SERVED, scheduling_group
 from webhook.gang.native_operators import marked_groups, member_group, operator_shape
 from webhook.support.patches import apply_sharing

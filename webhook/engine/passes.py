@@ -13,12 +13,12 @@ from webhook.actions.base import ActionContext, working_copy
 from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.actions.restrictions import RESTRICT_TOLERATIONS
 from webhook.actions.tolerations import toleration_from
-from webhook.admission.review import AdmissionRequest
 from webhook.engine.activation import pod_variable, workload_variable
 from webhook.engine.enforcement import field_prefix
 from webhook.engine.outcome import DeadlineReached, Mutation, Outcome, RuleTrace, rule_id, unique_messages
 from webhook.engine.patch_assembly import pointer_tokens, template_patch
 from webhook.engine.policy_scope import PolicyScope
+from webhook.engine.request import AdmissionRequest
 from webhook.engine.rule_run import RuleContexts, act, run_rule
 from webhook.engine.selection import INJECT_LABEL, labelled_disabled
 from webhook.gang.facts import gang_facts, lazy

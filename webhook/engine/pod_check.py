@@ -8,10 +8,10 @@ a refusal: a Pod its controller made from a checked template has none (its templ
 rules set), and its patch, if any, is dropped.
 """
 
-from webhook.admission.review import AdmissionRequest
 from webhook.engine.enforcement import refusal_mutation
 from webhook.engine.outcome import DeadlineReached, DenyRequest, Mutation
 from webhook.engine.passes import Run
+from webhook.engine.request import AdmissionRequest
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.support.typing import JSONObject

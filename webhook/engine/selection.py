@@ -3,8 +3,8 @@
 import dataclasses
 
 from webhook.actions.metadata import APPLIED_ANNOTATION
-from webhook.admission.review import AdmissionRequest
 from webhook.engine.outcome import DenyRequest, Mutation
+from webhook.engine.request import AdmissionRequest
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, UnknownNamespace
 from webhook.support.typing import JSONObject, as_map

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from webhook.admission.review import AdmissionRequest
+from webhook.engine.request import AdmissionRequest
 from webhook.placement.node_fit import Nodes
 from webhook.pods.dra import DeviceClaimSource, extended_resource_of, resolve_pod_claims
 from webhook.pods.resources import with_claimed_devices

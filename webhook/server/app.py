@@ -19,11 +19,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from webhook.admission.pipeline import Admission, admit
-from webhook.admission.review import AdmissionRequest
 from webhook.admission.validation import validate_policy_review
 from webhook.cluster.client.discovery import read_served_apis
 from webhook.cluster.client.namespace_lookup import NamespaceLookup
 from webhook.cluster.reports.background import readiness_detail
+from webhook.engine.request import AdmissionRequest
 from webhook.placement.claims import ClaimLookup
 from webhook.placement.feasibility import PlacementCheck
 from webhook.pods.capacity_share import ShareLedger

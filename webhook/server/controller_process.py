@@ -24,7 +24,7 @@ class ControllerProcess:
         self._command = [
             sys.executable,
             "-m",
-            "webhook.cluster.controller",
+            "webhook.cluster.process",
             "--state",
             str(settings.cluster_state),
             "--log-level",

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
-from webhook.admission.review import AdmissionRequest, ReviewError, decode_json, parse_review
+from webhook.admission.review import ReviewError, decode_json, parse_review
+from webhook.engine.request import AdmissionRequest
 from webhook.server.decode_budget import DecodeBudget, DecodeRefused
 from webhook.support.json_bytes import encode_json
 

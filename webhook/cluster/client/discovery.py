@@ -13,7 +13,7 @@ Discovery documents: `APIGroup` lists `versions` in the server's order of prefer
 kubernetes/kubernetes `staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/types.go`, `APIGroup`,
 `APIResourceList`). The controller reads them at start and again periodically; when what its watches depend
 on changed (an upgrade, a feature gate turned on, a reconnect to another API server), it restarts to follow
-(`webhook.cluster.controller`). It writes what it found to `apis.json` in the state directory, which
+(`webhook.cluster.process`). It writes what it found to `apis.json` in the state directory, which
 `read_served_apis` reads back for workers and tools.
 """
 

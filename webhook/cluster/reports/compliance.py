@@ -35,8 +35,8 @@ from typing import Literal
 
 from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.admission.pipeline import admit
-from webhook.admission.review import AdmissionRequest
 from webhook.engine.mutate import RuleTrace
+from webhook.engine.request import AdmissionRequest
 from webhook.engine.value_drift import Ledger, ValueCheck, ValueDifference
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import PolicySnapshot

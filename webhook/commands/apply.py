@@ -1,0 +1,88 @@
+"""`placer apply` (and `kubectl placer explain`): what the policies do to manifests or live objects,
+shown offline; nothing is ever written to the cluster."""
+
+import argparse
+import sys
+from typing import Any
+
+from webhook.admission.offline import DEFAULT_NAMESPACE, apply_manifests, parse_labels, render
+from webhook.cluster.client.api import TransportError, api_from_flags
+from webhook.cluster.client.connection import ConnectionSetupError
+from webhook.commands.field_targets import add_target_flags, compiler_from_flags, quiet_policy_log
+from webhook.commands.live import LiveError, cluster_snapshot, read_namespaces, read_nodes, read_object
+from webhook.support.config import DEFAULT_POLICIES
+
+
+def add_parser(commands: Any) -> None:
+    """`placer apply` and its flags."""
+    apply = commands.add_parser("apply", help="show offline what the policies do to manifests")
+    apply.add_argument("targets", nargs="*", metavar="KIND/NAME", help="live objects (with --kube)")
+    apply.add_argument("--policies", action="append", required=False, metavar="PATH")
+    apply.add_argument("-f", "--filename", action="append", dest="manifests", metavar="MANIFEST")
+    apply.add_argument(
+        "--kube", action="store_true", default=False,
+        help="the cluster's SchedulingPolicies and namespaces, and live objects (read, never written)",
+    )
+    apply.add_argument("--kubeconfig", metavar="FILE")
+    apply.add_argument("--context", metavar="NAME", help="kubeconfig context (with --kube)")
+    apply.add_argument("-n", "--namespace", metavar="NS", help="namespace of live objects and of manifests without one")
+    apply.add_argument("--namespace-labels", metavar="k=v,...", help="labels of the manifests' namespace")
+    apply.add_argument("--operation", default="CREATE", choices=["CREATE", "UPDATE"])
+    apply.add_argument("-o", "--output", default="yaml", choices=["yaml", "json", "patch", "explain"])
+    add_target_flags(apply, kube=False)
+    apply.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    quiet_policy_log()
+    prog = getattr(args, "prog", "placer apply")  # `kubectl placer explain` when run as the kubectl plugin
+    if not args.manifests and not args.targets:
+        print(f"{prog}: -f MANIFEST (or, with --kube, KIND/NAME) is required", file=sys.stderr)
+        return 2
+    if args.targets and not args.kube:
+        print(f"{prog}: KIND/NAME reads a live object: add --kube", file=sys.stderr)
+        return 2
+    if args.kube and args.policies:
+        print(f"{prog}: --kube evaluates the cluster's policies; --policies is for files", file=sys.stderr)
+        return 2
+    try:
+        labels = parse_labels(args.namespace_labels or "")
+    except ValueError as error:
+        print(f"{prog}: --namespace-labels: {error}", file=sys.stderr)
+        return 2
+    namespace = args.namespace or DEFAULT_NAMESPACE
+    compiler = compiler_from_flags(args)
+    if isinstance(compiler, int):
+        return compiler
+    if args.kube:
+        try:
+            api = api_from_flags(args.kubeconfig, args.context)
+            snapshot = cluster_snapshot(api, compiler)
+            objects = [(f"{target} (live)", read_object(api, target, namespace)) for target in args.targets]
+            nodes = read_nodes(api)
+            if nodes is None:
+                print("Warning: nodes cannot be listed with these credentials: no node fit shown", file=sys.stderr)
+            report = apply_manifests(
+                policy_paths=[], manifest_paths=args.manifests or [], namespace_labels=labels,
+                operation=args.operation, snapshot=snapshot, objects=objects,
+                read_namespaces=lambda names: read_namespaces(api, names), default_namespace=namespace,
+                nodes=nodes,
+            )
+        except (ConnectionSetupError, LiveError, TransportError) as error:
+            print(f"{prog}: {error}", file=sys.stderr)
+            return 1
+    else:
+        report = apply_manifests(
+            policy_paths=args.policies or [DEFAULT_POLICIES],
+            manifest_paths=args.manifests,
+            namespace_labels=labels,
+            operation=args.operation,
+            default_namespace=namespace,
+            compiler=compiler,
+        )
+    for problem in report.problems:
+        print(f"error: {problem}", file=sys.stderr)
+    for warning in report.warnings:
+        print(f"Warning: {warning}", file=sys.stderr)
+    sys.stdout.write(render(report, args.output))
+    return 1 if report.problems else 0

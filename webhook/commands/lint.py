@@ -1,0 +1,44 @@
+"""`placer lint`: load policies as the webhook would, print every error located, and the warnings of
+policies that load but cannot work as written."""
+
+import argparse
+import sys
+from typing import Any
+
+from webhook.admission.offline import load_policies
+from webhook.commands.field_targets import add_target_flags, compiler_from_flags, quiet_policy_log
+from webhook.engine.configuration import gang_not_enforced
+from webhook.engine.enforcement import lint_lines
+from webhook.support.config import DEFAULT_POLICIES
+
+
+def add_parser(commands: Any) -> None:
+    """`placer lint` and its flags."""
+    lint = commands.add_parser("lint", help="check policies; exit 1 with every error located")
+    lint.add_argument("paths", nargs="*", metavar="PATH")
+    add_target_flags(lint)
+    lint.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    quiet_policy_log()
+    paths = args.paths or [DEFAULT_POLICIES]
+    compiler = compiler_from_flags(args)
+    if isinstance(compiler, int):
+        return compiler
+    snapshot = load_policies(paths, required=True, compiler=compiler)
+    for error in snapshot.errors:
+        print(error)
+    if snapshot.errors:
+        print(f"{len(snapshot.errors)} error(s)", file=sys.stderr)
+        return 1
+    if not snapshot.policies:
+        print(f"no SchedulingPolicy found in {', '.join(paths)}")
+        return 1
+    print(f"{len(snapshot.policies)} policies OK: {', '.join(p.name for p in snapshot.policies)}")
+    for policy in snapshot.policies:  # loads, but cannot work as written: said, not an error
+        for finding in gang_not_enforced(policy):
+            print(f"Warning: {policy.source}: {finding.message}", file=sys.stderr)
+        for line in lint_lines(policy):
+            print(line, file=sys.stderr if line.startswith("Warning: ") else sys.stdout)
+    return 0
