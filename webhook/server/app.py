@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from webhook.admission.pipeline import Admission, admit
+from webhook.admission.sibling_cache import SiblingCache
 from webhook.admission.validation import validate_policy_review
 from webhook.cluster.client.discovery import read_served_apis
 from webhook.cluster.client.namespace_lookup import NamespaceLookup
@@ -164,6 +165,7 @@ def create_app(
     table = workloads or default_workload_table()
     policy_compiler = compiler or PolicyCompiler()
     admission_log = AdmissionLog()
+    siblings = SiblingCache()
 
     def mutate(review: AdmissionRequest, started: float, deadline: float | None) -> Any:
         admission = admit(
@@ -176,6 +178,7 @@ def create_app(
             placement=placement,
             claims=claims,
             ledger=ledger,
+            siblings=siblings,
         )
         return AfterResponse(admission.response, _record(metrics, admission_log, admission,
                                                          time.monotonic() - started))
