@@ -101,7 +101,9 @@ class SiblingCache:
             metadata = obj.get("metadata")
             if isinstance(metadata, dict) and "managedFields" in metadata:
                 obj = {**obj, "metadata": {key: value for key, value in metadata.items() if key != "managedFields"}}
-        fields = {key: value for key, value in request.fields.items() if key != "uid"}
+        fields = request.fields  # the review decoded leaves its uid out of these; a request built elsewhere may not
+        if "uid" in fields:
+            fields = {key: value for key, value in fields.items() if key != "uid"}
         try:
             review = orjson.dumps((request.api_version, fields, obj))
         except (orjson.JSONEncodeError, TypeError):
