@@ -80,6 +80,10 @@ def test_dev_kube_installs_by_url_serves_and_removes_what_it_made(
         wait_for(lambda: "placer-status-writer" in apiserver.leases, timeout=30, what="the Lease")
         assert any(path.startswith("/apis/coordination.k8s.io/v1/namespaces/placer-system/leases")
                    for _, path, _ in apiserver.requests)
+        # its rules kept to what the policies act on, as the deployed Placer keeps `placer`'s: none here
+        wait_for(lambda: all(webhook.get("rules") == []
+                             for webhook in apiserver.other[MUTATING_PATH]["placer-dev"]["webhooks"]),
+                 timeout=30, what="placer-dev narrowed to what no policy acts on")
     finally:
         dev.send_signal(signal.SIGTERM)
         output = dev.communicate(timeout=60)[0].decode()

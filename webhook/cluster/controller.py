@@ -49,6 +49,7 @@ from webhook.cluster.projections import (
     node_entry,
     volume_projection,
 )
+from webhook.cluster.registration import WebhookRegistration, reach_of_document, reach_of_policy
 from webhook.cluster.reports.background import BackgroundReports
 from webhook.cluster.spot.spot_ledger import PODS, PodShareSink
 from webhook.engine.configuration import gang_not_enforced, pod_groups_not_served
@@ -56,6 +57,7 @@ from webhook.pods.dra import CLAIM_KIND
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.errors import PolicyError
 from webhook.policy.sources.documents import served_document
+from webhook.policy.sources.files import FilePolicySource
 from webhook.policy.state.cluster_state import (
     CLUSTER_SOURCE,
     ClusterState,
@@ -110,11 +112,17 @@ class ClusterController:
         discovery: DiscoveryRefresh | None = None,
         health: HealthRound | None = None,
         background: BackgroundReports | None = None,
+        registration: WebhookRegistration | None = None,
+        file_policies: FilePolicySource | None = None,
     ) -> None:
         """`health`: where this replica publishes its rule counts and the leader reads every replica's (None:
         the status says nothing of counts, `Healthy` is Unknown unless the configuration says otherwise).
-        `background`: judges existing workloads into PolicyReports, in a thread of its own (None: no reports)."""
+        `background`: judges existing workloads into PolicyReports, in a thread of its own (None: no reports).
+        `registration`: the MutatingWebhookConfiguration kept to what the serving policies (the cluster's, and
+        `file_policies`, which the workers serve too) can act on (None: left as installed)."""
         self.background = background
+        self.registration = registration
+        self._file_policies = file_policies
         self._api = api
         self.served = served or ServedApis()
         self._discovery = discovery
@@ -252,6 +260,7 @@ class ClusterController:
         if self._elector is None:
             self.pod_groups.reconcile()  # no election (--no-status): every replica keeps them, idempotently
             self.operator_pod_groups.reconcile()
+            self._register()
             return
         now = self._monotonic()
         if now >= self._next_election:
@@ -266,6 +275,18 @@ class ClusterController:
             self.pod_groups.reconcile()
             self.operator_pod_groups.reconcile()
             self.enforce_labels.reconcile(good.document for _, good in self._last_good.values() if good.document)
+            self._register()
+
+    def _register(self) -> None:
+        """Keep the webhook registration to what the serving policies, cluster and file ones, can act on."""
+        if self.registration is None:
+            return
+        reaches = [reach for _, good in self._last_good.values()
+                   if good.document is not None and (reach := reach_of_document(good.document)) is not None]
+        if self._file_policies is not None:
+            self._file_policies.refresh()
+            reaches.extend(reach_of_policy(policy) for policy in self._file_policies.content().policies.values())
+        self.registration.reconcile(reaches)
 
     def _publish(self, policies: Store, priority_classes: Store | None) -> None:
         """Write `policies.json` when what it holds changed (the namespaces are published by their sink)."""

@@ -5,8 +5,10 @@ needs is the CRD and the two webhook configurations with `clientConfig.url` poin
 `caBundle` that signs the certificate served there. Those configurations are rendered from
 `deploy/base/webhooks.yaml` (rules, selectors, failure policies), so the dev install stays in step with the
 real one; only `clientConfig` and the names differ. With `--kube` they are installed, `placer serve --kube`
-runs, and on exit (Ctrl-C, SIGTERM) everything this command created is deleted again, in the order that
-never leaves the API server calling a webhook that is gone: the webhook configurations first.
+runs (keeping the `placer-dev` rules to what the policies, the cluster's and `--policies`, can act on, as the
+deployed Placer keeps `placer`'s: `webhook.cluster.registration`), and on exit (Ctrl-C, SIGTERM) everything
+this command created is deleted again, in the order that never leaves the API server calling a webhook that
+is gone: the webhook configurations first.
 """
 
 import argparse
@@ -263,7 +265,8 @@ class DevSession:
         with ExitStack() as stack:
             policies = args.policies or [stack.enter_context(tempfile.TemporaryDirectory(prefix="placer-dev-"))]
             command = [sys.executable, "-m", "webhook", "serve", "--kube", "--bind", f"{args.address}:{args.port}",
-                       "--tls-cert", str(issued.cert), "--tls-key", str(issued.key), "--log-level", args.log_level]
+                       "--tls-cert", str(issued.cert), "--tls-key", str(issued.key), "--log-level", args.log_level,
+                       "--webhook-configuration", DEV_NAME]
             command += [f"--policies={path}" for path in policies]
             if kubeconfig is not None:
                 command += ["--kubeconfig", str(kubeconfig)]
