@@ -22,7 +22,7 @@ from webhook.cluster.registration import (
     covered,
     reach_of_document,
     registration,
-    reviews_mutate,
+    review_path,
     unchanged_template_condition,
     updated_configuration,
 )
@@ -51,7 +51,28 @@ def test_no_policy_asks_for_nothing_pod_only_rules_for_pods_any_other_for_every_
     assert asked(registration([PINS])) == {("", "pods", ("CREATE",))}
     assert asked(registration([PINS, ADVISORY])) == every
     # the full set is what deploy/ installs, so an install whose policies act on everything is left as it is
-    assert covered(registration([ADVISORY]).rules()) == covered(installed()["webhooks"][0]["rules"])
+    for entry in installed()["webhooks"]:
+        path = review_path(entry)
+        assert path is not None and covered(registration([ADVISORY]).rules(path)) == covered(entry["rules"])
+
+
+def test_the_fail_closed_entry_is_sent_updates_of_what_the_advisory_one_is_sent() -> None:
+    wanted = registration([PINS])
+    assert covered(wanted.rules("/enforce")) == {("", "pods", "v1", ("CREATE", "UPDATE"), "Namespaced")}
+    assert {operations for *_, operations, _ in covered(registration([ENFORCED]).rules("/enforce"))} == {
+        ("CREATE", "UPDATE")}
+    service = {"name": "placer", "namespace": "placer-system", "path": "/enforce", "port": 443}
+    enforce = {"name": "enforce.placer.dev", "clientConfig": {"service": service},
+               "matchConditions": [{"name": "update-changes-placement", "expression": "true"}], "rules": []}
+    config = {**installed(), "webhooks": [installed()["webhooks"][0], enforce]}
+    updated = updated_configuration(config, registration([ENFORCED]), match_conditions=True)
+    assert updated is not None
+    kept = updated["webhooks"][1]
+    assert kept["rules"] == registration([ENFORCED]).rules("/enforce")
+    # another's condition stays first; Placer's own follow; under an Enforced policy Pods of mutated
+    # templates are still sent (they are judged on what they carry)
+    assert [c["name"] for c in kept["matchConditions"]] == [
+        "update-changes-placement", CONDITION_PREFIX + "not-an-update-leaving-the-template"]
 
 
 def test_pods_of_mutated_templates_are_left_out_only_while_no_rule_runs_on_them() -> None:
@@ -154,10 +175,11 @@ def test_only_the_mutate_entries_rules_and_placers_conditions_change() -> None:
     narrowed = updated_configuration(config, registration([PINS]), match_conditions=True)
     assert narrowed is not None
     for before, after in zip(config["webhooks"], narrowed["webhooks"], strict=True):
-        assert reviews_mutate(after)
+        assert review_path(after) in ("/mutate", "/enforce")
         assert {k: v for k, v in after.items() if k not in ("rules", "matchConditions")} == {
             k: v for k, v in before.items() if k not in ("rules", "matchConditions")}
-        assert after["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+        operations = ["CREATE"] if review_path(after) == "/mutate" else ["CREATE", "UPDATE"]
+        assert after["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": operations,
                                    "resources": ["pods"], "scope": "Namespaced"}]
         assert after.get("matchConditions", [])[:1] == before.get("matchConditions", [])[:1]
     assert narrowed["metadata"]["resourceVersion"] == "42"  # a PUT of it conflicts with any change meanwhile

@@ -5,12 +5,16 @@ quickly Placer answers "nothing to do". As Kyverno's webhook controller does wit
 (kyverno/kyverno `pkg/controllers/webhook/controller.go`: the desired webhooks built from the policies and
 written over the observed configuration), the controller (the leader, or every replica without an
 election) rewrites the `rules` and Placer's `matchConditions` of each entry of the configuration named by
-`--webhook-configuration` that calls `/mutate`, whenever what the serving policies can act on changes, and
-looks again every `RECHECK_SECONDS` (a re-applied manifest brings the full rules back):
+`--webhook-configuration` that sends its reviews to Placer (`/mutate`, the advisory entry; `/enforce`, the
+fail-closed one), whenever what the serving policies can act on changes, and looks again every
+`RECHECK_SECONDS` (a re-applied manifest brings the full rules back). Both entries are sent the same
+resources (namespaces an Enforced policy holds go to the fail-closed entry only, and every policy applies
+there):
 
 - no serving policy: no rules; the API server calls Placer for nothing;
 - only rules whose action runs on Pods alone (`ActionSpec.pod_only`: pin-to-volume-node, spot-share): Pods;
-- otherwise every workload kind of the workload table, each with its operations (`WorkloadKind.operations`);
+- otherwise every workload kind of the workload table: to the advisory entry with the operations Placer
+  changes (`WorkloadKind.operations`), to the fail-closed entry with CREATE and UPDATE (`ENTRY_OPERATIONS`);
 - a Pod its controller made from a template Placer already mutated (`placer.dev/applied` and a controller
   owner reference) is left out by a matchCondition while no rule of any policy runs on such Pods (none is
   pod-only, none is Enforced: `webhook.engine.selection.controller_owned` passes them through then), so
@@ -50,6 +54,7 @@ log = logging.getLogger(__name__)
 
 MUTATING_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 REVIEW_PATH = "/mutate"
+ENFORCE_PATH = "/enforce"
 CONDITION_PREFIX = "placer.dev/"
 PODS_OF_MUTATED_TEMPLATES = CONDITION_PREFIX + "not-a-pod-of-a-mutated-template"
 UNCHANGED_TEMPLATES = CONDITION_PREFIX + "not-an-update-leaving-the-template"
@@ -104,42 +109,66 @@ def reach_of_policy(policy: Policy) -> Reach:
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """One resource whose writes Placer is sent: a row of the workload table."""
+    """One resource whose writes Placer may be sent: a row of the workload table."""
 
     group: str
     resource: str
     versions: tuple[str, ...]
-    operations: tuple[str, ...]
+    operations: frozenset[str]
+    """What the row says Placer changes (`WorkloadKind.operations`): what the advisory entry is sent."""
 
     @classmethod
     def of(cls, kind: WorkloadKind) -> "Target":
-        return cls(kind.group, kind.resource, tuple(kind.versions), tuple(sorted(kind.operations)))
+        return cls(kind.group, kind.resource, tuple(kind.versions), kind.operations)
+
+
+def advisory_operations(target: Target) -> frozenset[str]:
+    return target.operations
+
+
+def enforced_operations(target: Target) -> frozenset[str]:
+    """The fail-closed entry is sent UPDATEs of every kind: an update may bring what an Enforced policy refuses
+    (a Pod's toleration, a suspended Job's template), which is checked though never changed
+    (`webhook.engine.enforced_check`); deploy/base/webhooks.yaml says the same."""
+    return target.operations | {"CREATE", "UPDATE"}
+
+
+ENTRY_OPERATIONS: dict[str, Callable[[Target], frozenset[str]]] = {
+    REVIEW_PATH: advisory_operations,
+    ENFORCE_PATH: enforced_operations,
+}
+"""The entries kept, by the path they send reviews to, and the operations each is sent per resource."""
 
 
 @dataclass(frozen=True, slots=True)
 class Registration:
-    """What each `/mutate` entry of the configuration should ask for."""
+    """What each entry of the configuration that sends reviews to Placer should ask for."""
 
     targets: tuple[Target, ...]
     skip_pods_of_mutated_templates: bool
     skip_unchanged_templates: bool
 
-    def rules(self) -> list[dict[str, Any]]:
-        """The entry's `rules`: one per API group, versions and operations, resources sorted (as deploy/ has them)."""
+    def rules(self, path: str = REVIEW_PATH) -> list[dict[str, Any]]:
+        """The `rules` of the entry sending reviews to `path`: one per API group, versions and operations,
+        resources sorted (as deploy/ has them)."""
+        operations_of = ENTRY_OPERATIONS[path]
         grouped: dict[tuple[str, tuple[str, ...], tuple[str, ...]], list[str]] = {}
         for target in self.targets:
-            grouped.setdefault((target.group, target.versions, target.operations), []).append(target.resource)
+            key = (target.group, target.versions, tuple(sorted(operations_of(target))))
+            grouped.setdefault(key, []).append(target.resource)
         return [{"apiGroups": [group], "apiVersions": list(versions), "operations": list(operations),
                  "resources": sorted(resources), "scope": "Namespaced"}
                 for (group, versions, operations), resources in grouped.items()]
 
-    def conditions(self) -> list[dict[str, str]]:
-        """Placer's matchConditions for the entry (all must hold for a request to be sent)."""
+    def conditions(self, path: str = REVIEW_PATH) -> list[dict[str, str]]:
+        """Placer's matchConditions for the entry sending reviews to `path` (all must hold for a request to be
+        sent)."""
+        operations_of = ENTRY_OPERATIONS[path]
         found = []
         if self.skip_pods_of_mutated_templates:
             found.append({"name": PODS_OF_MUTATED_TEMPLATES, "expression": POD_OF_MUTATED_TEMPLATE})
         updated = [(target.group, target.resource) for target in self.targets
-                   if (target.group, target.resource) in TEMPLATE_PATHS and "UPDATE" in target.operations]
+                   if (target.group, target.resource) in TEMPLATE_PATHS and "UPDATE" in operations_of(target)]
         if self.skip_unchanged_templates and updated:
             found.append({"name": UNCHANGED_TEMPLATES, "expression": unchanged_template_condition(updated)})
         return found
@@ -181,16 +210,20 @@ def _present(path: str) -> str:
     return " && ".join(f"has({'.'.join([root, *steps[:index + 1]])})" for index in range(len(steps)))
 
 
-def reviews_mutate(webhook: Mapping[str, Any]) -> bool:
-    """Whether a webhook entry sends its reviews to Placer's `/mutate` (by Service or by URL)."""
+def review_path(webhook: Mapping[str, Any]) -> str | None:
+    """The path a webhook entry sends its reviews to (by Service or by URL), when it is one Placer keeps."""
     client = webhook.get("clientConfig")
     if not isinstance(client, dict):
-        return False
+        return None
     service = client.get("service")
-    if isinstance(service, dict):
-        return service.get("path") == REVIEW_PATH
     url = client.get("url")
-    return isinstance(url, str) and urlparse(url).path == REVIEW_PATH
+    if isinstance(service, dict):
+        path = service.get("path")
+    elif isinstance(url, str):
+        path = urlparse(url).path
+    else:
+        return None
+    return path if path in ENTRY_OPERATIONS else None
 
 
 def covered(rules: Any) -> set[tuple[str, str, str, tuple[str, ...], str]]:
@@ -210,17 +243,18 @@ def covered(rules: Any) -> set[tuple[str, str, str, tuple[str, ...], str]]:
 
 def updated_configuration(configuration: Mapping[str, Any], wanted: Registration, *,
                           match_conditions: bool) -> dict[str, Any] | None:
-    """The configuration with every `/mutate` entry asking for what `wanted` says; None when each already does."""
+    """The configuration with each entry Placer keeps asking for what `wanted` says; None when each does."""
     webhooks = configuration.get("webhooks")
     if not isinstance(webhooks, list):
         return None
-    rules, conditions = wanted.rules(), wanted.conditions()
     changed = False
     entries = []
     for webhook in webhooks:
-        if not isinstance(webhook, dict) or not reviews_mutate(webhook):
+        path = review_path(webhook) if isinstance(webhook, dict) else None
+        if path is None:
             entries.append(webhook)
             continue
+        rules, conditions = wanted.rules(path), wanted.conditions(path)
         entry = dict(webhook)
         if covered(entry.get("rules")) != covered(rules):
             entry["rules"] = rules
@@ -238,7 +272,8 @@ def updated_configuration(configuration: Mapping[str, Any], wanted: Registration
 
 
 class WebhookRegistration:
-    """Keeps one MutatingWebhookConfiguration's `/mutate` entries to what the serving policies can act on."""
+    """Keeps one MutatingWebhookConfiguration's entries that send reviews to Placer to what the serving policies
+    can act on."""
 
     def __init__(self, api: KubeApi, name: str, *, match_conditions: bool, recheck_seconds: float = RECHECK_SECONDS,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
