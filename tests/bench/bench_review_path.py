@@ -17,7 +17,6 @@ by own time and by cumulative time, as a share of the whole.
 
 import argparse
 import asyncio
-import copy
 import cProfile
 import io
 import logging
@@ -36,6 +35,7 @@ import orjson
 
 from tests.bench.bench_direct import NAMESPACE_WITH_POOL, TWO_RULES
 from tests.bench.bench_engine import policies
+from tests.bench.siblings import replicaset_pods
 from tests.conftest import fixture_request
 from webhook.support.metrics import MULTIPROC_ENV
 
@@ -97,18 +97,10 @@ def worker_app(rules: int) -> Iterator[Any]:
 
 def bodies(count: int, *, siblings: bool, start: int = 0) -> list[bytes]:
     """`count` review bodies: the captured Pod review each time (a bare Pod, never a sibling), or Pods of one
-    ReplicaSet (a request uid and a managedFields time of their own each)."""
+    ReplicaSet (tests.bench.siblings)."""
     if not siblings:
         return [orjson.dumps(fixture_request("pod-bare-create-dryrun"))] * count
-    template = fixture_request("pod-rs-owned-generatename-create-dryrun")
-    made = []
-    for index in range(start, start + count):
-        review = copy.deepcopy(template)
-        review["request"]["uid"] = f"00000000-0000-4000-8000-{index:012d}"
-        for entry in review["request"]["object"]["metadata"].get("managedFields", []):
-            entry["time"] = f"2026-11-26T{index // 3600 % 24:02d}:{index // 60 % 60:02d}:{index % 60:02d}Z"
-        made.append(orjson.dumps(review))
-    return made
+    return replicaset_pods(count, start=start)
 
 
 def serve_all(app: Any, loop: asyncio.AbstractEventLoop, batch: list[bytes]) -> float:

@@ -46,7 +46,9 @@ def test_server_benchmark_loads_mutate_and_healthz_from_another_process() -> Non
 
 def test_direct_benchmark_measures_the_floor_and_placer_side_by_side() -> None:
     rows = run_direct(duration=1, connections=[1], workers=1, quiet=True, big=False)
-    assert [row["case"] for row in rows] == ["floor (minimal RSGI)", "placer, 2 rules", "placer, 50 rules"]
+    assert [row["case"] for row in rows] == ["floor (minimal RSGI)", "placer, 2 rules", "placer, 50 rules",
+                                             "placer, 2 rules, 1,000 siblings"]
+    assert rows[-1]["body"].startswith("replicaset-pods ")
     for row in rows:
         assert row["requests"] > 0 and row["errors"] == 0, row
         assert row["p50_ms"] <= row["p99_ms"], row
