@@ -68,8 +68,10 @@ class Run:
         self.policies = policies
         self.mutation = mutation
         self.deadline = deadline
-        self.request_cel = request.as_cel()
-        self.namespace_cel = namespace.as_cel()
+        observed = snapshot.observed  # a variable no expression reads is never built (nor converted)
+        self.request_cel = request.as_cel() if "request" in observed else {}
+        self.namespace_cel = namespace.as_cel() if "namespaceObject" in observed else {}
+        self.reads_workload = "workload" in observed
         obj = request.object or {}
         self.gang = lazy(lambda: gang_facts(kind, obj, request.name or "", unique_suffix=uid_suffix(request.uid),
                                             native_version=snapshot.native_gang_version))
@@ -154,8 +156,9 @@ class Run:
             if not patch:
                 break
             passes.append(patch)
-            if not self._another_pass_may_change(slots, Changes([pointer_tokens(op["path"]) for op in patch])):
-                break
+            if not self.sensitive or not self._another_pass_may_change(
+                    slots, Changes([pointer_tokens(op["path"]) for op in patch])):
+                break  # no rule reads what a pass writes (nor derives a selector from it): a fixed point
             current = apply_sharing(current, patch)
             patch = []
         else:
@@ -204,7 +207,7 @@ class Run:
             "oldObject": self.request.old_object,
             "request": self.request_cel,
             "namespaceObject": self.namespace_cel,
-            "workload": workload_variable(self.request, self.kind, obj),
+            "workload": workload_variable(self.request, self.kind, obj) if self.reads_workload else {},
             "pod": pod,
             "resources": resources,
             "variables": {},

@@ -21,9 +21,9 @@ class CounterFile:
     """One counter family (name, help, label names) whose samples only this process writes, in `directory`."""
 
     def __init__(self, directory: str, name: str, documentation: str, labelnames: tuple[str, ...], *,
-                 process_id: Callable[[], int] = os.getpid) -> None:
+                 process_id: Callable[[], int] | None = None) -> None:
         self._process_id = process_id
-        """This process's id: a system call each time by default; `metrics.ProcessId` answers from memory."""
+        """This process's id (`metrics.ProcessId` answers from memory); None: `os.getpid()`, a system call."""
         self._directory = directory
         self._name = name
         self._documentation = documentation
@@ -57,7 +57,7 @@ class CounterFile:
                 self._file = None
 
     def _file_of_this_process(self) -> MmapedDict:
-        pid = self._process_id()
+        pid = self._process_id() if self._process_id is not None else os.getpid()
         if self._file is None or pid != self._pid:  # first use, or a fork: the parent's file is not ours
             if self._file is not None:
                 self._file.close()  # type: ignore[no-untyped-call]  # this process's copy of the parent's map
