@@ -237,7 +237,11 @@ class Run:
                 if batched is False:  # most rules, on most objects: nothing else to do
                     outcomes[key] = "not-matched"
                     if key not in traces:
-                        traces[key] = RuleTrace(policy.name, rule.name, slot.name, "not-matched", "condition is false")
+                        trace = rule.not_matched.get(slot.name)
+                        if trace is None:
+                            trace = rule.not_matched[slot.name] = RuleTrace(
+                                policy.name, rule.name, slot.name, "not-matched", "condition is false")
+                        traces[key] = trace
                     continue
                 if batched and not rule.parameter_expressions:
                     # matched by its batch, which read any variable written in: nothing else to evaluate
