@@ -41,7 +41,7 @@ def add_parser(commands: Any) -> None:
     )
     serve.add_argument(
         "--webhook-configuration", metavar="NAME",
-        help="with --kube: keep this MutatingWebhookConfiguration's /mutate rules to what the policies can act on",
+        help="with --kube: keep this MutatingWebhookConfiguration's rules to what the policies can act on",
     )
     serve.add_argument("--bind", metavar="HOST:PORT", default="127.0.0.1:8443")
     serve.add_argument("--tls-cert", metavar="FILE")
