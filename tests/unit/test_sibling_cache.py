@@ -137,6 +137,16 @@ def test_never_for_rules_that_read_a_name_or_a_uid(decisions: Decisions, reads: 
     assert decisions.count == 3 and len(cache) == 0
 
 
+def test_never_while_a_policy_is_enforced(decisions: Decisions) -> None:
+    enforced = POOL.replace("spec:\n", "spec:\n  enforcement: Enforced\n  namespaceSelector: {}\n", 1)
+    snapshot = snapshot_of(enforced, namespaces=[TEAM])
+    assert snapshot.enforces
+    cache = SiblingCache()
+    for index in range(3):
+        answer(snapshot, sibling(index), cache)
+    assert decisions.count == 3 and len(cache) == 0
+
+
 @pytest.mark.parametrize("rule", [
     "{name: gang, action: add-gang-labels, parameters: {scheduler: volcano}}",
     "{name: spot, action: spot-share, parameters: {capacity: karpenter, maxSpotPercentage: 50}}",

@@ -25,6 +25,8 @@ Never kept, so each is decided afresh (never for rules that read names, uids or 
   `object.metadata.name`/`generateName`/`uid`, `workload.name`, or those objects whole), or with a rule whose
   action depends on which pod this is or on state no object carries (`ActionSpec.per_pod`: gangs named
   after the pod or its request, spot-share's live counts, volume pins);
+- any review while some policy is Enforced: what its checks of a controller's Pod read is the Pod's own
+  word and its owner's (`webhook.engine.enforcement`), not only what a key holds;
 - anything but the CREATE of a Pod that a controller owns (nothing else has siblings: a key would cost a
   review about a tenth more for nothing); a Pod that names a native gang group of an operator's template;
   an answer cut short by the deadline; an internal error.
@@ -169,7 +171,7 @@ def response_for(request: AdmissionRequest, kept: Kept) -> JSONObject:
 
 def memoisable(snapshot: PolicySnapshot) -> bool:
     """Whether any answer under this snapshot may be reused for a sibling (see the module docstring)."""
-    if snapshot.reads_shares:
+    if snapshot.reads_shares or snapshot.enforces:
         return False
     if any(rule.action.per_pod for policy in snapshot.policies for rule in policy.rules):
         return False
