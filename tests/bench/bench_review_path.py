@@ -3,7 +3,9 @@
     python -m tests.bench.bench_review_path [--rules 2] [--requests 20000] [--profile] [--siblings]
 
 The application is built as a `placer serve` worker builds it (`server.app.create_app`, metrics in a
-multiprocess directory as under `placer serve`, the admission log line written as JSON to /dev/null) and
+multiprocess directory as under `placer serve`, every sample written to its file as a worker writes it: the
+command runs itself again with PROMETHEUS_MULTIPROC_DIR set, which prometheus_client reads when imported;
+the admission log line written as JSON to /dev/null) and
 called as granian calls it (`await app(scope, protocol)`, the body already read), in one event loop: what
 remains is the Python a worker spends per review, without TLS, HTTP or granian's hand-off (the floor of
 tests/bench/bench_direct pays those alike). The review is the captured bare Pod of bench_direct, decided
@@ -23,6 +25,7 @@ import logging
 import os
 import pstats
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from prometheus_client import values
 
 from tests.bench.bench_direct import NAMESPACE_WITH_POOL, TWO_RULES
 from tests.bench.bench_engine import policies
@@ -79,7 +83,8 @@ def worker_app(rules: int) -> Iterator[Any]:
         for index, text in enumerate([TWO_RULES] if rules == 2 else policies(rules)):
             (policy_dir / f"policy-{index}.yaml").write_text(text)
         (policy_dir / "namespaces.yaml").write_text(NAMESPACE_WITH_POOL)
-        os.environ[MULTIPROC_ENV] = str(directory / "metrics")
+        given = os.environ.get(MULTIPROC_ENV)  # main() re-runs itself with one: the samples go to files then
+        os.environ[MULTIPROC_ENV] = given or str(directory / "metrics")
         from webhook.server.worker_app import build_worker_app  # noqa: PLC0415
         from webhook.support.config import Settings  # noqa: PLC0415
 
@@ -92,7 +97,8 @@ def worker_app(rules: int) -> Iterator[Any]:
                 yield app
             finally:
                 logging.getLogger().handlers[:] = []
-                os.environ.pop(MULTIPROC_ENV, None)
+                if given is None:
+                    os.environ.pop(MULTIPROC_ENV, None)
 
 
 def bodies(count: int, *, siblings: bool, start: int = 0) -> list[bytes]:
@@ -148,6 +154,13 @@ def profile_report(profiler: cProfile.Profile, top: int = 25) -> str:
 
 
 def main() -> None:
+    if not getattr(values.ValueClass, "_multiprocess", False):
+        # prometheus_client chose in-memory samples when it was imported (no PROMETHEUS_MULTIPROC_DIR then); a
+        # worker writes every sample to a file: run again as one does.
+        with tempfile.TemporaryDirectory(prefix="placer-path-metrics-") as directory:
+            command = [sys.executable, "-m", "tests.bench.bench_review_path", *sys.argv[1:]]
+            raise SystemExit(subprocess.run(command, env={**os.environ, MULTIPROC_ENV: directory},
+                                            check=False).returncode)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rules", type=int, default=2, help="2 (bench_direct's 2-rule policy) or a multiple of 10")
     parser.add_argument("--requests", type=int, default=20_000)

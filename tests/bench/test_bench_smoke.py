@@ -57,6 +57,15 @@ def test_direct_benchmark_measures_the_floor_and_placer_side_by_side() -> None:
         assert row["machine_cpu_s_per_1000"] >= row["cpu_s_per_1000"] * 0.9 and 0 <= row["steal_pct"] <= 100, row
 
 
+def test_the_review_path_benchmark_answers_every_review_decided_or_from_a_sibling() -> None:
+    from tests.bench.bench_review_path import measure  # noqa: PLC0415
+
+    for siblings in (False, True):  # each review answered 200 (else the run stops), the profile printed
+        row = measure(2, 50, siblings=siblings, profile=siblings)
+        assert row["us"] > 0 and row["range"][0] <= row["us"] <= row["range"][1], row
+    assert "tottime" in row["profile"] and "sibling_cache" in row["profile"]
+
+
 def test_the_busy_floor_spends_about_the_python_work_it_is_given_per_request() -> None:
     rows = run_direct(duration=1, connections=[1], workers=1, quiet=True,
                       only=frozenset({"floor", "floor-busy"}), busy_us=3000)
