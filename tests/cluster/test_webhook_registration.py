@@ -32,6 +32,7 @@ from tests.e2e.server import RunningServer, running_server
 from webhook.cluster.client.api import ApiError, KubeApi, Timeouts
 from webhook.cluster.client.connection import ClusterConnection, connect
 from webhook.cluster.registration import (
+    OWNED_WORKLOADS,
     PODS_OF_MUTATED_TEMPLATES,
     UNCHANGED_TEMPLATES,
     Reach,
@@ -214,6 +215,21 @@ def test_the_api_server_takes_the_narrowed_registration_and_sends_fewer_reviews(
         api.create(pods, bare, {"dryRun": "All"})  # sent: once counted, so is the one before it if it was sent
         assert counted(placer, "Pod", at_least=before + 1) == before + (1 if skipping else 2), (
             "a Pod of a mutated template is sent exactly when some rule runs on such Pods")
+
+        # A Deployment's ReplicaSet: Placer acts on the Deployment, left out while nothing is Enforced.
+        replicaset = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {
+            "name": "web-1", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                                                  "uid": str(uuid.uuid4()), "controller": True}]},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}}, "spec": bare["spec"]}}}
+        replicasets = f"/apis/apps/v1/namespaces/{namespace}/replicasets"
+        skipping = OWNED_WORKLOADS in [c["name"] for c in written(api)[0].get("matchConditions") or []]
+        before = counted(placer, "ReplicaSet", at_least=0)
+        api.create(replicasets, replicaset, {"dryRun": "All"})
+        unowned = {**replicaset, "metadata": {"name": "web-2"}}
+        api.create(replicasets, unowned, {"dryRun": "All"})
+        assert counted(placer, "ReplicaSet", at_least=before + 1) == before + (1 if skipping else 2), (
+            "a controller's ReplicaSet is sent exactly when some policy is Enforced")
 
         # A Deployment update that keeps its template: left out; one that changes it: sent.
         deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {

@@ -81,9 +81,10 @@ def test_the_rules_follow_what_the_serving_policies_act_on(
         assert conditions(apiserver) == [[], []]
         apiserver.put_policy(policy("pool", "add-node-selector", {"pool": "a"}))
         wait_for(lambda: rules(apiserver) == [every_kind()] * 2, what="every kind for a template action")
-        assert conditions(apiserver) == [["placer.dev/not-an-update-leaving-the-template"]] * 2
+        assert conditions(apiserver) == [["placer.dev/not-a-workload-of-a-controller",
+                                          "placer.dev/not-an-update-leaving-the-template"]] * 2
         apiserver.delete(POLICIES, "pins")
-        wait_for(lambda: len(conditions(apiserver)[0]) == 2, what="mutated templates' pods left out")
+        wait_for(lambda: len(conditions(apiserver)[0]) == 3, what="mutated templates' pods left out")
         settled = len(writes(apiserver))
         apiserver.put_policy(policy("pool", "add-node-selector", {"pool": "b"}))  # reaches the same: no write
         apiserver.put_policy(policy("other", "add-labels", {"team": "a"}))

@@ -17,6 +17,7 @@ from webhook.cluster.registration import (
     CONDITION_PREFIX,
     POD_OF_MUTATED_TEMPLATE,
     TEMPLATE_PATHS,
+    WORKLOAD_OF_A_CONTROLLER,
     Reach,
     Registration,
     covered,
@@ -26,7 +27,7 @@ from webhook.cluster.registration import (
     unchanged_template_condition,
     updated_configuration,
 )
-from webhook.engine.selection import from_mutated_template
+from webhook.engine.selection import controller_owned, from_mutated_template
 from webhook.workloads import all_kinds, default_workload_table
 
 ADVISORY = Reach(False, frozenset({"add-node-selector", "add-toleration"}))
@@ -79,8 +80,10 @@ def test_pods_of_mutated_templates_are_left_out_only_while_no_rule_runs_on_them(
     names = [[condition["name"] for condition in registration(reaches).conditions()]
              for reaches in ([ADVISORY], [ADVISORY, PINS], [ADVISORY, ENFORCED], [])]
     skip = CONDITION_PREFIX + "not-a-pod-of-a-mutated-template"
+    owned = CONDITION_PREFIX + "not-a-workload-of-a-controller"
     unchanged = CONDITION_PREFIX + "not-an-update-leaving-the-template"
-    assert names == [[skip, unchanged], [unchanged], [unchanged], []]
+    assert names == [[skip, owned, unchanged], [owned, unchanged], [unchanged], []]
+    assert [c["name"] for c in registration([PINS]).conditions()] == []  # Pods only: nothing else is sent
 
 
 def test_a_document_says_its_actions_and_enforcement() -> None:
@@ -131,6 +134,32 @@ def test_the_pod_condition_leaves_out_exactly_what_the_engine_passes_through(bod
         del obj["metadata"]["ownerReferences"]
     passed = body["request"]["kind"]["kind"] == "Pod" and from_mutated_template(obj)
     assert condition_holds(POD_OF_MUTATED_TEMPLATE, body) is not passed
+
+
+def workload(fixture: str, **metadata: Any) -> dict[str, Any]:
+    body = copy.deepcopy(fixture_request(fixture))
+    body["request"]["object"]["metadata"].update(metadata)
+    return body
+
+
+@pytest.mark.parametrize("body", [
+    workload("replicaset-create-real"),
+    workload("replicaset-create-real", ownerReferences=[{**OWNER, "kind": "Deployment", "name": "web"}]),
+    workload("replicaset-create-real", ownerReferences=[{**OWNER, "kind": "Deployment", "controller": False}]),
+    workload("job-create-real", ownerReferences=[{**OWNER, "kind": "CronJob", "name": "nightly"}]),
+    workload("statefulset-create-real", ownerReferences=[{**OWNER, "kind": "LeaderWorkerSet", "name": "lws"}]),
+    workload("deployment-update-image-apply-real"),
+    pod(annotations={"placer.dev/applied": "p/r"}, ownerReferences=[OWNER]),
+    fixture_request("pod-bare-create-dryrun"),
+], ids=["replicaset", "deployments-replicaset", "owner-not-controller", "cronjobs-job", "operators-statefulset",
+        "deployment-update", "pod-of-a-mutated-template", "bare-pod"])
+def test_the_workload_condition_leaves_out_exactly_the_controllers_workloads_placer_passes(
+        body: dict[str, Any]) -> None:
+    request = body["request"]
+    kind = default_workload_table().lookup(request["kind"]["group"], request["kind"]["kind"])
+    assert kind is not None
+    passed = kind.kind != "Pod" and controller_owned(kind, request["object"]) is not None
+    assert condition_holds(WORKLOAD_OF_A_CONTROLLER, body) is not passed
 
 
 def test_the_pod_condition_never_fails_on_an_object_without_metadata_maps() -> None:

@@ -19,6 +19,9 @@ there):
   owner reference) is left out by a matchCondition while no rule of any policy runs on such Pods (none is
   pod-only, none is Enforced: `webhook.engine.selection.controller_owned` passes them through then), so
   the pods of a Placer-mutated Deployment cost nothing;
+- a workload other than a Pod that a controller owns (a Deployment's ReplicaSet, a CronJob's Job: Placer
+  acts on the owner and passes these through, `controller_owned`) is left out while no policy is Enforced
+  (an Enforced policy checks what such an object says, whoever wrote its owner reference);
 - an UPDATE of a built-in workload that leaves its pod template as it was is left out (Placer passes it
   through: "the update does not change the pod template", `WorkloadKind.template_changed`), so a
   controller's bookkeeping on the object (the Deployment controller's revision annotation) costs nothing.
@@ -58,6 +61,7 @@ ENFORCE_PATH = "/enforce"
 CONDITION_PREFIX = "placer.dev/"
 PODS_OF_MUTATED_TEMPLATES = CONDITION_PREFIX + "not-a-pod-of-a-mutated-template"
 UNCHANGED_TEMPLATES = CONDITION_PREFIX + "not-an-update-leaving-the-template"
+OWNED_WORKLOADS = CONDITION_PREFIX + "not-a-workload-of-a-controller"
 MATCH_CONDITIONS_SINCE = (1, 30)
 """The Kubernetes version from which webhook matchConditions are GA (feature AdmissionWebhookMatchConditions)."""
 RECHECK_SECONDS = 60.0
@@ -71,6 +75,15 @@ POD_OF_MUTATED_TEMPLATE = (
 )
 """False (not sent) for a Pod carrying the applied annotation with a controller owner reference: exactly the
 Pods `webhook.engine.selection.from_mutated_template` recognises."""
+
+WORKLOAD_OF_A_CONTROLLER = (
+    "!(request.resource.resource != 'pods' && has(object.metadata) "
+    "&& has(object.metadata.ownerReferences) "
+    "&& object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller == true))"
+)
+"""False (not sent) for a workload other than a Pod that has a controller owner reference (a Deployment's
+ReplicaSet, a CronJob's Job, an operator's StatefulSet): `webhook.engine.selection.controller_owned` passes
+them through, Placer acts on the owner."""
 
 TEMPLATE_PATHS = {
     ("apps", "deployments"): "spec.template",
@@ -147,6 +160,7 @@ class Registration:
     targets: tuple[Target, ...]
     skip_pods_of_mutated_templates: bool
     skip_unchanged_templates: bool
+    skip_workloads_of_controllers: bool = False
 
     def rules(self, path: str = REVIEW_PATH) -> list[dict[str, Any]]:
         """The `rules` of the entry sending reviews to `path`: one per API group, versions and operations,
@@ -167,6 +181,8 @@ class Registration:
         found = []
         if self.skip_pods_of_mutated_templates:
             found.append({"name": PODS_OF_MUTATED_TEMPLATES, "expression": POD_OF_MUTATED_TEMPLATE})
+        if self.skip_workloads_of_controllers and any(target.resource != "pods" for target in self.targets):
+            found.append({"name": OWNED_WORKLOADS, "expression": WORKLOAD_OF_A_CONTROLLER})
         updated = [(target.group, target.resource) for target in self.targets
                    if (target.group, target.resource) in TEMPLATE_PATHS and "UPDATE" in operations_of(target)]
         if self.skip_unchanged_templates and updated:
@@ -190,7 +206,8 @@ def registration(reaches: Iterable[Reach], kinds: Sequence[WorkloadKind] | None 
     enforced = any(reach.enforced for reach in reached)
     return Registration(tuple(Target.of(kind) for kind in chosen),
                         skip_pods_of_mutated_templates=bool(chosen) and not pod_only and not enforced,
-                        skip_unchanged_templates=bool(chosen))
+                        skip_unchanged_templates=bool(chosen),
+                        skip_workloads_of_controllers=bool(chosen) and not enforced)
 
 
 def unchanged_template_condition(resources: Iterable[tuple[str, str]]) -> str:
