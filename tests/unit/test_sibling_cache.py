@@ -182,6 +182,16 @@ def test_managed_fields_tell_siblings_apart_only_when_an_expression_reads_them(d
     assert "pool/managed" in early.mutation.applied and "pool/managed" not in late.mutation.applied
 
 
+def test_a_pod_claiming_devices_is_decided_each_time(decisions: Decisions) -> None:
+    body = sibling(1)
+    body["request"]["object"]["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    snapshot = snapshot_of(POOL, namespaces=[TEAM])
+    cache = SiblingCache()
+    answer(snapshot, body, cache)
+    answer(snapshot, body, cache)
+    assert decisions.count == 2 and len(cache) == 0
+
+
 def test_a_native_gang_member_is_decided_each_time(decisions: Decisions) -> None:
     body = sibling(1)
     body["request"]["object"]["metadata"]["annotations"] = {GROUP_ANNOTATION: "train"}

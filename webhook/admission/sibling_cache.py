@@ -25,6 +25,8 @@ Never kept, so each is decided afresh (never for rules that read names, uids or 
   `object.metadata.name`/`generateName`/`uid`, `workload.name`, or those objects whole), or with a rule whose
   action depends on which pod this is or on state no object carries (`ActionSpec.per_pod`: gangs named
   after the pod or its request, spot-share's live counts, volume pins);
+- a Pod that claims devices through DRA (`spec.resourceClaims`): `resources` counts what its claims get,
+  read from the cluster's state for each review;
 - any review while some policy is Enforced: what its checks of a controller's Pod read is the Pod's own
   word and its owner's (`webhook.engine.enforcement`), not only what a key holds;
 - anything but the CREATE of a Pod that a controller owns (nothing else has siblings: a key would cost a
@@ -95,6 +97,9 @@ class SiblingCache:
         if (not self._usable or request.kind != "Pod" or request.group or request.operation != "CREATE"
                 or obj is None or request.old_object is not None or controller_reference(obj) is None):
             return None  # only a controller's Pods have siblings; anything else would pay for a key in vain
+        spec = obj.get("spec")
+        if isinstance(spec, dict) and spec.get("resourceClaims"):
+            return None  # `resources` counts the devices its claims get: cluster state no key holds
         if self._strip_managed_fields:
             metadata = obj.get("metadata")
             if isinstance(metadata, dict) and "managedFields" in metadata:
