@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from webhook import __version__
-from webhook.commands import apply, certs, dev, drift, export, lint, serve, shares, suites
+from webhook.commands import apply, certs, drift, export, lint, serve, shares, suites
+from webhook.commands.dev import command as dev
 
 ENV_PREFIX = "PLACER_"
 
