@@ -50,8 +50,6 @@ def _apply_environment(parser: argparse.ArgumentParser, args: argparse.Namespace
         else:
             value = action.type(raw) if callable(action.type) else raw
         setattr(args, action.dest, value)
-    if args.command == "lint" and not args.paths and environ.get(ENV_PREFIX + "POLICIES"):
-        args.paths = environ[ENV_PREFIX + "POLICIES"].split(",")
 
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:
