@@ -94,3 +94,15 @@ def blocks(path: Path) -> Iterator[Block]:
 
 def code_spans(text: str) -> list[str]:
     return re.findall(r"`([^`]+)`", text)
+
+
+def shown_output(page: Path, command: str) -> str:
+    """What a page shows `$ command` printing: the lines after it in its code block, up to the next `$ ` line
+    or the end of the block (the first such command on the page)."""
+    for block in blocks(page):
+        lines = block.body.splitlines()
+        if f"$ {command}" in lines:
+            start = lines.index(f"$ {command}") + 1
+            end = next((i for i in range(start, len(lines)) if lines[i].startswith("$ ")), len(lines))
+            return "".join(f"{line}\n" for line in lines[start:end])
+    raise AssertionError(f"{page.name} shows no `$ {command}`")
