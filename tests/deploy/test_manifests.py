@@ -47,15 +47,15 @@ from webhook.cluster.client.discovery import discover
 from webhook.cluster.client.leader import LeaseElector
 from webhook.cluster.client.namespace_lookup import NamespaceLookup
 from webhook.cluster.client.owner_lookup import OwnerLookup
-from webhook.policy.cel import environment as placer_cel
-from webhook.policy.exemptions import NEVER_ENFORCED_NAMESPACES
 from webhook.cluster.controller import LEASE_NAME, ClusterController
 from webhook.cluster.health.health_round import HealthRound
 from webhook.cluster.health.recent_counts import RecentCounts, ReplicaWindow
 from webhook.cluster.health.replica_reports import COUNTS_KEY, ReplicaPublisher, encode_window
 from webhook.commands.certs import issue
 from webhook.commands.cli import _parser
+from webhook.policy.cel import environment as placer_cel
 from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.exemptions import NEVER_ENFORCED_NAMESPACES
 from webhook.policy.snapshot import PolicySnapshot
 from webhook.support.selectors import LabelSelector
 from webhook.workloads import all_kinds
@@ -458,7 +458,8 @@ def test_pod_updates_reach_the_fail_closed_entry_only_when_they_change_placement
     pod = {"metadata": {"name": "web"}, "spec": {"containers": [{"name": "c", "image": "app:1"}]}}
 
     def sent(operation: str, resource: str, new: dict[str, Any], old: dict[str, Any] | None) -> bool:
-        data = {"object": new, "oldObject": old, "request": {"operation": operation, "resource": {"resource": resource}}}
+        request = {"operation": operation, "resource": {"resource": resource}}
+        data = {"object": new, "oldObject": old, "request": request}
         return bool(placer_cel.evaluate(program, placer_cel.activation(environment, data)).value)
 
     assert sent("CREATE", "pods", pod, None)
