@@ -438,6 +438,7 @@ def test_every_example_policy_is_accepted_by_the_crd_schema(rendered: dict[str, 
     ({"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "Exists", "values": ["x"]}]}},
      "values must be non-empty for In and NotIn, and empty"),
     ({"variables": [{"name": "1st", "expression": "1"}]}, "does not match"),
+    ({"enforcement": "Enforced"}, "an Enforced policy must say which namespaces it holds"),
 ])
 def test_the_crd_schema_refuses_what_kubectl_should_refuse_early(
         rendered: dict[str, list[dict[str, Any]]], change: dict[str, Any], message: str) -> None:
