@@ -243,3 +243,14 @@ def test_nothing_a_tenant_writes_claims_the_exemption() -> None:
     scaled = copy.deepcopy(deployment)  # what does not touch the template needs no exemption at all
     scaled["spec"]["replicas"] = 5
     assert engine(review(scaled, user=TENANT, operation="UPDATE", old=deployment), seals=seals).denial is None
+
+
+def test_the_opt_out_label_does_not_open_what_placer_only_checks() -> None:
+    forged = workload("ReplicaSet", {"nodeSelector": {"node-pool": "shared-premium"}})
+    forged["metadata"] |= {"labels": {"placer.dev/inject": "disabled"}, "ownerReferences": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "mine", "uid": "1", "controller": True}]}
+    assert run(snapshot(), review(forged)).denial is not None
+    old = pod({"nodeSelector": {"node-pool": "general"}}, labels={"placer.dev/inject": "disabled"})
+    new = copy.deepcopy(old)
+    new["spec"]["tolerations"] = [EXISTS]
+    assert run(snapshot(), review(new, operation="UPDATE", old=old)).denial is not None

@@ -95,7 +95,7 @@ def _evaluate(
     reason = pass_through_reason(request, kind, obj, pod_only_rules=pod_only)
     opted_out = reason is not None and pass_through_reason(
         request, kind, obj, pod_only_rules=pod_only, honour_opt_out=False) != reason
-    unchanged = reason is not None and not opted_out and snapshot.enforces and checked_unchanged(request, kind, obj)
+    unchanged = reason is not None and snapshot.enforces and checked_unchanged(request, kind, obj)
     if reason is not None and not opted_out and not names_its_node(request, obj) and not unchanged:
         return Mutation(passed_through=reason)
     mutation = Mutation()
