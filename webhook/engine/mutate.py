@@ -4,7 +4,9 @@ Every rule of every selected policy is evaluated in order for each pod template 
 action changes a working copy of the template (selection.py chooses the policies, passes.py runs them to a
 fixed point, rule_run.py runs one rule, patch_assembly.py builds the patch).
 
-Pure: no I/O, no clock other than the deadline, no metrics.
+Pure: no I/O of its own, no clock other than the deadline, no metrics. What it must read of the cluster comes
+through what the caller hands it: the spot-share ledger, and the owner lookup of `seals`, which is asked only
+for a Pod an Enforced policy would otherwise refuse (`exemption_seal.pod_sealed`).
 """
 
 from collections.abc import Mapping
