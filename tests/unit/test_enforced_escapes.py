@@ -8,7 +8,7 @@ from typing import Any
 import jsonpatch
 
 from tests.helpers import review_for, run, snapshot_of
-from webhook.admission.pipeline import admit
+from webhook.admission.pipeline import Entry, admit
 from webhook.admission.review import parse_review
 from webhook.engine.exemption_seal import SEAL_ANNOTATION, Seals, seal
 from webhook.engine.mutate import mutate
@@ -254,3 +254,16 @@ def test_the_opt_out_label_does_not_open_what_placer_only_checks() -> None:
     new = copy.deepcopy(old)
     new["spec"]["tolerations"] = [EXISTS]
     assert run(snapshot(), review(new, operation="UPDATE", old=old)).denial is not None
+
+
+def test_an_unreadable_namespace_is_refused_through_either_entry() -> None:
+    """As `placer serve` resolves it (webhook.cluster.client.namespace_lookup): the API server did not answer."""
+    def unreadable(_snapshot: PolicySnapshot, name: str, _deadline: float | None) -> UnknownNamespace:
+        return UnknownNamespace(name, "the API server did not answer in time")
+
+    body = parse_review(review(pod({"nodeSelector": {"node-pool": "shared-premium"}, "tolerations": [EXISTS]})))
+    entries: tuple[Entry, ...] = ("mutate", "enforce")
+    for entry in entries:
+        admission = admit(body, snapshot(), default_workload_table(), resolve_namespace=unreadable, entry=entry)
+        assert admission.result == "denied", entry
+        assert "namespace team-a could not be read" in admission.response["response"]["status"]["message"]
