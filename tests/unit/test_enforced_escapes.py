@@ -267,3 +267,11 @@ def test_an_unreadable_namespace_is_refused_through_either_entry() -> None:
         admission = admit(body, snapshot(), default_workload_table(), resolve_namespace=unreadable, entry=entry)
         assert admission.result == "denied", entry
         assert "namespace team-a could not be read" in admission.response["response"]["status"]["message"]
+
+
+def test_a_tenants_restart_of_a_sealed_deployment_keeps_its_exemption() -> None:
+    deployment = sealed_deployment()
+    restarted = copy.deepcopy(deployment)
+    restarted["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = "2026-01-01"
+    mutation = engine(review(restarted, user=TENANT, operation="UPDATE", old=deployment), seals=Seals(KEY))
+    assert mutation.denial is None and mutation.patch == [], "the spec the exempt user sealed did not change"

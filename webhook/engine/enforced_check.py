@@ -72,7 +72,8 @@ def check_unchanged(
         return Mutation(warnings=warnings, denial=deadline_denial(enforced))
     if check.refusals:
         return refusal_mutation(request, obj, check.refusals, check.mutation)
-    return Mutation(passed_through=reason, warnings=warnings, notes=check.mutation.notes)
+    checked = f"checked by the Enforced policies {', '.join(sorted(enforced))}, never changed: nothing refused"
+    return Mutation(passed_through=reason, warnings=warnings, notes=[checked, *check.mutation.notes])
 
 
 def deadline_denial(enforced: frozenset[str]) -> str:
