@@ -451,7 +451,8 @@ def test_the_crd_schema_refuses_what_kubectl_should_refuse_early(
 def test_pod_updates_reach_the_fail_closed_entry_only_when_they_change_placement(
         rendered: dict[str, list[dict[str, Any]]]) -> None:
     """The enforce entry's matchCondition, evaluated as the API server would (CEL): a label or a finalizer
-    on a pod never waits for Placer; a toleration, a nodeSelector or an affinity an update brings does."""
+    on a pod, a Job resumed, never wait for Placer; a toleration, a nodeSelector or an affinity a pod update
+    brings, and a change to a Job's template, do."""
     _, enforce = one(rendered["base"], "MutatingWebhookConfiguration")["webhooks"]
     (condition,) = enforce["matchConditions"]
     environment = placer_cel.new_environment(names=("object", "oldObject", "request"))
@@ -469,4 +470,8 @@ def test_pod_updates_reach_the_fail_closed_entry_only_when_they_change_placement
     for field, value in (("tolerations", [{"operator": "Exists"}]), ("nodeSelector", {"pool": "gpu"}),
                          ("affinity", {"nodeAffinity": {}})):
         assert sent("UPDATE", "pods", {**pod, "spec": {**pod["spec"], field: value}}, pod), field
-    assert sent("UPDATE", "jobs", pod, pod), "every other kind's UPDATE is sent, as to the advisory entry"
+    job = {"spec": {"suspend": True, "template": {"spec": pod["spec"]}}}
+    assert not sent("UPDATE", "jobs", {"spec": {**job["spec"], "suspend": False}}, job), "a Job resumed"
+    moved = {"spec": {"suspend": True, "template": {"spec": {**pod["spec"], "nodeSelector": {"pool": "gpu"}}}}}
+    assert sent("UPDATE", "jobs", moved, job), "a suspended Job's template changed"
+    assert sent("UPDATE", "deployments", pod, pod), "every other kind's UPDATE is sent, as to the advisory entry"
