@@ -35,9 +35,9 @@ def test_lint_fails_with_every_error_located(tmp_path: Path, capsys: pytest.Capt
     (tmp_path / "bad.yaml").write_text("a: [")
     assert main(["lint", str(tmp_path)]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"{tmp_path}/bad.yaml: cannot read: line 2, column 1: did not find expected node content"
-    assert f"{tmp_path}/org.yaml: policy broken, rule multi-zone-ha, condition: <input>:1:1: undeclared reference to " \
-           "'replica'" in out
+    assert out[0] == f"{tmp_path}/bad.yaml:2:1: cannot read: did not find expected node content"
+    assert f"{tmp_path}/org.yaml:6:39: policy broken, rule multi-zone-ha, condition: undeclared reference to " \
+           "'replica'" in out, "the file's line and column of the expression's character"
     assert any("rule bad-action, action: unknown action 'add-magic'" in line for line in out)
 
 
@@ -47,7 +47,7 @@ def test_lint_says_which_kubernetes_library_an_expression_needs(tmp_path: Path,
                                        .replace("  - {name: bad-action, action: add-magic}\n", ""))
     assert main(["lint", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "rule multi-zone-ha, condition: <input>:1:28: undeclared reference to 'div'" in out
+    assert "vap.yaml:6:66: policy broken, rule multi-zone-ha, condition: undeclared reference to 'div'" in out
     assert "div() is from Kubernetes' quantity division CEL library, which Placer does not support yet: " \
            "compare with `mul()` instead" in out
 
