@@ -80,9 +80,9 @@ def run(args: argparse.Namespace) -> int:
             default_namespace=namespace,
             compiler=compiler,
         )
-    for problem in report.problems:
+    for problem in (*report.problems, *report.rule_errors):
         print(f"error: {problem}", file=sys.stderr)
     for warning in report.warnings:
         print(f"Warning: {warning}", file=sys.stderr)
     sys.stdout.write(render(report, args.output))
-    return 1 if report.problems else 0
+    return 1 if report.problems or report.rule_errors else 0
