@@ -133,14 +133,47 @@ def test_an_operator_resource_is_judged_like_a_builtin() -> None:
     assert any(op["path"].startswith("/spec/pytorchReplicaSpecs/Worker/template") for op in verdict.patch)
 
 
-def test_a_workload_an_enforced_policy_would_refuse_fails_it() -> None:
+def test_a_workload_an_enforced_policy_would_refuse_fails_the_refusing_rule_only() -> None:
     """A Deployment stored before an Enforced policy, with a nodeSelector of another pool: it runs outside the
-    boundary, so each rule of that policy reports `fail` with the refusal, not an error of Placer's."""
+    boundary. The rule that refuses it is `fail` with the refusal; the policy's other rule, which would change
+    nothing (the Deployment has no tolerations to restrict), passes. No patch can bring it in step."""
     enforced = (Path(__file__).parents[2] / "policies" / "enforced-team-pool.yaml").read_text()
     stored = stored_deployment()
     stored["spec"]["template"]["spec"]["nodeSelector"] = {"node-pool": "shared-premium"}
     snapshot = snapshot_of(enforced, namespaces=[NamespaceInfo("team-a", {"tenant": "team-a"})])
     verdict = evaluate(stored, snapshot, WORKLOADS)
-    assert set(results_of(verdict)) == {"enforced-team-pool/general-pool", "enforced-team-pool/only-gpu-toleration"}
-    assert set(results_of(verdict).values()) == {"fail"}
-    assert all('wanted "general", found "shared-premium"' in r.message for r in verdict.results)
+    assert results_of(verdict) == {"enforced-team-pool/general-pool": "fail",
+                                   "enforced-team-pool/only-gpu-toleration": "pass"}
+    refusing = next(r for r in verdict.results if r.rule == "general-pool")
+    assert refusing.message == ('refused (enforcement: Enforced): spec.template.spec.nodeSelector[node-pool]: wanted '
+                                '"general", found "shared-premium"')
+    assert verdict.patch == [] and verdict.refused is not None and "is forbidden" in verdict.refused
+
+
+def test_exempt_workloads_are_skipped_with_the_exemption_named() -> None:
+    """As the admission judges them: an exempt namespace from the stored object; an exempt group from what the
+    admission that created it recorded (`placer.dev/exempt`), while the policy still exempts that group."""
+    enforced = (Path(__file__).parents[2] / "policies" / "enforced-team-pool.yaml").read_text()
+    stored = stored_deployment()
+    stored["spec"]["template"]["spec"]["nodeSelector"] = {"node-pool": "shared-premium"}
+    snapshot = snapshot_of(enforced, namespaces=[NamespaceInfo("team-a", {"tenant": "team-a"})])
+    stored["metadata"].setdefault("annotations", {})["placer.dev/exempt"] = \
+        "enforced-team-pool: group platform-admins is exempt"
+    verdict = evaluate(stored, snapshot, WORKLOADS)
+    assert set(results_of(verdict).values()) == {"skip"}
+    assert verdict.results[0].message == ("exempt from the Enforced policy enforced-team-pool: group platform-admins "
+                                          "is exempt (recorded when it was admitted)")
+    assert verdict.patch == [] and verdict.refused is None and not verdict.drifted
+
+    stored["metadata"]["annotations"]["placer.dev/exempt"] = "enforced-team-pool: group tenants is exempt"
+    assert results_of(evaluate(stored, snapshot, WORKLOADS))["enforced-team-pool/general-pool"] == "fail", \
+        "a group the policy does not exempt (a copied or stale mark) exempts nothing"
+
+    by_namespace = enforced.replace("groups: [platform-admins]", "namespaces: [team-a]")
+    del stored["metadata"]["annotations"]["placer.dev/exempt"]
+    verdict = evaluate(stored, snapshot_of(by_namespace, namespaces=[NamespaceInfo("team-a", {"tenant": "team-a"})]),
+                       WORKLOADS)
+    assert {r.message for r in verdict.results} == {
+        "exempt from the Enforced policy enforced-team-pool: namespace team-a is exempt"}
+
+

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from webhook.engine.configuration import gang_warnings
 from webhook.engine.enforcement import enforcing, holding, names_its_node, node_name_refusal, refusal_mutation
+from webhook.engine.exemption_marks import exemption_marks
 from webhook.engine.native_pods import with_native_groups
 from webhook.engine.outcome import DEADLINE_WARNING, DeadlineReached, DenyRequest, Mutation, RuleTrace, unique_messages
 from webhook.engine.passes import Run
@@ -97,7 +98,8 @@ def _evaluate(
         if reason is not None:  # opted out, or a Pod Placer passes: a namespace it cannot read changes nothing
             return Mutation(passed_through=reason)
         return Mutation(warnings=mutation.warnings, denial=str(denial))
-    enforced = holding(enforcing(policies, request, obj))
+    exempting = enforcing(policies, request, obj)
+    enforced = holding(exempting)
     refused = node_name_refusal(request, obj, enforced)
     if refused is not None:
         return Mutation(warnings=mutation.warnings, denial=refused, refused=True)
@@ -146,7 +148,7 @@ def _evaluate(
         return Mutation(warnings=[DEADLINE_WARNING], traces=run.trace_list(), passed_through="deadline reached")
     if run.refusals:
         return refusal_mutation(request, obj, run.refusals, mutation)
-    mutation.patch = patch + marks_patch(obj, run.marks)
+    mutation.patch = patch + marks_patch(obj, {**(run.marks or {}), **exemption_marks(obj, exempting)})
     mutation.warnings.extend(gang_warnings(
         policies, run.applied, {slot: final for slot, (_, final) in mutation.placed.items()}, run.marks,
         pod_groups_served=snapshot.pod_groups_served,

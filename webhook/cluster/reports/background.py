@@ -26,7 +26,7 @@ from pathlib import Path
 
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.cluster.client.reflector import Reflector, Resource
-from webhook.cluster.reports.compliance import RuleResult, Verdict, evaluate
+from webhook.cluster.reports.compliance import Verdict, evaluate
 from webhook.cluster.reports.reports import (
     API_VERSION,
     GROUP,
@@ -36,6 +36,7 @@ from webhook.cluster.reports.reports import (
     namespace_report,
     rule_counts,
 )
+from webhook.cluster.reports.results import RuleResult
 from webhook.cluster.reports.workload_book import KindSink, WorkloadBook
 from webhook.engine.value_drift import ValueCheck
 from webhook.policy.compiler import PolicyCompiler
