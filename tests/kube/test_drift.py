@@ -182,3 +182,20 @@ def test_apply_says_what_it_wrote(cluster: FakeApiServer, api: KubeApi) -> None:
     assert code == 0, output
     assert ('deployment/old -n team-a: brought in step: wrote {"spec":{"template":{"metadata":{"annotations":'
             '{"placer.dev/applied":"ha/pool"}},"spec":{"nodeSelector":{"node-pool":"general"}}}}}') in output
+
+
+@pytest.mark.parametrize("argv", [
+    ["--kubeconfig", "{kubeconfig}", "-n", "team-a", "drift", "deploy/new"],
+    ["--kubeconfig={kubeconfig}", "--namespace=team-a", "drift", "deploy/new"],
+    ["-n", "team-b", "drift", "deploy/new", "-n", "team-a", "--kubeconfig", "{kubeconfig}"],
+    ["--kubeconfig", "{kubeconfig}", "shares", "-n", "team-a"],
+])
+def test_kubectls_global_flags_go_before_or_after_the_verb(
+        cluster: FakeApiServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code = kubectl_main([arg.replace("{kubeconfig}", str(kubeconfig)) for arg in argv])
+    out = capsys.readouterr()
+    assert "invalid choice" not in out.err and "unrecognized arguments" not in out.err
+    if "drift" in argv:
+        assert code == 0 and "1 workload: 0 out of step, 1 in step" in out.out, "after the verb wins: team-a"
+    else:
+        assert code == 0, out.err
