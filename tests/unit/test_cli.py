@@ -98,10 +98,11 @@ def test_apply_namespace_labels_and_warnings_on_stderr(tmp_path: Path, capsys: p
                       + "  - {name: div, condition: '1 / 0 > 1', action: add-labels, parameters: {a: b}}\n")
     manifest = str(FIXTURES / "manifests" / "pod-bare.yaml")
     assert main(["apply", "--policies", str(policy), "-f", manifest, "--namespace-labels", "tier=gold", "-o",
-                 "json"]) == 0
+                 "json"]) == 1, "a rule that errors fails the command"
     captured = capsys.readouterr()
-    assert json.loads(captured.out)["spec"]["nodeSelector"] == {"pool": "gold"}
+    assert json.loads(captured.out)["spec"]["nodeSelector"] == {"pool": "gold"}, "what the other rules do is shown"
     assert "Warning: Pod team-a/gpu-pod: placer: ok/div: condition: divide by zero" in captured.err
+    assert "error: Pod team-a/gpu-pod: rule ok/div errors: condition: divide by zero" in captured.err
 
 
 def test_apply_reports_broken_policies_with_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
