@@ -60,7 +60,8 @@ TYPE_ERRORS = [
     ("workload.replicas", "must return bool, not int"),
     ("workload.replicas >= '2'", "<input>:1:19: found no matching overload for '_>=_' applied to '(int, string)'"),
     ("has(object.spec.replica) && object.spec.replica > 2",
-     "`object.spec.replica`: no such field in any of"),
+     "<input>:1:5: `object.spec.replica`: no such field in any of the 15 kinds a policy sees; did you mean "
+     "`replicas`?"),
 ]
 
 

@@ -66,6 +66,7 @@ def test_a_type_error_is_refused_at_load(compiler: PolicyCompiler, text: str, ex
     "object.?spec.?replicas.orValue(1) > 1",
     "object.metadata['labels']['tier'] == 'gpu'",  # an object indexed by name is dyn, as in Placer's values
     "object.metadata[?'labels'].orValue({}).size() > 0",
+    "'nodeSelector' in pod.spec && pod.spec.exists(field, field != '')",  # an object used as a map: dyn
     "object.metadata.creationTimestamp != ''",  # a date-time is the JSON string in Placer: dyn
     "pod.spec.containers.exists(c, quantity(c.resources.limits['cpu']).isGreaterThan(quantity('1')))",
     "pod.spec.containers.exists(c, c.ports.exists(p, p.containerPort == 8080))",

@@ -49,10 +49,14 @@ None when it can."""
 _ERROR = re.compile(r"ERROR: <input>:(\d+):(\d+): ([^\n]*)")
 _FIELD_ERRORS = ("undefined field", "'*error*'")
 """cel-cpp's message for a field the type lacks, and for what follows from it: the field checks' to judge."""
-_MESSAGE_INDEX = re.compile(
-    r"found no matching overload for '_\[\??_\]' applied to '\(" + re.escape(PACKAGE) + r"\.\w+, string\)'")
-"""`object.metadata['labels']`, `x[?'f']`: an object indexed by a field's name. Placer's values are maps, where
-this works, and Kubernetes' compiler (its `object` being `dyn`) takes it: the result is taken as `dyn`."""
+_MESSAGE = re.escape(PACKAGE) + r"\.\w+"
+_OBJECT_AS_MAP = re.compile(
+    r"found no matching overload for '_\[\??_\]' applied to '\(" + _MESSAGE + r", string\)'"
+    r"|found no matching overload for '@in' applied to '\(string, " + _MESSAGE + r"\)'"
+    r"|expression of type '" + _MESSAGE + r"' cannot be the range of a comprehension")
+"""An object used as a map of its fields: `object.metadata['labels']`, `x[?'f']`, `'nodeSelector' in pod.spec`,
+`pod.spec.exists(k, ...)`. Placer's values are maps, where this works, and Kubernetes' compiler (its `object`
+being `dyn`) takes it: such a use is left to the evaluation."""
 _OBJECTS = ("object", "oldObject")
 _READS_OBJECT = re.compile(r"\b(?:object|oldObject)\b")
 _ORDERING = (("_<_", "less"), ("_<=_", "less_equals"), ("_>_", "greater"), ("_>=_", "greater_equals"))
@@ -170,7 +174,7 @@ class TypeCheck:
             returns = self._environment(kind).compile(text).return_type().name()
         except RuntimeError as error:
             found = [TypeProblem(int(line), int(column), self._named(message.removesuffix(" [INVALID_ARGUMENT]")))
-                     for line, column, message in _ERROR.findall(str(error)) if not _MESSAGE_INDEX.search(message)]
+                     for line, column, message in _ERROR.findall(str(error)) if not _OBJECT_AS_MAP.search(message)]
             kept = tuple(item for item in found if not any(marker in item.message for marker in _FIELD_ERRORS))
             return _Outcome(kept, len(kept) < len(found))
         problem = expect(self.type_name(returns)) if expect is not None else None
