@@ -9,6 +9,7 @@ import jsonpatch
 from tests.conftest import fixture_request
 from tests.helpers import snapshot_of
 from webhook.cluster.reports.compliance import as_create, evaluate
+from webhook.engine.exemption_seal import SEAL_ANNOTATION, seal
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.workloads import default_workload_table
 
@@ -151,29 +152,30 @@ def test_a_workload_an_enforced_policy_would_refuse_fails_the_refusing_rule_only
 
 
 def test_exempt_workloads_are_skipped_with_the_exemption_named() -> None:
-    """As the admission judges them: an exempt namespace from the stored object; an exempt group from what the
-    admission that created it recorded (`placer.dev/exempt`), while the policy still exempts that group."""
+    """As the admission judges them: an exempt namespace from the stored workload; an exempt group from Placer's
+    exemption seal on its templates (what the admission of an exempt author wrote), given the key."""
     enforced = (Path(__file__).parents[2] / "policies" / "enforced-team-pool.yaml").read_text()
     stored = stored_deployment()
     stored["spec"]["template"]["spec"]["nodeSelector"] = {"node-pool": "shared-premium"}
     snapshot = snapshot_of(enforced, namespaces=[NamespaceInfo("team-a", {"tenant": "team-a"})])
-    stored["metadata"].setdefault("annotations", {})["placer.dev/exempt"] = \
-        "enforced-team-pool: group platform-admins is exempt"
-    verdict = evaluate(stored, snapshot, WORKLOADS)
+    key = b"k" * 32
+    template = stored["spec"]["template"]
+    template["metadata"].setdefault("annotations", {})[SEAL_ANNOTATION] = seal(key, "team-a", template)
+    verdict = evaluate(stored, snapshot, WORKLOADS, seal_key=key)
     assert set(results_of(verdict).values()) == {"skip"}
-    assert verdict.results[0].message == ("exempt from the Enforced policy enforced-team-pool: group platform-admins "
-                                          "is exempt (recorded when it was admitted)")
+    assert verdict.results[0].message == (
+        "exempt from the Enforced policy enforced-team-pool: its pod templates carry Placer's exemption seal: an "
+        "exempt user or group wrote them")
     assert verdict.patch == [] and verdict.refused is None and not verdict.drifted
 
-    stored["metadata"]["annotations"]["placer.dev/exempt"] = "enforced-team-pool: group tenants is exempt"
     assert results_of(evaluate(stored, snapshot, WORKLOADS))["enforced-team-pool/general-pool"] == "fail", \
-        "a group the policy does not exempt (a copied or stale mark) exempts nothing"
+        "without the key a seal cannot be told from a copy: judged as anyone's"
+    template["spec"]["containers"][0]["image"] = "tenant/own:1"
+    assert results_of(evaluate(stored, snapshot, WORKLOADS, seal_key=key))["enforced-team-pool/general-pool"] == \
+        "fail", "a template changed since it was sealed exempts nothing"
 
     by_namespace = enforced.replace("groups: [platform-admins]", "namespaces: [team-a]")
-    del stored["metadata"]["annotations"]["placer.dev/exempt"]
     verdict = evaluate(stored, snapshot_of(by_namespace, namespaces=[NamespaceInfo("team-a", {"tenant": "team-a"})]),
                        WORKLOADS)
     assert {r.message for r in verdict.results} == {
         "exempt from the Enforced policy enforced-team-pool: namespace team-a is exempt"}
-
-

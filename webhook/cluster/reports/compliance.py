@@ -36,6 +36,7 @@ from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.admission.pipeline import admit
 from webhook.cluster.reports.exempt_results import exempt_policies, judged_as_exempt
 from webhook.cluster.reports.results import RESULTS, Result, RuleResult
+from webhook.engine.exemption_seal import Seals
 from webhook.engine.mutate import RuleTrace
 from webhook.engine.request import AdmissionRequest
 from webhook.engine.value_drift import Ledger, ValueCheck, ValueDifference
@@ -111,11 +112,12 @@ def as_create(stored: JSONObject) -> JSONObject:
 
 
 def evaluate(stored: JSONObject, snapshot: PolicySnapshot, workloads: WorkloadTable,
-             values: ValueCheck | None = None) -> Verdict:
+             values: ValueCheck | None = None, *, seal_key: bytes | None = None) -> Verdict:
     """Run the admission engine on `stored` as its CREATE and classify each matching rule.
 
     `snapshot` must know the workload's namespace (its labels decide which policies select it). `values`:
-    `ValueCheck(snapshot)`, made once for many workloads judged against the same snapshot."""
+    `ValueCheck(snapshot)`, made once for many workloads judged against the same snapshot. `seal_key`: the key
+    of exemption seals (`placer serve --exemption-key`), to honour a sealed workload as its admission did."""
     workload = reference_of(stored)
     policies = [policy for policy in snapshot.policies
                 if policy.applies_to_namespace(snapshot.namespace(workload.namespace).labels)]
@@ -127,13 +129,14 @@ def evaluate(stored: JSONObject, snapshot: PolicySnapshot, workloads: WorkloadTa
     kind = workloads.lookup(workload.api_version.rpartition("/")[0], workload.kind)
     ledger = Ledger(kind, create)
     checking = (values if values is not None and values.source is snapshot else ValueCheck(snapshot)).judging(ledger)
-    admission = admit(_request(create, workload), checking, workloads)
+    admission = admit(_request(create, workload), checking, workloads,
+                      seals=Seals(seal_key) if seal_key is not None else None)
     mutation = admission.mutation
     if admission.result == "error":
         return Verdict(workload, _for_every_rule(policies, "error", "internal error evaluating the policies"))
     if mutation.passed_through is not None:
         return _skipped(workload, policies, mutation.passed_through)
-    exempt = exempt_policies(policies, workload.namespace, create)
+    exempt = exempt_policies(policies, workload.namespace, create, kind, seal_key)
     changes = _changes(mutation.patch)
     results = list(_rule_results(mutation.traces, changes, _unique(ledger.found), ledger.adding,
                                  refused=mutation.refused))
