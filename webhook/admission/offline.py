@@ -61,6 +61,8 @@ class ApplyReport:
     snapshot: PolicySnapshot
     results: list[ManifestResult] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    rule_errors: list[str] = field(default_factory=list)
+    """Rules that error on a manifest (`<object>: rule <policy>/<rule> errors: ...`): the command fails."""
     warnings: list[str] = field(default_factory=list)
     nodes: Sequence[tuple[str, Mapping[str, Any]]] | None = None
     """The cluster's nodes (name, facts), when known: `-o explain` says which can host each template's pods."""
@@ -160,7 +162,15 @@ def apply_manifests(
         report.warnings.extend(f"{result.title}: placer: {warning}" for warning in mutation.warnings)
         if mutation.denial:
             report.problems.append(f"{result.title}: denied: {mutation.denial}")
+        # A rule that errors is a policy that does not work on this object, whatever failurePolicy lets through.
+        report.rule_errors.extend(f"{result.title}: {message}" for message in rule_errors(mutation))
     return report
+
+
+def rule_errors(mutation: Mutation) -> list[str]:
+    """Each rule's error on an object, as `placer apply` and `placer test` report it."""
+    return [f"rule {trace.policy}/{trace.rule} errors" + (f" (template {trace.template})" if trace.template else "")
+            + f": {trace.detail}" for trace in mutation.traces if trace.outcome == "error"]
 
 
 def _count_pod(shares: CountedShares, request: AdmissionRequest, mutation: Mutation) -> None:

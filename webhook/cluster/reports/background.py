@@ -26,7 +26,7 @@ from pathlib import Path
 
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.cluster.client.reflector import Reflector, Resource
-from webhook.cluster.reports.compliance import RuleResult, Verdict, evaluate
+from webhook.cluster.reports.compliance import Verdict, evaluate
 from webhook.cluster.reports.reports import (
     API_VERSION,
     GROUP,
@@ -36,6 +36,7 @@ from webhook.cluster.reports.reports import (
     namespace_report,
     rule_counts,
 )
+from webhook.cluster.reports.results import RuleResult
 from webhook.cluster.reports.workload_book import KindSink, WorkloadBook
 from webhook.engine.value_drift import ValueCheck
 from webhook.policy.compiler import PolicyCompiler
@@ -114,6 +115,7 @@ class BackgroundReports:
         period: float = PERIOD,
         monotonic: Callable[[], float] = time.monotonic,
         clock: Callable[[], float] = time.time,
+        seal_key: bytes | None = None,
     ) -> None:
         """`snapshot()`: the policies as the workers serve them, and whether they changed since last asked.
         `exhausted()`: whether Kubernetes CEL library calls have leaked this process's budget (the library
@@ -122,6 +124,8 @@ class BackgroundReports:
         self._api = api
         self._state_directory = state_directory
         self._snapshot = snapshot
+        self._seal_key = seal_key
+        """The key of exemption seals: a sealed workload is exempt, as its admission found (`exempt_results`)."""
         self._leading = leading
         self._exhausted = exhausted
         self.restart = False
@@ -232,7 +236,8 @@ class BackgroundReports:
             if record is None:
                 continue
             results = tuple(shared.setdefault(result, result)
-                            for result in evaluate(record.unpacked(), snapshot, workloads, values).results)
+                            for result in evaluate(record.unpacked(), snapshot, workloads, values,
+                                                      seal_key=self._seal_key).results)
             if results != record.results:
                 record.results, record.found = results, self._clock()
             self.judged += 1

@@ -20,7 +20,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.cluster.client.api import ApiError, KubeApi
-from webhook.cluster.reports.compliance import RESULTS, Verdict
+from webhook.cluster.reports.compliance import Verdict
+from webhook.cluster.reports.results import RESULTS
 from webhook.support.typing import JSONObject
 
 log = logging.getLogger(__name__)
