@@ -111,6 +111,25 @@ def test_a_policy_change_judges_only_the_namespaces_it_selects(
         assert background.judged == judged + 1, "team-b is not selected: its workload is not judged again"
 
 
+def test_a_relabelled_namespace_has_its_workloads_judged_at_once(
+        apiserver: FakeApiServer, background: BackgroundReports) -> None:
+    """The namespace watch tells background evaluation which namespace changed (it used to compare every
+    namespace's labels every 30 s): its workloads are judged again within the round, and no other's."""
+    apiserver.put_namespace("team-b", {"team": "web"})
+    apiserver.put(DEPLOYMENTS, deployment("web"))
+    apiserver.put(DEPLOYMENTS, {**deployment("b"), "metadata": {"name": "b", "namespace": "team-b"}})
+    apiserver.put_policy(pool_policy({"matchLabels": {"team": "data"}}))
+    wait_for(lambda: background.judged >= 2, what="the first judgement")
+    time.sleep(1.5)
+    assert results(apiserver) == {}, "no policy selects team-a yet"
+    judged = background.judged
+    relabelled = time.monotonic()
+    apiserver.put_namespace("team-a", {"team": "data"})
+    wait_for(lambda: results(apiserver) == {"web": "fail"}, timeout=5.0, what="team-a's workload judged again")
+    assert time.monotonic() - relabelled < 5.0
+    assert background.judged == judged + 1, "team-b did not change: its workload is not judged again"
+
+
 def test_without_the_report_crds_reports_are_off_and_said_so(
         apiserver: FakeApiServer, api: KubeApi, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     apiserver.put_namespace("team-a")

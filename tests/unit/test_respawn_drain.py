@@ -5,7 +5,13 @@ import signal
 import subprocess
 import sys
 
-from webhook.server.respawn_drain import DRAIN, RESUME, RespawnWatch, child_processes, children_by_parent
+from webhook.server.respawn_drain import (
+    DRAIN,
+    RESUME,
+    RespawnWatch,
+    children_by_parent,
+    main_thread_children,
+)
 
 
 class Workers:
@@ -144,10 +150,10 @@ def test_a_worker_that_exits_before_it_is_signalled_is_no_error() -> None:
     assert watch.draining == {1}
 
 
-def test_child_processes_lists_this_process_children() -> None:
+def test_main_thread_children_lists_what_this_thread_started() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
     try:
-        assert child.pid in child_processes()
+        assert child.pid in main_thread_children()
     finally:
         child.kill()
         child.wait()
@@ -157,7 +163,7 @@ def test_children_are_found_by_their_parent_field_where_the_kernel_lists_none() 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
     try:
         assert child.pid in children_by_parent(os.getpid())
-        assert children_by_parent(os.getpid()) <= child_processes()
+        assert children_by_parent(os.getpid()) <= main_thread_children()
     finally:
         child.kill()
         child.wait()

@@ -7,8 +7,8 @@ compressed, with a digest of it and the results of its last judgement. Work foll
 - a workload event whose projection did not change (status, resourceVersion, managedFields) costs nothing;
   one that did marks that workload;
 - a policy change (the state the workers serve, `ClusterStateSource`) marks the workloads of the namespaces
-  the old or new version of the changed policies selects; a namespace whose labels changed marks its own
-  (namespaces are compared every 30 s);
+  the old or new version of the changed policies selects; a namespace whose projection changed (the
+  controller's namespace sink tells `namespace_changed` once its shard is written) marks its own;
 - every `period` seconds every workload is judged again (a safety net for what no event tells).
 Only the leader judges and writes, in a thread of its own (the controller's loop never waits for it); a
 namespace's report is written only when its content changed (`reports.ReportWriter`).
@@ -21,7 +21,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError
@@ -48,8 +48,6 @@ log = logging.getLogger(__name__)
 
 PERIOD = 600.0
 """Seconds between two full judgements of every workload."""
-NAMESPACE_SCAN = 30.0
-"""Seconds between two comparisons of every namespace's labels with those its workloads were judged with."""
 LOOK_AGAIN = 30.0
 """Seconds between two looks for the report CRDs while they are not served (one discovery GET each)."""
 STATE_FILE = "reports.json"
@@ -134,13 +132,11 @@ class BackgroundReports:
         self.reflectors: list[Reflector] = []
         self.threads: list[threading.Thread] = []
         self._policies: dict[str, Policy] = {}
-        self._labels: dict[str, Mapping[str, str]] = {}
         self._counts: dict[str, RuleCounts] = {}
         """Per namespace, what the cluster report needs of its report."""
         self._values: ValueCheck | None = None
         """The snapshot's rules comparing the values in their places, made again when the snapshot changes."""
         self._next_full = 0.0
-        self._next_scan = 0.0
         self.judged = 0
         """Workloads judged so far (for the benchmark and tests)."""
 
@@ -209,9 +205,6 @@ class BackgroundReports:
         if changed:
             self._policy_change(snapshot)
         now = self._monotonic()
-        if now >= self._next_scan:
-            self._next_scan = now + NAMESPACE_SCAN
-            self._namespace_changes(snapshot)
         if now >= self._next_full:
             self._next_full = now + self._period
             self.book.mark(None)
@@ -256,17 +249,10 @@ class BackgroundReports:
         self.book.mark(name for name in namespaces
                        if any(policy.applies_to_namespace(snapshot.namespace(name).labels) for policy in versions))
 
-    def _namespace_changes(self, snapshot: PolicySnapshot) -> None:
-        with self.book.lock:
-            namespaces = list(self.book.by_namespace)
-        relabelled = []
-        for name in namespaces:
-            labels = snapshot.namespace(name).labels
-            if self._labels.get(name) != labels:
-                self._labels[name] = labels
-                relabelled.append(name)
-        if relabelled:
-            self.book.mark(relabelled)
+    def namespace_changed(self, names: Iterable[str]) -> None:
+        """Namespaces whose labels or annotations changed, once their shards are written (from the namespace
+        watch's thread): their workloads are judged again, against the namespaces as the workers see them."""
+        self.book.mark(names)
 
     def _write(self, namespaces: set[str], snapshot: PolicySnapshot) -> None:
         changed = False
