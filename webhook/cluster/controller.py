@@ -227,6 +227,13 @@ class ClusterController:
                                                        name="placer-background-reports", daemon=True))
         for thread in self.watch_threads:
             thread.start()
+        self.loop(stop)
+        if self._elector is not None:
+            self._elector.release()
+
+    def loop(self, stop: threading.Event) -> None:
+        """Until `stop`: a round (`step`) when something calls for one or a second has passed, else, on a
+        namespace event, only that namespace's fail-closed label (`follow_labels`)."""
         while not stop.is_set():
             self._wake.wait(ROUND_INTERVAL)
             self._wake.clear()
@@ -245,8 +252,6 @@ class ClusterController:
                             self._discovery.served.summary())
                 self.restart = True
                 stop.set()
-        if self._elector is not None:
-            self._elector.release()
 
     def step(self) -> None:
         """Publish the state if the inputs changed, take part in the election, and report status if leading."""

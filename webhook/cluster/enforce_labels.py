@@ -20,7 +20,7 @@ from urllib.parse import quote
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.cluster.client.reflector import StoreSink
 from webhook.engine.enforcement import ENFORCE_LABEL
-from webhook.support.selectors import LabelSelector
+from webhook.support.selectors import LabelIndex, LabelSelector
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +47,16 @@ def wanted_label(name: str, labels: Mapping[str, str], selectors: list[LabelSele
     """Whether the namespace must carry the label: some Enforced policy selects it."""
     if name in NEVER_LABELLED:
         return False
+    own = selected_labels(name, labels)
+    return any(selector is None or selector.matches(own) for selector in selectors)
+
+
+def selected_labels(name: str, labels: Mapping[str, str]) -> dict[str, str]:
+    """What a policy's selector is matched against: the namespace's labels but this one, and its name label
+    (the API server sets `kubernetes.io/metadata.name` on every namespace)."""
     own = {key: value for key, value in labels.items() if key != ENFORCE_LABEL}
     own.setdefault("kubernetes.io/metadata.name", name)
-    return any(selector is None or selector.matches(own) for selector in selectors)
+    return own
 
 
 def changes(namespaces: Mapping[str, Mapping[str, str]], selectors: list[LabelSelector | None]) -> dict[str, bool]:
@@ -81,8 +88,9 @@ class EnforceLabels:
     front of the controller's namespace sink (`sink`), so the namespaces are watched once.
 
     Work follows change: a namespace event marks that namespace, a change of the Enforced selectors marks
-    the namespaces the selectors that came or went select, and only the marked ones are looked at. Every
-    namespace is looked at after a list and when this replica (again) leads (`forget`)."""
+    the namespaces the selectors that came or went may select (found by label, `LabelIndex`), and only those
+    are looked at. Every namespace is looked at after a list and when this replica (again) leads
+    (`forget`)."""
 
     def __init__(self, api: KubeApi, wake: Callable[[], None] = lambda: None) -> None:
         self._api = api
@@ -90,6 +98,8 @@ class EnforceLabels:
         self._lock = threading.Lock()
         self._labels: dict[str, dict[str, str]] | None = None
         self._listing: dict[str, dict[str, str]] = {}
+        self._index = LabelIndex()
+        """The namespaces by the labels their selectors see (`selected_labels`)."""
         self._marked: set[str] = set()
         """Namespaces to look at in the next round: changed since, or their write failed."""
         self._everything = True
@@ -125,9 +135,8 @@ class EnforceLabels:
             else:
                 names = self._marked
                 if self._selectors is not None and selectors != self._selectors:
-                    came_or_went = moved(self._selectors, selectors)
-                    names |= {name for name, labels in self._labels.items()
-                              if wanted_label(name, labels, came_or_went)}
+                    for selector in moved(self._selectors, selectors):
+                        names |= self._index.candidates(selector)
             looking = {name: self._labels[name] for name in names if name in self._labels}
             self._marked, self._everything, self._selectors = set(), False, list(selectors)
         self.looked_at += len(looking)
@@ -157,12 +166,16 @@ class EnforceLabels:
             if self._labels is None or self._labels.get(name) == labels:
                 return
             self._labels[name] = labels
+            self._index.put(name, selected_labels(name, labels))
             self._marked.add(name)
         self._wake()
 
     def _listed(self) -> None:
         with self._lock:
             self._labels, self._listing = self._listing, {}
+            self._index = LabelIndex()
+            for name, labels in self._labels.items():
+                self._index.put(name, selected_labels(name, labels))
             self._everything = True
         self._wake()
 
@@ -170,6 +183,7 @@ class EnforceLabels:
         with self._lock:
             if self._labels is not None:
                 self._labels.pop(name, None)
+            self._index.remove(name)
             self._marked.discard(name)
 
 
