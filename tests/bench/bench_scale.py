@@ -155,13 +155,15 @@ def measure(namespaces: int, policy_count: int, churn: float, duration: float, w
                 time.sleep(0.05)
             startup = time.monotonic() - started
             time.sleep(2.0)  # let start-up work settle before counting CPU
-            if selected:  # the leader has labelled the namespaces the Enforced policies select
-                while time.monotonic() < deadline and not any(
-                        "placer.dev/enforce" in (obj["metadata"].get("labels") or {})
-                        for obj in list(apiserver.objects[NAMESPACES].values())):
-                    time.sleep(0.1)
-                time.sleep(2.0)
+            labelled, steady = -1, 0
+            if selected:  # the leader has labelled every namespace the Enforced policies select
+                while time.monotonic() < deadline + 60 and steady < 3:
+                    count = sum("placer.dev/enforce" in (obj["metadata"].get("labels") or {})
+                                for obj in list(apiserver.objects[NAMESPACES].values()))
+                    steady, labelled = (steady + 1 if count == labelled and count else 0), count
+                    time.sleep(1.0)
             row: dict[str, Any] = {"namespaces": namespaces, "nodes": nodes, "startup_s": round(startup, 2),
+                                   "labelled": labelled if selected else None,
                                    "nodes_kb": round(sum(p.stat().st_size for p in
                                                          nodes_directory(directory).glob("*.json")) / 1024, 1),
                                    "policies_kb": round(policies_path(directory).stat().st_size / 1024, 1),

@@ -89,7 +89,8 @@ _KINDS = {
 """Collections listed and watched (namespaced ones across all namespaces: objects keyed `namespace/name`)."""
 NOT_SERVED = "the server could not find the requested resource"
 REPORTS_API = "/apis/wgpolicyk8s.io/v1alpha2"
-"""PolicyReports (the Policy WG's CRDs): served when `reports_served`; reports are objects read by name."""
+"""PolicyReports (the Policy WG's CRDs): served when `reports_served`; reports are objects read by name, and
+PolicyReports are listed across namespaces by label."""
 
 
 def object_key(obj: dict[str, Any]) -> str:
@@ -449,10 +450,12 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion":
                                         "wgpolicyk8s.io/v1alpha2", "resources": [
                                             {"name": "policyreports", "namespaced": True, "kind": "PolicyReport",
-                                             "verbs": ["create", "get", "list", "update", "watch"]},
+                                             "verbs": ["create", "delete", "get", "list", "update", "watch"]},
                                             {"name": "clusterpolicyreports", "namespaced": False,
                                              "kind": "ClusterPolicyReport",
                                              "verbs": ["create", "get", "list", "update", "watch"]}]})
+            if path == REPORTS_API + "/policyreports" and method == "GET":
+                return self._list_reports(query)
             if path.startswith(PODGROUP_API + "/namespaces/"):
                 return self._podgroup(method, path, body)
             if path.startswith(NATIVE_PODGROUP_API + "/namespaces/"):
@@ -482,6 +485,18 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             if method in ("POST", "PUT", "DELETE"):
                 return self._write(method, path, body)
             return self._send(404, status(404, "NotFound", "the server could not find the requested resource"))
+
+        def _list_reports(self, query: dict[str, str]) -> None:
+            """PolicyReports of every namespace (label-selected), in one page."""
+            selector = query.get("labelSelector") or ""
+            with api.condition:
+                items = [copy.deepcopy(obj) for collection, stored in sorted(api.other.items())
+                         if collection.startswith(f"{REPORTS_API}/namespaces/")
+                         and collection.endswith("/policyreports")
+                         for obj in stored.values() if selects(selector, obj)]
+                revision = api.revision
+            return self._send(200, {"kind": "PolicyReportList", "apiVersion": "wgpolicyk8s.io/v1alpha2",
+                                    "metadata": {"resourceVersion": str(revision)}, "items": items})
 
         def _write(self, method: str, path: str, body: Any) -> None:
             """Create, replace or delete a namespace or an object only read by name (CRDs, webhook configs)."""

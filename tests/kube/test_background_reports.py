@@ -1,6 +1,7 @@
 """Background evaluation: the controller judges existing workloads against the current policies and keeps a
-PolicyReport per namespace current, writing only what changed; without the report CRDs, reports are off."""
+PolicyReport per workload current, writing only what changed; without the report CRDs, reports are off."""
 
+import copy
 import threading
 import time
 from collections.abc import Iterator
@@ -44,14 +45,21 @@ def background(apiserver: FakeApiServer, api: KubeApi, tmp_path: Path) -> Iterat
         yield reports
 
 
-def report(apiserver: FakeApiServer, path: str = TEAM_A_REPORTS) -> dict[str, Any] | None:
+def report(apiserver: FakeApiServer, path: str = CLUSTER_REPORTS, name: str = "placer") -> dict[str, Any] | None:
     with apiserver.condition:
-        return (apiserver.other.get(path) or {}).get("placer")
+        return copy.deepcopy((apiserver.other.get(path) or {}).get(name))
+
+
+def workload_reports(apiserver: FakeApiServer, path: str = TEAM_A_REPORTS) -> dict[str, dict[str, Any]]:
+    """team-a's PolicyReports by the name of the workload each is about (its scope)."""
+    with apiserver.condition:
+        return {obj["scope"]["name"]: copy.deepcopy(obj) for obj in (apiserver.other.get(path) or {}).values()
+                if obj["scope"]["kind"] != "Namespace"}
 
 
 def results(apiserver: FakeApiServer) -> dict[str, str]:
-    found = report(apiserver) or {"results": []}
-    return {r["resources"][0]["name"]: r["result"] for r in found["results"]}
+    """Each team-a workload's result (its one rule's)."""
+    return {name: found["results"][0]["result"] for name, found in workload_reports(apiserver).items()}
 
 
 def report_writes(apiserver: FakeApiServer) -> int:
@@ -65,12 +73,19 @@ def test_a_deployment_created_before_the_policy_fails_and_passes_once_in_step(
     wait_for(lambda: background.book.count() == 2, what="the workloads watched")
     apiserver.put_policy(pool_policy({"matchLabels": {"team": "ml"}}))
     wait_for(lambda: results(apiserver) == {"old": "fail", "opted-out": "skip"}, what="fail and skip reported")
-    polr = report(apiserver)
-    assert polr is not None and polr["summary"] == {"pass": 0, "fail": 1, "error": 0, "skip": 1, "warn": 0}
-    fail = next(r for r in polr["results"] if r["result"] == "fail")
+    polr = workload_reports(apiserver)["old"]
+    assert polr["summary"] == {"pass": 0, "fail": 1, "error": 0, "skip": 0, "warn": 0}
+    stored = apiserver.objects[DEPLOYMENTS]["team-a/old"]["metadata"]
+    assert polr["metadata"]["name"] == stored["uid"], "named by the workload's uid, as Kyverno names its own"
+    assert polr["scope"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "old", "namespace": "team-a",
+                             "uid": stored["uid"]}
+    assert polr["metadata"]["ownerReferences"] == [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "old", "uid": stored["uid"]}], \
+        "the garbage collector deletes it with the Deployment"
+    fail = polr["results"][0]
     assert fail["policy"] == "pools" and fail["rule"] == "pool" and fail["source"] == "placer"
     assert "nodeSelector" in fail["message"]
-    cluster = wait_for(lambda: report(apiserver, CLUSTER_REPORTS), what="the cluster report")
+    cluster = wait_for(lambda: report(apiserver), what="the cluster report")
     assert cluster["kind"] == "ClusterPolicyReport"
 
     fixed = deployment("old")

@@ -110,9 +110,10 @@ def background(apiserver: FakeApiServer, api: KubeApi, tmp_path: Path) -> Iterat
 
 
 def results(apiserver: FakeApiServer) -> dict[str, tuple[str, str]]:
+    """Each team-a workload's result, from its own PolicyReport."""
     with apiserver.condition:
-        found = (apiserver.other.get(f"{REPORTS_API}/namespaces/team-a/policyreports") or {}).get("placer")
-    return {r["resources"][0]["name"]: (r["result"], r["message"]) for r in (found or {"results": []})["results"]}
+        found = list((apiserver.other.get(f"{REPORTS_API}/namespaces/team-a/policyreports") or {}).values())
+    return {r["resources"][0]["name"]: (r["result"], r["message"]) for report in found for r in report["results"]}
 
 
 def test_the_background_report_says_fail_for_the_stale_constraint_then_pass(

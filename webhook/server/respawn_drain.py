@@ -40,9 +40,10 @@ DRAIN = signal.SIGUSR1
 """Sent to a worker: close each connection after its next response."""
 RESUME = signal.SIGUSR2
 """Sent to a worker: keep connections alive again."""
-POLL_SECONDS = 0.05
+POLL_SECONDS = 0.2
 """How often the main process looks at its workers: a replacement waits `respawn_interval` (6 s) before it
-stops the old worker, so the old one drains for nearly all of that."""
+stops the old worker, so the old one drains for nearly all of that. Each look is a wake-up and a file read:
+at 20 a second (every 50 ms) the thread took 0.5 % of a core on an idle server; at 5, a quarter of it."""
 NEXT_STEP_SECONDS = 1.0
 """A worker started this soon after a drained one stopped is the next step of the same replacement: granian
 stops the old worker of one step, then at once starts the new worker of the next."""

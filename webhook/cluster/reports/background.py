@@ -11,7 +11,8 @@ compressed, with a digest of it and the results of its last judgement. Work foll
   controller's namespace sink tells `namespace_changed` once its shard is written) marks its own;
 - every `period` seconds every workload is judged again (a safety net for what no event tells).
 Only the leader judges and writes, in a thread of its own (the controller's loop never waits for it); a
-namespace's report is written only when its content changed (`reports.ReportWriter`).
+workload's report is written only when its content changed, at a bounded rate (`writer.ReportWriter`), and
+the cluster report at most every `CLUSTER_REPORT_INTERVAL` seconds.
 
 Without the report CRDs (wgpolicyk8s.io/v1alpha2 not served) nothing is watched: reports are off, said once
 in the log and in `/readyz` details (`readiness_detail`), and the CRDs are looked for again every 30 s.
@@ -27,27 +28,23 @@ from pathlib import Path
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.cluster.client.reflector import Reflector, Resource
 from webhook.cluster.reports.compliance import RuleResult, Verdict, evaluate
-from webhook.cluster.reports.reports import (
-    API_VERSION,
-    GROUP,
-    ReportWriter,
-    RuleCounts,
-    cluster_report,
-    namespace_report,
-    rule_counts,
-)
-from webhook.cluster.reports.workload_book import KindSink, WorkloadBook
+from webhook.cluster.reports.reports import API_VERSION, GROUP, Counted, RuleTally, counted, report_key, workload_report
+from webhook.cluster.reports.workload_book import KindSink, Record, WorkloadBook
+from webhook.cluster.reports.writer import ReportWriter
 from webhook.engine.value_drift import ValueCheck
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import PolicySnapshot
 from webhook.policy.state.cluster_state import ClusterStateSource
+from webhook.policy.state.shards import shard_of
 from webhook.workloads import WorkloadKind, all_kinds, default_workload_table
 
 log = logging.getLogger(__name__)
 
 PERIOD = 600.0
 """Seconds between two full judgements of every workload."""
+CLUSTER_REPORT_INTERVAL = 10.0
+"""Seconds between two writes of the ClusterPolicyReport while counts keep changing."""
 LOOK_AGAIN = 30.0
 """Seconds between two looks for the report CRDs while they are not served (one discovery GET each)."""
 STATE_FILE = "reports.json"
@@ -110,6 +107,8 @@ class BackgroundReports:
         leading: Callable[[], bool],
         exhausted: Callable[[], bool] = lambda: False,
         period: float = PERIOD,
+        cluster_interval: float = CLUSTER_REPORT_INTERVAL,
+        writer: ReportWriter | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -127,13 +126,16 @@ class BackgroundReports:
         self._monotonic = monotonic
         self._clock = clock
         self.book = WorkloadBook()
-        self.writer = ReportWriter(api)
+        self.writer = writer or ReportWriter(api, monotonic=monotonic)
+        self._cluster_interval = cluster_interval
         self.enabled = False
         self.reflectors: list[Reflector] = []
         self.threads: list[threading.Thread] = []
         self._policies: dict[str, Policy] = {}
-        self._counts: dict[str, RuleCounts] = {}
-        """Per namespace, what the cluster report needs of its report."""
+        self.tally = RuleTally()
+        self._counted: dict[tuple[str, str], tuple[tuple[str, str], Counted]] = {}
+        """Per workload (namespace, book key): its report's key and its results as the tally counts them."""
+        self._next_cluster_report = 0.0
         self._values: ValueCheck | None = None
         """The snapshot's rules comparing the values in their places, made again when the snapshot changes."""
         self._next_full = 0.0
@@ -155,6 +157,8 @@ class BackgroundReports:
             try:
                 if self._leading():
                     self.round()
+                elif self.writer.seeded:  # another replica writes now: what this one knows goes stale
+                    self.writer.forget_all()
             except Exception:  # a bad round must not end reporting
                 log.exception("background evaluation round failed")
             if self._exhausted():
@@ -200,7 +204,11 @@ class BackgroundReports:
             log.warning("cannot record the reports' state in %s: %s", path, error)
 
     def round(self) -> int:
-        """Judge what changed and write the reports whose content changed; the number of workloads judged."""
+        """Judge what changed and offer the reports whose content changed, then write what the budget allows;
+        the number of workloads judged."""
+        if not self.writer.seeded:
+            self.writer.seed()  # leading (again): what is there already is not written again
+            self._offer_all()
         snapshot, changed = self._snapshot()
         if changed:
             self._policy_change(snapshot)
@@ -209,28 +217,57 @@ class BackgroundReports:
             self._next_full = now + self._period
             self.book.mark(None)
         dirty = self.book.take_dirty()
-        if not dirty:
-            return 0
+        if dirty:
+            self._judge(dirty, snapshot)
+        if (self.tally.changed and now >= self._next_cluster_report) or not self.writer.knows(None):
+            self._next_cluster_report = now + self._cluster_interval
+            self.tally.changed = False
+            self.writer.offer(None, self.tally.report())
+        self.writer.flush()
+        return len(dirty)
+
+    def _judge(self, dirty: set[tuple[str, str]], snapshot: PolicySnapshot) -> None:
         workloads = default_workload_table()
         if self._values is None or self._values.source is not snapshot:
             self._values = ValueCheck(snapshot)
         values = self._values
-        touched: set[str] = set()
         shared: dict[RuleResult, RuleResult] = {}
         """One copy of each distinct result this round (workloads of one template share their messages)."""
         for namespace, key in dirty:
-            touched.add(namespace)
             with self.book.lock:
                 record = self.book.by_namespace.get(namespace, {}).get(key)
-            if record is None:
-                continue
-            results = tuple(shared.setdefault(result, result)
-                            for result in evaluate(record.unpacked(), snapshot, workloads, values).results)
-            if results != record.results:
-                record.results, record.found = results, self._clock()
-            self.judged += 1
-        self._write(touched, snapshot)
-        return len(dirty)
+            if record is not None:
+                results = tuple(shared.setdefault(result, result)
+                                for result in evaluate(record.unpacked(), snapshot, workloads, values).results)
+                if results != record.results:
+                    record.results, record.found = results, self._clock()
+                self.judged += 1
+            self._account(namespace, key, record)
+
+    def _account(self, namespace: str, key: str, record: Record | None) -> None:
+        """Count the workload's results and offer its report (or its deletion: no rule matches it any more)."""
+        before = self._counted.pop((namespace, key), None)
+        now = counted(record.results or ()) if record is not None else ()
+        self.tally.move(namespace, before[1] if before is not None else (), now)
+        report = report_key(record.workload) if record is not None else None
+        if before is not None and before[0] != report:  # gone, or re-created under the same name (a new uid)
+            self.writer.forget(before[0])  # the garbage collector deletes the report with the workload
+        if record is None or report is None:
+            return
+        self._counted[(namespace, key)] = (report, now)
+        if record.results:
+            self.writer.offer(report, workload_report(Verdict(record.workload, record.results), record.found))
+        elif self.writer.knows(report):
+            self.writer.offer(report, None)
+
+    def _offer_all(self) -> None:
+        """Every judged workload's report, after a list of those there (a new leader's first round)."""
+        with self.book.lock:
+            records = [record for records in self.book.by_namespace.values() for record in records.values()]
+        for record in records:
+            if record.results:
+                self.writer.offer(report_key(record.workload),
+                                  workload_report(Verdict(record.workload, record.results), record.found))
 
     def _policy_change(self, snapshot: PolicySnapshot) -> None:
         """Mark the workloads of every namespace a changed policy (old or new version) selects."""
@@ -246,34 +283,14 @@ class BackgroundReports:
             return
         with self.book.lock:
             namespaces = list(self.book.by_namespace)
-        self.book.mark(name for name in namespaces
+        # In shard order: a namespace is read from its shard, and a reader keeps a quarter of the shards parsed.
+        self.book.mark(name for name in sorted(namespaces, key=shard_of)
                        if any(policy.applies_to_namespace(snapshot.namespace(name).labels) for policy in versions))
 
     def namespace_changed(self, names: Iterable[str]) -> None:
         """Namespaces whose labels or annotations changed, once their shards are written (from the namespace
         watch's thread): their workloads are judged again, against the namespaces as the workers see them."""
         self.book.mark(names)
-
-    def _write(self, namespaces: set[str], snapshot: PolicySnapshot) -> None:
-        changed = False
-        for namespace in sorted(namespaces):
-            with self.book.lock:
-                records = dict(self.book.by_namespace.get(namespace, {}))
-            judged = [(Verdict(record.workload, record.results), record.found)
-                      for record in records.values() if record.results]
-            report = namespace_report(namespace, judged)
-            if not report["results"] and namespace not in self._counts:
-                continue  # nothing to say, and nothing said before
-            if not records and namespace not in snapshot.namespaces:  # the namespace is gone, its report too
-                changed |= self._counts.pop(namespace, None) is not None
-                self.writer.forget(namespace)
-                continue
-            self._counts[namespace] = rule_counts(report)
-            changed |= self.writer.write(namespace, report)
-        if changed or not self.writer.written(None):
-            self.writer.write(None, cluster_report(self._counts))
-
-
 
 class ServedPolicies:
     """The policies and namespaces exactly as this replica's workers serve them (the state directory)."""
