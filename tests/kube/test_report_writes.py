@@ -147,3 +147,16 @@ def test_a_new_leader_writes_nothing_that_is_there_already_and_deletes_the_per_n
         wait_for(lambda: background.writer.waiting == 0, what="nothing left to write")
     after = [request for request in apiserver.requests if request[0] in ("POST", "PUT", "DELETE")]
     assert [path for _, path, _ in after[len(before):] if path.startswith(REPORTS_API)] == []
+
+
+def test_without_the_right_to_list_reports_they_are_still_written(
+        apiserver: FakeApiServer, api: KubeApi, tmp_path: Path) -> None:
+    """The RBAC of an earlier version grants no list: each report is created, or read and replaced."""
+    apiserver.reports_served = True
+    apiserver.fail("GET", f"{REPORTS_API}/policyreports", 403, "Forbidden", times=100)
+    apiserver.put_namespace("team-a", {"team": "ml"})
+    apiserver.put(DEPLOYMENTS, deployment("web"))
+    apiserver.put_policy(pool_policy())
+    with running(api, tmp_path / "state") as background:
+        wait_for(lambda: "web" in workload_reports(apiserver), what="the report")
+        assert background.writer.seeded

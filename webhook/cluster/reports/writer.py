@@ -111,7 +111,16 @@ class ReportWriter:
         found: dict[Key, tuple[bytes, str]] = {}
         legacy: list[tuple[str, str]] = []
         while True:
-            page = self._api.get(f"/apis/{API_VERSION}/policyreports", query)
+            try:
+                page = self._api.get(f"/apis/{API_VERSION}/policyreports", query)
+            except ApiError as error:
+                if error.code != 403:
+                    raise
+                log.warning("policy reports: cannot list them (%s): the RBAC of an earlier version? Apply "
+                            "deploy/components/policy-reports again; meanwhile each report found is read "
+                            "before it is replaced", error)
+                self.seeded = True
+                return
             for item in page.get("items") or []:
                 metadata = item.get("metadata") or {}
                 key = (str(metadata.get("namespace")), str(metadata.get("name")))
