@@ -163,7 +163,7 @@ def test_the_component_grants_what_background_evaluation_calls(
     # is read (get) and replaced.
     apiserver.put_readable(reports, {"apiVersion": API_VERSION, "kind": "PolicyReport",
                                      "metadata": {"name": uid, "namespace": "team-a"}, "results": []})
-    with running(api, tmp_path / "state"):
+    with running(api, tmp_path / "state", apiserver):
         wait_for(lambda: (apiserver.other.get(reports) or {}).get(uid, {}).get("results"), what="the first report")
         opted_out = {"metadata": {"labels": {"placer.dev/inject": "disabled"}}, **web["spec"]["template"]}
         apiserver.put(DEPLOYMENTS, {**web, "spec": {**web["spec"], "template": opted_out}})  # fail → skip

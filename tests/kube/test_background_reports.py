@@ -41,7 +41,7 @@ def deployment(name: str, **template_labels: str) -> dict[str, Any]:
 def background(apiserver: FakeApiServer, api: KubeApi, tmp_path: Path) -> Iterator[BackgroundReports]:
     apiserver.reports_served = True
     apiserver.put_namespace("team-a", {"team": "ml"})
-    with running(api, tmp_path / "state") as reports:
+    with running(api, tmp_path / "state", apiserver) as reports:
         yield reports
 
 
@@ -116,7 +116,7 @@ def test_a_policy_change_judges_only_the_namespaces_it_selects(
     apiserver.put_namespace("team-b", {"team": "web"})
     apiserver.put(DEPLOYMENTS, deployment("a"))
     apiserver.put(DEPLOYMENTS, {**deployment("b"), "metadata": {"name": "b", "namespace": "team-b"}})
-    with running(api, tmp_path / "state") as background:
+    with running(api, tmp_path / "state", apiserver) as background:
         wait_for(lambda: background.book.count() == 2, what="both workloads watched")
         wait_for(lambda: background.judged >= 2, what="the first full judgement")
         judged = background.judged
@@ -150,7 +150,7 @@ def test_without_the_report_crds_reports_are_off_and_said_so(
     apiserver.put_namespace("team-a")
     apiserver.put(DEPLOYMENTS, deployment("web"))
     state = tmp_path / "state"
-    with running(api, state) as background:
+    with running(api, state, apiserver) as background:
         wait_for(lambda: readiness_detail(state), what="the readiness detail")
         assert readiness_detail(state) == ("policy reports: off (wgpolicyk8s.io/v1alpha2 is not served; "
                                            "install deploy/components/policy-reports)")

@@ -105,7 +105,7 @@ def test_apply_replaces_the_constraint_and_the_webhooks_update_keeps_it(cluster:
 @pytest.fixture
 def background(apiserver: FakeApiServer, api: KubeApi, tmp_path: Path) -> Iterator[BackgroundReports]:
     apiserver.reports_served = True
-    with running(api, tmp_path / "state") as reports:
+    with running(api, tmp_path / "state", apiserver) as reports:
         yield reports
 
 

@@ -119,7 +119,7 @@ def test_a_workload_no_rule_matches_any_more_loses_its_report(
     apiserver.put_namespace("team-a", {"team": "ml"})
     apiserver.put(DEPLOYMENTS, deployment("web"))
     apiserver.put_policy(pool_policy())
-    with running(api, tmp_path / "state"):
+    with running(api, tmp_path / "state", apiserver):
         wait_for(lambda: "web" in workload_reports(apiserver), what="the report")
         apiserver.delete(POLICIES, "pools")
         wait_for(lambda: workload_reports(apiserver) == {}, what="the report deleted")
@@ -137,12 +137,12 @@ def test_a_new_leader_writes_nothing_that_is_there_already_and_deletes_the_per_n
                                                          "labels": dict(MANAGED_BY)},
                                             "scope": {"apiVersion": "v1", "kind": "Namespace", "name": "team-a"},
                                             "results": []})
-    with running(api, tmp_path / "first") as background:
+    with running(api, tmp_path / "first", apiserver) as background:
         wait_for(lambda: set(workload_reports(apiserver)) == {"web", "api", "db"}, what="three reports")
         wait_for(lambda: background.writer.waiting == 0, what="every write made")
     assert "placer" not in (apiserver.other.get(TEAM_A_REPORTS) or {}), "the report of an earlier version went"
     before = [request for request in apiserver.requests if request[0] in ("POST", "PUT", "DELETE")]
-    with running(api, tmp_path / "second") as background:  # a restart, or another replica leading
+    with running(api, tmp_path / "second", apiserver) as background:  # a restart, or another replica leading
         wait_for(lambda: background.judged >= 3 and background.writer.seeded, what="every workload judged")
         wait_for(lambda: background.writer.waiting == 0, what="nothing left to write")
     after = [request for request in apiserver.requests if request[0] in ("POST", "PUT", "DELETE")]
@@ -157,6 +157,6 @@ def test_without_the_right_to_list_reports_they_are_still_written(
     apiserver.put_namespace("team-a", {"team": "ml"})
     apiserver.put(DEPLOYMENTS, deployment("web"))
     apiserver.put_policy(pool_policy())
-    with running(api, tmp_path / "state") as background:
+    with running(api, tmp_path / "state", apiserver) as background:
         wait_for(lambda: "web" in workload_reports(apiserver), what="the report")
         assert background.writer.seeded

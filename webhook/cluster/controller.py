@@ -246,6 +246,8 @@ class ClusterController:
                 else:
                     self.follow_labels()
             except Exception:  # keep publishing and reporting whatever happens to one round
+                if stop.is_set():
+                    return  # stopping: the API went away under the round; nothing is logged after the stop
                 log.exception("cluster controller round failed")
             if self._discovery is not None and self._discovery.check(self._monotonic()):
                 log.warning("the API server serves other versions than watched (%s); restarting to follow",

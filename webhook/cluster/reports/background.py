@@ -160,6 +160,8 @@ class BackgroundReports:
                 elif self.writer.seeded:  # another replica writes now: what this one knows goes stale
                     self.writer.forget_all()
             except Exception:  # a bad round must not end reporting
+                if stop.is_set():
+                    return  # stopping: the API went away under the round; nothing is logged after the stop
                 log.exception("background evaluation round failed")
             if self._exhausted():
                 log.warning("background evaluation: Kubernetes CEL library calls leaked this process's budget; "
