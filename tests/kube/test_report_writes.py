@@ -13,12 +13,14 @@ from webhook.cluster.reports.compliance import RuleResult, Verdict, WorkloadRef
 from webhook.cluster.reports.reports import (
     LEFT_OUT_ANNOTATION,
     MANAGED_BY,
+    Key,
     RuleTally,
     encode,
     within_budget,
     workload_report,
 )
 from webhook.cluster.reports.writer import ReportWriter
+from webhook.support.typing import JSONObject
 
 
 class CountingApi:
@@ -50,27 +52,41 @@ def verdict(index: int, results: tuple[RuleResult, ...]) -> Verdict:
 FAIL = (RuleResult("pools", "pool", "fail", "drift: applying the policies now would add /spec/nodeSelector"),)
 
 
-def test_writes_never_exceed_the_budget_and_a_report_offered_twice_is_written_once() -> None:
+def test_writes_never_exceed_the_budget_and_a_report_marked_twice_is_written_once() -> None:
     clock = [1000.0]
     api = CountingApi()
     writer = ReportWriter(api, rate=50, burst=100, monotonic=lambda: clock[0])  # type: ignore[arg-type]
-    for index in range(1_000):
-        writer.offer(("team-a", f"uid-{index}"), workload_report(verdict(index, FAIL), 1.0))
-    writer.offer(("team-a", "uid-5"), workload_report(verdict(5, FAIL), 2.0))  # the same content, later
-    assert writer.flush() == 100, "a burst at most"
-    assert writer.flush() == 0
+    found = {("team-a", f"uid-{index}"): 1.0 for index in range(1_000)}
+    built: list[Key] = []
+
+    def build(key: Key) -> JSONObject | None:
+        built.append(key)
+        if key is None or key not in found:
+            return None
+        return workload_report(verdict(int(key[1][4:]), FAIL), found[key])
+
+    for key in found:
+        writer.mark(key)
+    found[("team-a", "uid-5")] = 2.0
+    writer.mark(("team-a", "uid-5"))  # marked again before its turn: written once, as it is then
+    assert writer.waiting == 1_000, "keys wait, not reports"
+    assert writer.flush(build) == 100, "a burst at most"
+    assert writer.flush(build) == 0
     clock[0] += 1.0
-    assert writer.flush() == 50, "then 50 a second"
+    assert writer.flush(build) == 50, "then 50 a second"
     for _ in range(20):
         clock[0] += 1.0
-        writer.flush()
+        writer.flush(build)
     assert len(api.requests) == 1_000 and writer.waiting == 0
     assert len({path for _, path in api.requests}) == 1_000, "each written once"
-    writer.offer(("team-a", "uid-7"), workload_report(verdict(7, FAIL), 3.0))
-    assert writer.waiting == 0, "the time a result was first found is no change"
-    writer.offer(("team-a", "uid-7"), None)
+    found[("team-a", "uid-7")] = 3.0
+    writer.mark(("team-a", "uid-7"))
+    assert writer.flush(build) == 0 and writer.waiting == 0, "the time a result was first found is no change"
+    del found[("team-a", "uid-7")]
+    writer.mark(("team-a", "uid-7"))
+    writer.mark(("team-a", "uid-never-written"))
     clock[0] += 1.0
-    assert writer.flush() == 1 and api.requests[-1][0] == "DELETE"
+    assert writer.flush(build) == 1 and api.requests[-1] == ("DELETE", f"{TEAM_A_REPORTS}/uid-7")
 
 
 def test_a_report_stays_within_its_budget_whatever_the_results() -> None:

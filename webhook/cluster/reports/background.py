@@ -28,7 +28,7 @@ from pathlib import Path
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.cluster.client.reflector import Reflector, Resource
 from webhook.cluster.reports.compliance import RuleResult, Verdict, evaluate
-from webhook.cluster.reports.reports import API_VERSION, GROUP, Counted, RuleTally, counted, report_key, workload_report
+from webhook.cluster.reports.reports import API_VERSION, GROUP, RuleTally, counted, report_key, workload_report
 from webhook.cluster.reports.workload_book import KindSink, Record, WorkloadBook
 from webhook.cluster.reports.writer import ReportWriter
 from webhook.engine.value_drift import ValueCheck
@@ -37,6 +37,7 @@ from webhook.policy.model import Policy
 from webhook.policy.snapshot import PolicySnapshot
 from webhook.policy.state.cluster_state import ClusterStateSource
 from webhook.policy.state.shards import shard_of
+from webhook.support.typing import JSONObject
 from webhook.workloads import WorkloadKind, all_kinds, default_workload_table
 
 log = logging.getLogger(__name__)
@@ -133,8 +134,8 @@ class BackgroundReports:
         self.threads: list[threading.Thread] = []
         self._policies: dict[str, Policy] = {}
         self.tally = RuleTally()
-        self._counted: dict[tuple[str, str], tuple[tuple[str, str], Counted]] = {}
-        """Per workload (namespace, book key): its report's key and its results as the tally counts them."""
+        self._workload_of: dict[tuple[str, str], tuple[str, str]] = {}
+        """Per report key: the workload (namespace, book key) it is about."""
         self._next_cluster_report = 0.0
         self._values: ValueCheck | None = None
         """The snapshot's rules comparing the values in their places, made again when the snapshot changes."""
@@ -210,7 +211,7 @@ class BackgroundReports:
         the number of workloads judged."""
         if not self.writer.seeded:
             self.writer.seed()  # leading (again): what is there already is not written again
-            self._offer_all()
+            self._mark_all()
         snapshot, changed = self._snapshot()
         if changed:
             self._policy_change(snapshot)
@@ -224,9 +225,22 @@ class BackgroundReports:
         if (self.tally.changed and now >= self._next_cluster_report) or not self.writer.knows(None):
             self._next_cluster_report = now + self._cluster_interval
             self.tally.changed = False
-            self.writer.offer(None, self.tally.report())
-        self.writer.flush()
+            self.writer.mark(None)
+        self.writer.flush(self._build)
         return len(dirty)
+
+    def _build(self, key: tuple[str, str] | None) -> JSONObject | None:
+        """A report as it should be now: the cluster's, or a workload's (None when no rule matches it)."""
+        if key is None:
+            return self.tally.report()
+        workload = self._workload_of.get(key)
+        if workload is None:
+            return None
+        with self.book.lock:
+            record = self.book.by_namespace.get(workload[0], {}).get(workload[1])
+        if record is None or not record.results:
+            return None
+        return workload_report(Verdict(record.workload, record.results), record.found)
 
     def _judge(self, dirty: set[tuple[str, str]], snapshot: PolicySnapshot) -> None:
         workloads = default_workload_table()
@@ -236,40 +250,38 @@ class BackgroundReports:
         shared: dict[RuleResult, RuleResult] = {}
         """One copy of each distinct result this round (workloads of one template share their messages)."""
         for namespace, key in dirty:
+            previous = self.book.take_previous(namespace, key)
             with self.book.lock:
                 record = self.book.by_namespace.get(namespace, {}).get(key)
+            before = previous.results if previous is not None else record.results if record is not None else None
+            changed = False
             if record is not None:
                 results = tuple(shared.setdefault(result, result)
                                 for result in evaluate(record.unpacked(), snapshot, workloads, values).results)
                 if results != record.results:
-                    record.results, record.found = results, self._clock()
+                    record.results, record.found, changed = results, self._clock(), True
                 self.judged += 1
-            self._account(namespace, key, record)
+            self._account(namespace, key, previous, record, before=before, changed=changed)
 
-    def _account(self, namespace: str, key: str, record: Record | None) -> None:
-        """Count the workload's results and offer its report (or its deletion: no rule matches it any more)."""
-        before = self._counted.pop((namespace, key), None)
-        now = counted(record.results or ()) if record is not None else ()
-        self.tally.move(namespace, before[1] if before is not None else (), now)
+    def _account(self, namespace: str, key: str, previous: Record | None, record: Record | None, *,
+                 before: tuple[RuleResult, ...] | None, changed: bool) -> None:
+        """Count the workload's results instead of those it had (`before`), and mark its report if they
+        changed or it is not (or no longer) as it should be; `previous` is the record it replaced, if any."""
+        self.tally.move(namespace, counted(before or ()), counted(record.results or ()) if record else ())
         report = report_key(record.workload) if record is not None else None
-        if before is not None and before[0] != report:  # gone, or re-created under the same name (a new uid)
-            self.writer.forget(before[0])  # the garbage collector deletes the report with the workload
+        if previous is not None and report_key(previous.workload) != report:  # gone, or re-created (a new uid)
+            self._workload_of.pop(report_key(previous.workload), None)
+            self.writer.forget(report_key(previous.workload))  # the garbage collector deletes it with the workload
         if record is None or report is None:
             return
-        self._counted[(namespace, key)] = (report, now)
-        if record.results:
-            self.writer.offer(report, workload_report(Verdict(record.workload, record.results), record.found))
-        elif self.writer.knows(report):
-            self.writer.offer(report, None)
+        self._workload_of[report] = (namespace, key)
+        if changed or self.writer.knows(report) != bool(record.results):
+            self.writer.mark(report)
 
-    def _offer_all(self) -> None:
+    def _mark_all(self) -> None:
         """Every judged workload's report, after a list of those there (a new leader's first round)."""
-        with self.book.lock:
-            records = [record for records in self.book.by_namespace.values() for record in records.values()]
-        for record in records:
-            if record.results:
-                self.writer.offer(report_key(record.workload),
-                                  workload_report(Verdict(record.workload, record.results), record.found))
+        for report in list(self._workload_of):
+            self.writer.mark(report)
 
     def _policy_change(self, snapshot: PolicySnapshot) -> None:
         """Mark the workloads of every namespace a changed policy (old or new version) selects."""

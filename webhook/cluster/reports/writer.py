@@ -1,10 +1,13 @@
 """Writing Placer's PolicyReports: only what changed, at a bounded rate, the latest content of each.
 
-Reports to write (or delete) are offered as judging finds them and wait in a queue, one entry per report:
-a report offered again before it was written is written once, with its latest content. The queue is
-written at most `WRITES_PER_SECOND` requests a second (`WRITE_BURST` at once after a quiet spell), creates,
-updates and deletes together, so that churn in a big cluster (or a policy change that moves every
-workload's results) never turns into a burst of writes at the API server: it takes longer to show instead.
+Reports that may have changed are marked as judging finds them and wait in a queue of their keys, one
+entry per report: a report marked again before it was written is written once. Only keys wait, never
+reports: each is built when its turn comes (`Build`), with the latest results, so 50,000 reports waiting
+cost their keys, not 280 MB of reports. The queue is written at most `WRITES_PER_SECOND` requests a second
+(`WRITE_BURST` at once after a quiet spell), creates, updates and deletes together, so that churn in a big
+cluster (or a policy change that moves every workload's results) never turns into a burst of writes at the
+API server: it takes longer to show instead. A report whose turn comes and whose content did not change
+costs no write and no share of the budget.
 That is the rate kube-controller-manager allows its own clients by default (`--kube-api-qps` 50,
 `--kube-api-burst` 100, https://kubernetes.io/docs/reference/command-line-tools-reference/kube-controller-manager/).
 
@@ -17,6 +20,7 @@ PolicyReport per namespace that earlier versions wrote (`placer`) is deleted the
 import logging
 import time
 from collections.abc import Callable
+from typing import TypeAlias
 
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.cluster.reports.reports import (
@@ -32,6 +36,8 @@ from webhook.support.typing import JSONObject
 
 log = logging.getLogger(__name__)
 
+Build: TypeAlias = Callable[[Key], JSONObject | None]
+"""The report as it should be now (None: there should be none)."""
 WRITES_PER_SECOND = 50.0
 WRITE_BURST = 100
 LIST_PAGE = 500
@@ -66,29 +72,19 @@ class ReportWriter:
         self._budget = WriteBudget(rate, burst, monotonic)
         self._written: dict[Key, tuple[bytes, str]] = {}
         """By report: (digest of the content, resourceVersion) as last written or read."""
-        self._queue: dict[Key, JSONObject | None] = {}
-        """Reports to write (None: to delete), oldest first."""
+        self._queue: dict[Key, None] = {}
+        """Reports that may have changed, oldest first (a dict for its order)."""
         self.seeded = False
         self.writes = 0
         """Requests that wrote (create, replace, delete)."""
 
-    def offer(self, key: Key, report: JSONObject | None) -> None:
-        """Write `report` (None: delete it) unless that is what is there already."""
-        known = self._written.get(key)
-        if report is None:
-            if known is None:
-                self._queue.pop(key, None)
-            else:
-                self._queue[key] = None
-            return
-        if known is not None and known[0] == content(report):
-            self._queue.pop(key, None)
-        else:
-            self._queue[key] = report
+    def mark(self, key: Key) -> None:
+        """The report may have changed (or should be there, or not be there any more): look at it in turn."""
+        self._queue.setdefault(key, None)
 
     def knows(self, key: Key) -> bool:
-        """Whether the report exists, as far as this writer knows (written, read, or waiting to be)."""
-        return key in self._written or self._queue.get(key) is not None
+        """Whether the report exists, as far as this writer knows (written or read)."""
+        return key in self._written
 
     def forget(self, key: Key) -> None:
         """The report went with its namespace or its workload (the garbage collector deletes it)."""
@@ -139,32 +135,41 @@ class ReportWriter:
                 raise
         self._written.update(found)
         for old in legacy:
-            self._queue.setdefault(old, None)
+            self.mark(old)
         self.seeded = True
         log.info("policy reports: %d found, %d per-namespace reports of an earlier version to delete",
                  len(found), len(legacy))
 
-    def flush(self) -> int:
-        """Write what waits, as far as the budget allows; returns the requests made."""
+    def flush(self, build: Build) -> int:
+        """Write what changed among the reports waiting, in turn, as far as the budget allows; `build(key)`
+        makes each as it should be now. Returns the requests made."""
         made = 0
-        while self._queue and self._budget.take():
-            key, report = next(iter(self._queue.items()))
+        while self._queue:
+            key = next(iter(self._queue))
+            report = build(key)
+            known = self._written.get(key)
+            digest = content(report) if report is not None else None
+            if (report is None and known is None) or (known is not None and known[0] == digest):
+                del self._queue[key]  # nothing to write: it is as it should be
+                continue
+            if not self._budget.take():
+                break
             del self._queue[key]
             made += 1
             try:
-                if report is None:
+                if report is None or digest is None:
                     self._delete(key)
                 else:
-                    self._write(key, report)
+                    self._write(key, report, digest)
             except TransportError as error:
-                self._queue.setdefault(key, report)  # the API server is away: the rest waits too
+                self.mark(key)  # the API server is away: the rest waits too
                 log.warning("policy reports not written: %s", error)
                 break
             except ApiError as error:
                 log.warning("policy report %s not written: %s", _title(key), error)
         return made
 
-    def _write(self, key: Key, report: JSONObject) -> None:
+    def _write(self, key: Key, report: JSONObject, digest: bytes) -> None:
         path = reports_path(key[0] if key is not None else None)
         name = key[1] if key is not None else CLUSTER_REPORT_NAME
         known = self._written.get(key)
@@ -176,7 +181,7 @@ class ReportWriter:
                     raise
                 stored = self._api.get(f"{path}/{name}")  # written before this writer knew of it
                 self._written[key] = (content(stored), str(stored["metadata"].get("resourceVersion") or ""))
-                self.offer(key, report)
+                self.mark(key)
                 return
         else:
             body = {**report, "metadata": {**report["metadata"], "resourceVersion": known[1]}}
@@ -186,9 +191,9 @@ class ReportWriter:
                 if error.code not in (404, 409):
                     raise
                 self._written.pop(key, None)  # deleted, or written by someone else: look again
-                self.offer(key, report)
+                self.mark(key)
                 return
-        self._written[key] = (content(report), str((written.get("metadata") or {}).get("resourceVersion") or ""))
+        self._written[key] = (digest, str((written.get("metadata") or {}).get("resourceVersion") or ""))
         self.writes += 1
 
     def _delete(self, key: Key) -> None:
