@@ -90,7 +90,8 @@ _KINDS = {
 """Collections listed and watched (namespaced ones across all namespaces: objects keyed `namespace/name`)."""
 NOT_SERVED = "the server could not find the requested resource"
 REPORTS_API = "/apis/wgpolicyk8s.io/v1alpha2"
-"""PolicyReports (the Policy WG's CRDs): served when `reports_served`; reports are objects read by name."""
+"""PolicyReports (the Policy WG's CRDs): served when `reports_served`; reports are objects read by name, and
+PolicyReports are listed across namespaces by label."""
 REPORT_CRDS = {"policyreports.wgpolicyk8s.io": "policyreports", "clusterpolicyreports.wgpolicyk8s.io":
                "clusterpolicyreports"}
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -454,10 +455,12 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion":
                                         "wgpolicyk8s.io/v1alpha2", "resources": [
                                             {"name": "policyreports", "namespaced": True, "kind": "PolicyReport",
-                                             "verbs": ["create", "get", "list", "update", "watch"]},
+                                             "verbs": ["create", "delete", "get", "list", "update", "watch"]},
                                             {"name": "clusterpolicyreports", "namespaced": False,
                                              "kind": "ClusterPolicyReport",
                                              "verbs": ["create", "get", "list", "update", "watch"]}]})
+            if path == REPORTS_API + "/policyreports" and method == "GET":
+                return self._list_reports("policyreports", query.get("labelSelector") or "")
             if path.startswith(PODGROUP_API + "/namespaces/"):
                 return self._podgroup(method, path, body)
             if path.startswith(NATIVE_PODGROUP_API + "/namespaces/"):
