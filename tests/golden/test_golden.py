@@ -1,8 +1,9 @@
 """Golden cases: policies + an input object -> the expected object, after applying the returned patch.
 
 Each directory under cases/ holds `case.yaml` (policies, namespace, operation, expected warnings and explain
-notes), `input.yaml` and `expected.yaml`, and for an UPDATE `old.yaml` (the object before it). The patch is applied with the `jsonpatch` library, an implementation independent of
-Placer's diff, so a patch that would not apply at the API server fails here. Every case also checks that a
+notes), `input.yaml` and `expected.yaml`, and for an UPDATE `old.yaml` (the object before it). The patch is
+applied with the `jsonpatch` library, an implementation independent of Placer's diff, so a patch that would
+not apply at the API server fails here. Every case also checks that a
 second pass over the output yields an empty patch (the API server reinvokes webhooks: fixtures, reaction k).
 """
 

@@ -19,8 +19,8 @@ from webhook.gang.facts import GangFacts
 from webhook.gang.native import (
     GATES_HINT,
     NATIVE,
+    NO_PODGROUP_API,
     NOT_SERVED,
-    VERSIONS,
     pod_group_name,
     scheduling_group,
     set_scheduling_group,
@@ -60,6 +60,8 @@ def native_gang(template: JSONObject, params: Mapping[str, Any], context: Action
         changed = False
         for key, value in run_marks(name, params.get("minAvailable")).items():
             changed = context.set_scalar(annotations, key, value, f"annotation {key}") or changed
+        context.notes.append("native gang: each run is a gang of its own: its Job names a PodGroup of the Job's "
+                             "name at its creation, kept by Placer's controller and owned by that Job")
     elif shape is None:
         changed = set_scheduling_group(template, name)
     else:  # each pod names its group at its own admission (`webhook.gang.native_operators`)
@@ -114,7 +116,7 @@ def _named_elsewhere(facts: GangFacts, name: str) -> str | None:
 def _left_alone(template: JSONObject, context: ActionContext, facts: GangFacts, minimum: int | None,
                 name: str) -> str | None:
     existing = scheduling_group(template)
-    if existing is not None:
+    if existing is not None and existing != name:  # Placer's own group stays, marks and all
         return f"spec.schedulingGroup already names {existing}: left alone (the pods keep the group they name)"
     if facts.managed:
         return f"{facts.managed}: left alone"
@@ -123,8 +125,7 @@ def _left_alone(template: JSONObject, context: ActionContext, facts: GangFacts, 
         if named is not None:
             return named
     if facts.native_version == NOT_SERVED:
-        return (f"the API server serves no PodGroup API (scheduling.k8s.io {' or '.join(VERSIONS)}): admitted "
-                f"unchanged, pods schedule one by one; {GATES_HINT}")
+        return f"{NO_PODGROUP_API}: admitted unchanged, pods schedule one by one; {GATES_HINT}"
     if context.workload_marks is None:
         return (f"Placer keeps kube-scheduler PodGroups for {_kept_kinds()}; this {facts.kind} is admitted unchanged "
                 "(its pods would wait for a group no one creates)")

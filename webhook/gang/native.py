@@ -27,7 +27,8 @@ a scheduling group, as it is (`not_for_native`).
 """
 
 import hashlib
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.support.names import dns1123_subdomain_error
@@ -35,10 +36,16 @@ from webhook.support.typing import JSONObject, as_map
 
 NATIVE = "native"
 API_GROUP = "scheduling.k8s.io"
-VERSIONS = ("v1beta1", "v1alpha2")
-"""The PodGroup versions Placer writes, best first (1.37's beta, 1.36's alpha)."""
-MUTABLE_MIN_COUNT = frozenset({"v1beta1"})
-"""Versions whose `spec.schedulingPolicy.gang.minCount` may change after creation."""
+IMMUTABLE_MIN_COUNT = frozenset({"v1alpha1", "v1alpha2"})
+"""Versions whose `spec.schedulingPolicy` may not change after creation (1.36's v1alpha2: 422 `field is
+immutable`, captured from kube-apiserver v1.36.2). From 1.37 `minCount` is "mutable to support workload
+scaling" (`GangSchedulingPolicy.MinCount` in the v1beta1 published schema)."""
+NO_PODGROUP_API = f"the API server serves no PodGroup API (no version of {API_GROUP} serves PodGroup)"
+MINIMUM_MINOR = 36
+"""The first Kubernetes minor with a PodGroup API (`scheduling.k8s.io/v1alpha2`, behind feature gates; 1.35's
+`v1alpha1` has Workloads only: KEP-4671, the "Workload API" concept page)."""
+_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
+_STABILITY = {"alpha": 0, "beta": 1, None: 2}
 NOT_SERVED = ""
 """The native version when the API server is known to serve no PodGroup version Placer writes."""
 GATES_HINT = ("on 1.36: feature gates GenericWorkload and GangScheduling on kube-apiserver and kube-scheduler, "
@@ -47,6 +54,24 @@ JOB_SCHEDULING_ANNOTATION = "scheduling.k8s.io/group-template-name"
 """KEP-5547: a parent controller (or the user) names the Workload template the Job controller builds from."""
 MAX_NAME = 253
 HASH_CHARS = 8
+
+
+def newest_version(versions: Iterable[str]) -> str | None:
+    """The newest of Kubernetes API versions by the API's own priority: GA before beta before alpha, then the
+    higher number (`v1` > `v1beta2` > `v1beta1` > `v1alpha3`; kubernetes/kubernetes
+    `staging/src/k8s.io/apimachinery/pkg/version/helpers.go`, `CompareKubeAwareVersionStrings`). So the version
+    GA brings (`v1`, planned for 1.38) is written as soon as the API server serves it, without a new Placer."""
+    ranked = []
+    for version in versions:
+        match = _VERSION.match(version)
+        if match:
+            major, stability, minor = match.groups()
+            ranked.append(((_STABILITY[stability], int(major), int(minor or 0)), version))
+    return max(ranked)[1] if ranked else None
+
+
+def min_count_mutable(version: str) -> bool:
+    return version not in IMMUTABLE_MIN_COUNT
 
 
 def pod_group_name(group: str) -> str:
@@ -124,3 +149,26 @@ def with_min_count(pod_group: Mapping[str, Any], min_count: int) -> JSONObject:
     policy = as_map(spec.get("schedulingPolicy"))
     gang = {**as_map(policy.get("gang")), "minCount": min_count}
     return {**pod_group, "spec": {**spec, "schedulingPolicy": {**policy, "gang": gang}}}
+
+
+def pods_still_to_run(kind: str, obj: Mapping[str, Any], size: int) -> int:
+    """The most members a gang of `size` can still count: for a Job, the pods it may still make and run
+    (`completions` - `status.succeeded`, or none more once any pod succeeded when `completions` is unset: the
+    Job then makes no new pod, kubernetes/kubernetes `pkg/controller/job/job_controller.go`, `manageJob`); the
+    whole `size` for the other kinds, whose pods run until they are replaced or scaled away."""
+    if kind != "Job":
+        return size
+    spec, status = as_map(obj.get("spec")), as_map(obj.get("status"))
+    succeeded = status.get("succeeded")
+    done = succeeded if isinstance(succeeded, int) and not isinstance(succeeded, bool) and succeeded > 0 else 0
+    if done == 0:
+        return size
+    completions = spec.get("completions")
+    if not isinstance(completions, int) or isinstance(completions, bool):
+        return min(size, _active(status))
+    return max(0, min(size, completions - done))
+
+
+def _active(status: Mapping[str, Any]) -> int:
+    active = status.get("active")
+    return active if isinstance(active, int) and not isinstance(active, bool) else 0

@@ -14,8 +14,8 @@ that has finished: its pod informer lists only pods whose phase is neither Succe
   the new ReplicaSet is scaled up at once: `pkg/controller/deployment/recreate.go`, `rolloutRecreate`), and a
   CronJob (each run after the update is a new Job whose pods are all made together). A Job's template is
   immutable, so a Job never gains one after its creation.
-- **`minCount` follows what can still run** (`pods_still_to_run`): once some of a Job's pods have succeeded
-  they leave the scheduler's count, and a pod made after that (a failed pod's replacement, the next
+- **`minCount` follows what can still run** (`webhook.gang.native.pods_still_to_run`): once some of a Job's
+  pods have succeeded they leave the scheduler's count, and a pod made after that (a failed pod's replacement, the next
   completion of a Job with `completions` > `parallelism`) could never see `minCount` members again. The
   controller lowers the PodGroup's `minCount` to the pods the Job can still run
   (`webhook.cluster.podgroups.native_gang`), as it follows a scale of the other workloads.
@@ -26,7 +26,7 @@ from typing import Any
 
 from webhook.gang.native import NATIVE, scheduling_group
 from webhook.gang.pod_groups import POD_GROUP_API_ANNOTATION, POD_GROUP_LABEL
-from webhook.support.typing import JSONObject, as_map
+from webhook.support.typing import as_map
 from webhook.workloads import WorkloadKind
 
 REPLACED_ONE_BY_ONE = {
@@ -67,26 +67,3 @@ def _ganged(kind: WorkloadKind, obj: Mapping[str, Any]) -> bool:
         return True
     return any(scheduling_group(raw) is not None for slot in kind.templates(dict(obj))
                if (raw := slot.read(dict(obj))) is not None)
-
-
-def pods_still_to_run(kind: WorkloadKind, obj: JSONObject, size: int) -> int:
-    """The most members a gang of `size` can still count: for a Job, the pods it may still make and run
-    (`completions` - `status.succeeded`, or none more once any pod succeeded when `completions` is unset: the
-    Job then makes no new pod, kubernetes/kubernetes `pkg/controller/job/job_controller.go`, `manageJob`); the
-    whole `size` for the other kinds, whose pods run until they are replaced or scaled away."""
-    if kind.kind != "Job":
-        return size
-    spec, status = as_map(obj.get("spec")), as_map(obj.get("status"))
-    succeeded = status.get("succeeded")
-    done = succeeded if isinstance(succeeded, int) and not isinstance(succeeded, bool) and succeeded > 0 else 0
-    if done == 0:
-        return size
-    completions = spec.get("completions")
-    if not isinstance(completions, int) or isinstance(completions, bool):
-        return min(size, _active(status))
-    return max(0, min(size, completions - done))
-
-
-def _active(status: Mapping[str, Any]) -> int:
-    active = status.get("active")
-    return active if isinstance(active, int) and not isinstance(active, bool) else 0

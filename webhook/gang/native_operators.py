@@ -28,7 +28,7 @@ Shapes (`SHAPES`):
 | JobSet | one per child Job (`<group>-<replicatedJob>-<index>`) | the Job's pods (`parallelism` <= `completions`) |
 | LeaderWorkerSet (once a workload row) | one per group (`<group>-<groupIndex>`) | `leaderWorkerTemplate.size` |
 | PyTorchJob, TFJob, MPIJob | one per job | every replica of every type (MPI `WaitForWorkersReady`: workers) |
-| RayCluster, RayJob | one per cluster: head and worker groups | 1 + `replicas` x `numOfHosts` (autoscaling: minReplicas) |
+| RayCluster, RayJob | one per cluster: head and workers | 1 + `replicas` x `numOfHosts` (autoscaler: `minReplicas`) |
 | SparkApplication | one per application | the executors (`instances`; dynamic allocation: `minExecutors`) |
 
 Who is counted, and why, is `webhook.gang.native_members`.
