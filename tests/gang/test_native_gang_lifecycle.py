@@ -7,6 +7,7 @@ on a living v1.36 cluster (`tests/cluster/test_native_gang_lifecycle.py`).
 """
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from tests.helpers import read_yaml, review_for, run, snapshot_of
 from webhook.cluster.client.discovery import ServedApis, ServedGroup, ServedResource
 from webhook.cluster.podgroups.native_gang import native_version_of
 from webhook.cluster.reports.compliance import evaluate
+from webhook.commands.cli import main
 from webhook.gang.native import NOT_SERVED, min_count_mutable, newest_version, pods_still_to_run
 from webhook.gang.native_lifecycle import joins_running
 from webhook.gang.pod_groups import DesiredPodGroup, desired_pod_group
@@ -188,3 +190,27 @@ def test_a_spark_driver_never_names_a_group_even_from_an_earlier_mark() -> None:
     executor_mutation = run(policies, review_for(executor, namespace="training"))
     assert {"op": "add", "path": "/spec/schedulingGroup", "value": {"podGroupName": "spark-pi"}} in \
         executor_mutation.patch
+
+
+def test_below_1_36_lint_says_native_rules_are_unavailable_and_apply_writes_nothing(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """1.35 serves no PodGroup API (its scheduling.k8s.io/v1alpha1 has Workloads only): the webhook there admits
+    the Job unchanged, and so do the offline tools aimed at it."""
+    policy = str(REPO / "policies" / "gang-native-jobs.yaml")
+    job = str(REPO / "docs" / "examples" / "native-gang" / "indexed-job.yaml")
+    assert main(["lint", policy, "--kubernetes-version", "1.35"]) == 0
+    said = capsys.readouterr().err.splitlines()
+    assert said == [f"Warning: {policy}: rule gang-native-jobs/{rule}: native gang unavailable: Kubernetes 1.35 has "
+                    "no PodGroup API (scheduling.k8s.io serves PodGroups from 1.36, with feature gates): the rule "
+                    "changes nothing there; the webhook admits its workloads unchanged"
+                    for rule in ("indexed-job-gang", "statefulset-gang", "cronjob-gang")]
+    assert main(["lint", policy, "--kubernetes-version", "1.36"]) == 0
+    assert "unavailable" not in capsys.readouterr().err
+    flags = ["apply", "--policies", policy, "-f", job, "--namespace-labels", "gang-scheduler=native", "-o", "patch"]
+    assert main([*flags, "--kubernetes-version", "1.35"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"object": "Job training/indexed-train", "source": f"{job}:1",
+                                                   "patch": []}]
+    assert main([*flags, "--kubernetes-version", "1.36"]) == 0
+    [written] = json.loads(capsys.readouterr().out)
+    assert {"op": "add", "path": "/spec/template/spec/schedulingGroup", "value": {"podGroupName": "indexed-train"}} \
+        in written["patch"]

@@ -70,6 +70,19 @@ def newest_version(versions: Iterable[str]) -> str | None:
     return max(ranked)[1] if ranked else None
 
 
+def served_from(kubernetes: str) -> bool:
+    """Whether a Kubernetes minor (`1.35`) can serve a PodGroup API at all: the offline tools' target below
+    that leaves native gang rules changing nothing, as the webhook does where none is served."""
+    major, _, minor = kubernetes.partition(".")
+    return (int(major), int(minor)) >= (1, MINIMUM_MINOR) if major.isdigit() and minor.isdigit() else True
+
+
+def unavailable_on(kubernetes: str) -> str:
+    return (f"Kubernetes {kubernetes} has no PodGroup API (scheduling.k8s.io serves PodGroups from "
+            f"1.{MINIMUM_MINOR}, with feature gates): the rule changes nothing there; the webhook admits its "
+            "workloads unchanged")
+
+
 def min_count_mutable(version: str) -> bool:
     return version not in IMMUTABLE_MIN_COUNT
 
