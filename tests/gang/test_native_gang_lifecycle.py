@@ -7,17 +7,20 @@ on a living v1.36 cluster (`tests/cluster/test_native_gang_lifecycle.py`).
 """
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import jsonpatch
+import kubernetes_validate
 import pytest
 
 from tests.conftest import REPO
 from tests.helpers import read_yaml, review_for, run, snapshot_of
-from webhook.cluster.client.discovery import ServedApis, ServedGroup, ServedResource
-from webhook.cluster.podgroups.native_gang import native_version_of
+from webhook.cluster.client.api import ApiError
+from webhook.cluster.client.discovery import ServedApis, ServedGroup, ServedResource, read_features
+from webhook.cluster.podgroups.native_gang import job_gangs_of, native_version_of
 from webhook.cluster.reports.compliance import evaluate
 from webhook.commands.cli import main
 from webhook.gang.native import NOT_SERVED, min_count_mutable, newest_version, pods_still_to_run
@@ -214,3 +217,117 @@ def test_below_1_36_lint_says_native_rules_are_unavailable_and_apply_writes_noth
     [written] = json.loads(capsys.readouterr().out)
     assert {"op": "add", "path": "/spec/template/spec/schedulingGroup", "value": {"podGroupName": "indexed-train"}} \
         in written["patch"]
+
+
+METRICS = """# HELP kubernetes_feature_enabled [BETA] This metric records the data about the stage and enablement \
+of a k8s feature.
+# TYPE kubernetes_feature_enabled gauge
+kubernetes_feature_enabled{name="GangScheduling",stage="ALPHA"} 1
+kubernetes_feature_enabled{name="GenericWorkload",stage="ALPHA"} 1
+kubernetes_feature_enabled{name="WorkloadWithJob",stage="ALPHA"} %s
+"""
+"""The lines of kube-apiserver v1.36.2's `/metrics` (read from the living cluster), the gate's value varied."""
+
+
+class MetricsOnly:
+    def __init__(self, text: str | None) -> None:
+        self.text = text
+
+    def get(self, path: str, query: Any = None, *, timeout: float | None = None) -> dict[str, Any]:
+        raise AssertionError(path)
+
+    def get_text(self, path: str) -> str:
+        assert path == "/metrics"
+        if self.text is None:
+            raise ApiError(403, "Forbidden", 'forbidden: User "placer" cannot get path "/metrics"')
+        return self.text
+
+
+def test_feature_gates_come_from_the_api_servers_metrics() -> None:
+    assert read_features(MetricsOnly(METRICS % "1"), ("WorkloadWithJob",)) == {"WorkloadWithJob": True}
+    assert read_features(MetricsOnly(METRICS % "0"), ("WorkloadWithJob", "GangScheduling")) == {
+        "WorkloadWithJob": False, "GangScheduling": True}
+    assert read_features(MetricsOnly(None), ("WorkloadWithJob",)) == {}, "not readable: not known"
+
+
+def job_api(minor: int, gate: bool | None, podgroups: str | None = "v1beta1") -> ServedApis:
+    kinds: dict[str, tuple[str, ...]] = {"v1": ("PriorityClass",)}
+    if podgroups:
+        kinds[podgroups] = ("PodGroup", "Workload")
+    served_apis = served(kinds)
+    features = {} if gate is None else {"WorkloadWithJob": gate}
+    return dataclasses.replace(served_apis, minor=minor, features=features)
+
+
+@pytest.mark.parametrize("served_apis, handed", [
+    (job_api(37, True), True),
+    (job_api(38, True, "v1"), True),
+    (job_api(37, False), False),  # the gate off: the API server drops spec.scheduling
+    (job_api(37, None), False),  # /metrics not readable: not known, Placer keeps its own PodGroup
+    (job_api(36, True, "v1alpha2"), False),  # 1.36's Job has no spec.scheduling
+    (job_api(37, True, None), False),  # no PodGroup API served at all
+])
+def test_jobs_are_handed_to_the_job_controller_only_where_it_keeps_their_gang(served_apis: ServedApis,
+                                                                            handed: bool) -> None:
+    assert job_gangs_of(served_apis) is handed
+
+
+def job_gangs_snapshot() -> PolicySnapshot:
+    policies = snapshot((REPO / "policies" / "gang-native-jobs.yaml").read_text())
+    return dataclasses.replace(policies, native_gang_version="v1beta1", job_gangs=True)
+
+
+def indexed(**changes: Any) -> dict[str, Any]:
+    job: dict[str, Any] = read_yaml(GOLDEN / "gang-native-indexed-job" / "input.yaml")
+    job["spec"].update(changes)
+    return job
+
+
+def test_where_the_job_controller_keeps_gangs_a_job_gets_its_own_field_and_no_pod_group() -> None:
+    given = indexed(backoffLimit=0)
+    mutation = run(job_gangs_snapshot(), review_for(given, namespace="training"))
+    admitted = jsonpatch.apply_patch(given, mutation.patch)
+    assert admitted["spec"]["scheduling"] == {"schedulingPolicy": {"gang": {"minCount": 4}}}
+    assert "schedulingGroup" not in admitted["spec"]["template"]["spec"]
+    assert "placer.dev/pod-group" not in (admitted["metadata"].get("labels") or {}), "no PodGroup of Placer's"
+    assert admitted["metadata"]["annotations"]["placer.dev/pod-group-api"] == "job"
+    assert mutation.warnings == []
+    assert any("the Job controller keeps the gang (spec.scheduling, minCount 4)" in note for note in mutation.notes)
+    kubernetes_validate.validate(admitted, "1.37.0", strict=True)
+    again = run(job_gangs_snapshot(), review_for(admitted, namespace="training"))
+    assert again.patch == [] and again.warnings == [], "reinvoked: Placer's own field is left as it is"
+    kind = TABLE.lookup("batch", "Job")
+    assert kind is not None
+    assert desired_pod_group(kind, {**admitted, "metadata": {**admitted["metadata"], "uid": "u"}}) == \
+        "not a marked workload", "the controller keeps no PodGroup for it"
+
+
+@pytest.mark.parametrize("changes, why", [
+    ({}, "backoffLimit 6 replaces a failed pod"),  # the API server's default
+    ({"backoffLimit": 0, "completions": 8}, "completions 8 beyond parallelism 4"),
+    ({"backoffLimit": 0, "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [
+        {"type": "DisruptionTarget"}]}]}}, "action Ignore replaces the pod"),
+])
+def test_a_job_whose_pods_can_come_after_others_finished_keeps_placers_pod_group(changes: dict[str, Any],
+                                                                                 why: str) -> None:
+    """The Job controller's gang keeps the Job's minCount, which nothing lowers as pods finish: such a Job
+    stays with Placer's PodGroup, which follows what it can still run (the Job controller stands aside for a
+    template naming a group)."""
+    given = indexed(**changes)
+    mutation = run(job_gangs_snapshot(), review_for(given, namespace="training"))
+    admitted = jsonpatch.apply_patch(given, mutation.patch)
+    assert admitted["spec"]["template"]["spec"]["schedulingGroup"] == {"podGroupName": "indexed-train"}
+    assert "scheduling" not in admitted["spec"]
+    assert any(why in note for note in mutation.notes), mutation.notes
+
+
+def test_a_cronjob_hands_each_runs_gang_to_the_job_controller() -> None:
+    given = read_yaml(GOLDEN / "gang-native-cronjob" / "input.yaml")
+    given["spec"]["jobTemplate"]["spec"]["backoffLimit"] = 0
+    mutation = run(job_gangs_snapshot(), review_for(given, namespace="training"))
+    admitted = jsonpatch.apply_patch(given, mutation.patch)
+    assert admitted["spec"]["jobTemplate"]["spec"]["scheduling"] == {"schedulingPolicy": {"gang": {"minCount": 4}}}
+    template = admitted["spec"]["jobTemplate"]["spec"]["template"]
+    assert "placer.dev/native-pod-group-per" not in (template["metadata"].get("annotations") or {})
+    kubernetes_validate.validate(admitted, "1.37.0", strict=True)
+    assert run(job_gangs_snapshot(), review_for(admitted, namespace="training")).patch == []

@@ -18,9 +18,13 @@ from webhook.actions.scheduling import apply_scheduler_name
 from webhook.gang.facts import GangFacts
 from webhook.gang.native import (
     GATES_HINT,
+    JOB_FIELD,
+    JOB_SCHEDULING_MARK,
     NATIVE,
     NO_PODGROUP_API,
     NOT_SERVED,
+    POD_GROUP_API_ANNOTATION,
+    job_field_stalls,
     pod_group_name,
     scheduling_group,
     set_scheduling_group,
@@ -30,7 +34,6 @@ from webhook.gang.native_operators import GROUP_ANNOTATION, PER_GROUP, SHAPES, r
 from webhook.gang.pod_groups import (
     MIN_MEMBER_ANNOTATION,
     OWNER_KINDS,
-    POD_GROUP_API_ANNOTATION,
     POD_GROUP_LABEL,
 )
 from webhook.support.typing import JSONObject
@@ -55,6 +58,10 @@ def native_gang(template: JSONObject, params: Mapping[str, Any], context: Action
     marks = context.workload_marks
     assert marks is not None  # checked in _left_alone
     shape = shape_named(facts.kind)
+    if facts.job_gangs and facts.kind in ("Job", "CronJob"):
+        handed = _job_field(template, params, context, facts)
+        if handed is not None:
+            return handed
     if facts.kind == "CronJob":  # a group per run: each Job names its own at its creation (`engine.native_pods`)
         annotations = ensure_map(template, "metadata", "annotations")
         changed = False
@@ -77,6 +84,33 @@ def native_gang(template: JSONObject, params: Mapping[str, Any], context: Action
     if params.get("schedulerName"):
         changed = apply_scheduler_name(template, params["schedulerName"], context) or changed
     return changed
+
+
+def _job_field(template: JSONObject, params: Mapping[str, Any], context: ActionContext, facts: GangFacts,
+               ) -> bool | None:
+    """Where the Job controller keeps Jobs' gangs (1.37+, WorkloadWithJob): the Job's own `spec.scheduling` (a
+    CronJob's job template's, so each run's Job gets it) asks it for the gang, and Placer makes no PodGroup,
+    so one gang is never kept twice. Placer cannot lower that `minCount` as pods finish (it never writes a
+    workload, and the Job controller keeps its PodGroup to the Job's field: `pkg/controller/job`,
+    `syncGangMinCount`), so only a Job that makes no pod once others have finished is handed over
+    (`webhook.gang.native.job_field_stalls`). None: not handed over (the reason is a note; Placer keeps the
+    PodGroup, and the Job controller stands aside for a template naming one)."""
+    marks = context.workload_marks
+    assert marks is not None
+    stalls = job_field_stalls(facts.job_spec)
+    if stalls is not None:
+        context.notes.append(f"native gang: not the Job controller's own gang, whose minCount could not follow "
+                             f"the pods left to run: {stalls}; Placer keeps the PodGroup")
+        return None
+    minimum = params.get("minAvailable")
+    size = minimum if minimum is not None else min(gang_sizes(facts) or [0])
+    marks[JOB_SCHEDULING_MARK] = str(size)
+    marks[("annotations", POD_GROUP_API_ANNOTATION)] = JOB_FIELD
+    context.notes.append(f"native gang: the Job controller keeps the gang (spec.scheduling, minCount {size}); "
+                         "Placer makes no PodGroup of its own")
+    if params.get("schedulerName"):
+        return apply_scheduler_name(template, params["schedulerName"], context)
+    return False
 
 
 def _counts_part(facts: GangFacts) -> bool:

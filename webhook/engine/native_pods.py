@@ -18,7 +18,13 @@ and garbage-collected with it: runs that overlap (`concurrencyPolicy: Allow`) ne
 from webhook.engine.outcome import Mutation
 from webhook.engine.patch_assembly import marks_patch
 from webhook.engine.request import AdmissionRequest
-from webhook.gang.native import NATIVE, NOT_SERVED, pod_group_name, scheduling_group
+from webhook.gang.native import (
+    NATIVE,
+    NOT_SERVED,
+    POD_GROUP_API_ANNOTATION,
+    pod_group_name,
+    scheduling_group,
+)
 from webhook.gang.native_members import pod_left_out
 from webhook.gang.native_operators import (
     GROUP_ANNOTATION,
@@ -28,7 +34,7 @@ from webhook.gang.native_operators import (
     member_group,
     operator_shape,
 )
-from webhook.gang.pod_groups import MIN_MEMBER_ANNOTATION, POD_GROUP_API_ANNOTATION, POD_GROUP_LABEL
+from webhook.gang.pod_groups import MIN_MEMBER_ANNOTATION, POD_GROUP_LABEL
 from webhook.support.patches import apply_sharing
 from webhook.support.typing import JSONObject, JSONPatch, as_map
 from webhook.workloads import WorkloadKind

@@ -44,12 +44,16 @@ NO_PODGROUP_API = f"the API server serves no PodGroup API (no version of {API_GR
 MINIMUM_MINOR = 36
 """The first Kubernetes minor with a PodGroup API (`scheduling.k8s.io/v1alpha2`, behind feature gates; 1.35's
 `v1alpha1` has Workloads only: KEP-4671, the "Workload API" concept page)."""
+JOB_FIELD_MINOR = 37
+"""The first minor whose batch/v1 JobSpec has `scheduling` (alpha, gate WorkloadWithJob)."""
 _VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
 _STABILITY = {"alpha": 0, "beta": 1, None: 2}
 NOT_SERVED = ""
 """The native version when the API server is known to serve no PodGroup version Placer writes."""
 GATES_HINT = ("on 1.36: feature gates GenericWorkload and GangScheduling on kube-apiserver and kube-scheduler, "
               "and --runtime-config=scheduling.k8s.io/v1alpha2=true")
+POD_GROUP_API_ANNOTATION = "placer.dev/pod-group-api"
+RUN_ANNOTATION = "placer.dev/native-pod-group-per"
 JOB_SCHEDULING_ANNOTATION = "scheduling.k8s.io/group-template-name"
 """KEP-5547: a parent controller (or the user) names the Workload template the Job controller builds from."""
 MAX_NAME = 253
@@ -106,6 +110,10 @@ def scheduling_group(template: Mapping[str, Any]) -> str | None:
     return name if isinstance(name, str) and name else ("(set)" if group else None)
 
 
+JOB_FIELD = "job"
+"""`placer.dev/pod-group-api` of a Job whose gang the Job controller keeps from the Job's own
+`spec.scheduling`: Placer's controller only follows its `minCount` (`pods_still_to_run`), never a PodGroup."""
+
 def not_for_native(kind: str, obj: Mapping[str, Any]) -> str | None:
     """Why the workload's pods must not name a group Placer keeps, or None: its own controller keeps its
     Workload and PodGroup, or it starts its pods one at a time (a StatefulSet's `OrderedReady` creates each
@@ -118,16 +126,52 @@ def not_for_native(kind: str, obj: Mapping[str, Any]) -> str | None:
             return ("podManagementPolicy OrderedReady starts each pod once the one before is Ready, so a gang would "
                     "wait forever; set podManagementPolicy: Parallel")
         return None
+    ours = as_map(as_map(obj.get("metadata")).get("annotations")).get(POD_GROUP_API_ANNOTATION) == JOB_FIELD
+    if kind == "CronJob":
+        obj, kind = as_map(as_map(obj.get("spec")).get("jobTemplate")), "Job"
     if kind != "Job":
         return None
     spec = as_map(obj.get("spec"))
-    if spec.get("scheduling"):
+    if spec.get("scheduling") and not ours:  # Placer's own `spec.scheduling` (`JOB_FIELD`) stays Placer's
         return "the Job controller keeps its Workload and PodGroup (spec.scheduling, feature gate WorkloadWithJob)"
     annotations = as_map(as_map(obj.get("metadata")).get("annotations"))
     if annotations.get(JOB_SCHEDULING_ANNOTATION):
         return (f"the Job names a Workload template ({JOB_SCHEDULING_ANNOTATION}): its controllers keep its "
                 "PodGroup")
     return None
+
+
+JOB_SCHEDULING_MARK = ("jobScheduling", "minCount")
+"""The workload mark (`ActionContext.workload_marks`) that becomes the Job's `spec.scheduling` (a CronJob's
+job template's) in the patch."""
+
+
+def job_field_stalls(spec: Mapping[str, Any] | None) -> str | None:
+    """Why the Job controller's own gang of a Job (its `spec.scheduling`) could wait forever, or None: a pod it
+    makes after others finished (a failed pod's replacement, the next completion) would never see `minCount`
+    members again, and that `minCount` stays the Job's (`webhook.gang.native_lifecycle`). None only for a Job
+    that makes all its pods at once and no pod after: `backoffLimit` 0 (a failure fails the Job; the API
+    server's default is 6), no `backoffLimitPerIndex`, no `podFailurePolicy` rule that `Ignore`s a failure
+    (the pod is replaced), and no more `completions` than `parallelism` (batch/v1 `JobSpec`)."""
+    spec = as_map(spec)
+    backoff = spec.get("backoffLimit", 6)
+    if backoff != 0:
+        return f"backoffLimit {backoff} replaces a failed pod, also after the others finished"
+    if spec.get("backoffLimitPerIndex") is not None:
+        return "backoffLimitPerIndex replaces a failed index, also after the others finished"
+    rules = as_map(spec.get("podFailurePolicy")).get("rules")
+    if any(isinstance(rule, dict) and rule.get("action") == "Ignore" for rule in rules or []):
+        return "a podFailurePolicy rule with action Ignore replaces the pod, also after the others finished"
+    completions, parallelism = spec.get("completions"), spec.get("parallelism", 1)
+    if isinstance(completions, int) and isinstance(parallelism, int) and completions > parallelism:
+        return f"completions {completions} beyond parallelism {parallelism} start new pods as others finish"
+    return None
+
+
+def job_scheduling(min_count: int) -> JSONObject:
+    """A Job's `spec.scheduling` asking its controller for a gang of `min_count` (batch/v1
+    `JobSchedulingConfiguration.schedulingPolicy.gang.minCount`, in the v1.37.0 published schema)."""
+    return {"schedulingPolicy": {"gang": {"minCount": min_count}}}
 
 
 def set_scheduling_group(template: JSONObject, name: str) -> bool:

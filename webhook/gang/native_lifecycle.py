@@ -24,8 +24,8 @@ that has finished: its pod informer lists only pods whose phase is neither Succe
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.gang.native import NATIVE, scheduling_group
-from webhook.gang.pod_groups import POD_GROUP_API_ANNOTATION, POD_GROUP_LABEL
+from webhook.gang.native import NATIVE, POD_GROUP_API_ANNOTATION, scheduling_group
+from webhook.gang.pod_groups import POD_GROUP_LABEL
 from webhook.support.typing import as_map
 from webhook.workloads import WorkloadKind
 

@@ -42,9 +42,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.gang.native import NATIVE, pod_group_name
+from webhook.gang.native import NATIVE, POD_GROUP_API_ANNOTATION, RUN_ANNOTATION, pod_group_name
 from webhook.gang.native_members import counted_pods, never_counted
-from webhook.gang.pod_groups import MIN_MEMBER_ANNOTATION, POD_GROUP_API_ANNOTATION, POD_GROUP_LABEL
+from webhook.gang.pod_groups import MIN_MEMBER_ANNOTATION, POD_GROUP_LABEL
 from webhook.support.typing import JSONObject, as_map
 from webhook.workloads import WorkloadKind, controller_reference
 from webhook.workloads.builtin import job_pods
@@ -52,7 +52,7 @@ from webhook.workloads.slots import int_at, read_path
 
 GROUP_ANNOTATION = "placer.dev/native-pod-group"
 """On an operator's member template, so on each pod it makes: the gang's PodGroup name (or its prefix)."""
-PER_ANNOTATION = "placer.dev/native-pod-group-per"
+PER_ANNOTATION = RUN_ANNOTATION
 """Beside `GROUP_ANNOTATION` where a resource holds several gangs: `job`, one per JobSet child Job."""
 PER_JOB = "job"
 PER_GROUP = "group"

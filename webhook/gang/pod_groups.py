@@ -23,15 +23,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.gang.native import NATIVE, pod_group_body, pods_still_to_run
+from webhook.gang.native import NATIVE, POD_GROUP_API_ANNOTATION, pod_group_body, pods_still_to_run
 from webhook.support.names import dns1123_subdomain_error
 from webhook.support.typing import JSONObject, as_map
 from webhook.workloads import WorkloadKind
 
 POD_GROUP_LABEL = "placer.dev/pod-group"
 MIN_MEMBER_ANNOTATION = "placer.dev/pod-group-min-member"
-POD_GROUP_API_ANNOTATION = "placer.dev/pod-group-api"
-"""Which PodGroup the workload wants: absent for scheduler-plugins' (coscheduling), `native` for kube-scheduler's."""
+"""`POD_GROUP_API_ANNOTATION` (`webhook.gang.native`): which PodGroup the workload wants: absent for
+scheduler-plugins' (coscheduling), `native` for kube-scheduler's, `job` for the one the Job controller keeps."""
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "placer"
 API_VERSION = "scheduling.x-k8s.io/v1alpha1"

@@ -34,6 +34,7 @@ from webhook.engine.configuration import GANG_ACTION, Finding
 from webhook.gang.native import (
     API_GROUP,
     GATES_HINT,
+    JOB_FIELD_MINOR,
     NATIVE,
     NO_PODGROUP_API,
     NOT_SERVED,
@@ -64,6 +65,19 @@ def native_version_of(served: ServedApis) -> str | None:
     kinds = group.kinds if group is not None else {}
     found = newest_version(version for version, served_kinds in kinds.items() if "PodGroup" in served_kinds)
     return found if found is not None else NOT_SERVED
+
+
+def job_gangs_of(served: ServedApis) -> bool:
+    """Whether the Job controller keeps a Job's gang itself, from the Job's own `spec.scheduling`
+    (`schedulingPolicy.gang.minCount`): the batch/v1 field exists from 1.37 (the v1.37.0 published schema of
+    `JobSpec`), the API server keeps it only with the gate WorkloadWithJob (`DropDisabledFields`, kubernetes/
+    kubernetes `pkg/api/job/util.go`, shared by the Job and CronJob strategies), as its `/metrics` says, and the
+    Job controller then makes the Workload and PodGroup (`pkg/controller/job`, `shouldManageWorkloadForJob`).
+    A gate that cannot be read is taken as off: Placer keeps the PodGroup itself, and the Job controller stands
+    aside for a template naming one."""
+    if not served.known or (served.major, served.minor) < (1, JOB_FIELD_MINOR):
+        return False
+    return served.features.get("WorkloadWithJob") is True and native_version_of(served) not in (None, NOT_SERVED)
 
 
 def native_gang_rules(policy: Policy) -> list[str]:
