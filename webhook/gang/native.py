@@ -17,13 +17,14 @@ many members can be placed at once. Sources (kubernetes/kubernetes):
   support workload scaling", `workloadRef` optional. `CompositePodGroup` exists only as `v1alpha3` in 1.37
   (kubernetes-validate's v1.37.0 schemas hold no v1beta1 CompositePodGroup object), so Placer does not use it.
 
-The Job controller's own integration (KEP-5547; feature gate `EnableWorkloadWithJob` in 1.36, `WorkloadWithJob`
-in 1.37): kubernetes/kubernetes `pkg/controller/job`, `shouldManageWorkloadForJob`, makes a Workload and a
-PodGroup only for a Job whose template names no `schedulingGroup` (1.36: Indexed, parallelism = completions >
-1), so a Job whose template Placer gave the field is left to Placer, never to both. In 1.37 a Job asks for it
-with `spec.scheduling`, and a parent controller hands a Job its template with the annotation
-`scheduling.k8s.io/group-template-name`: Placer leaves such a Job, and any template or Pod that already names
-a scheduling group, as it is (`not_for_native`).
+The Job controller's own integration (KEP-5547; feature gate `WorkloadWithJob`, alpha in 1.36 and 1.37:
+`pkg/features/kube_features.go` of v1.36.2): kubernetes/kubernetes `pkg/controller/job`,
+`shouldManageWorkloadForJob`, makes a Workload and a PodGroup only for a Job whose template names no
+`schedulingGroup` (1.36: Indexed, parallelism = completions > 1), so a Job whose template Placer gave the
+field is left to Placer, never to both. In 1.37 a Job asks for it with `spec.scheduling`, and a parent
+controller hands a Job its template with the annotation `scheduling.k8s.io/group-template-name`: Placer leaves
+such a Job, and any template or Pod that already names a scheduling group, as it is (`not_for_native`); where
+the Job controller keeps Jobs' gangs Placer writes that field itself (`job_field_stalls`, `job_scheduling`).
 """
 
 import hashlib
