@@ -62,4 +62,6 @@ def test_a_selector_on_the_label_itself_cannot_hold_the_label_up() -> None:
     selectors = enforced_selectors([{"spec": {"enforcement": "Enforced",
                                               "namespaceSelector": {"matchLabels": {ENFORCE: "true"}}}}])
     assert changes({"team-a": {ENFORCE: "true"}}, selectors) == {"team-a": False}
-    assert changes({"team-a": {}}, enforced_selectors([{"spec": {"enforcement": "Enforced"}}])) == {"team-a": True}
+    everywhere = enforced_selectors([{"spec": {"enforcement": "Enforced", "namespaceSelector": {}}}])
+    assert changes({"team-a": {}, "kube-public": {}, "kube-node-lease": {}}, everywhere) == {"team-a": True}
+    assert enforced_selectors([{"spec": {"enforcement": "Enforced"}}]) == [], "one that holds no namespace labels none"

@@ -15,6 +15,7 @@ from typing import Any
 import jsonpatch
 import yaml
 
+from webhook.admission.request_options import RequestOptions
 from webhook.admission.review import decode_json
 from webhook.engine.mutate import Mutation, mutate
 from webhook.engine.request import AdmissionRequest
@@ -105,10 +106,13 @@ def apply_manifests(
     default_namespace: str = DEFAULT_NAMESPACE,
     nodes: Sequence[tuple[str, Mapping[str, Any]]] | None = None,
     compiler: PolicyCompiler | None = None,
+    request_options: RequestOptions | None = None,
 ) -> ApplyReport:
     """Run the engine on manifests (files, and `objects` as (origin, object)) with the policies of
     `policy_paths`, or of `snapshot` (the cluster's) when given. `read_namespaces` supplies the namespaces
-    the manifests are in (the cluster's); Namespace manifests among the files take precedence."""
+    the manifests are in (the cluster's); Namespace manifests among the files take precedence. `request_options`:
+    who sends each request, what an UPDATE replaces, the exemption key (`RequestOptions`)."""
+    options = request_options or RequestOptions()
     if snapshot is None:
         snapshot = load_policies(policy_paths, required=True, compiler=compiler)
     report = ApplyReport(snapshot, problems=[str(error) for error in snapshot.errors], nodes=nodes)
@@ -141,16 +145,17 @@ def apply_manifests(
     report.snapshot = snapshot
     workloads = default_workload_table()
     shares = CountedShares()  # each Pod admitted counts, as if created, for the next ones of its workload
+    seals = options.seals(lambda: [*(obj for _, obj in manifests), *(result.mutated for result in report.results)])
     for index, (origin, obj) in enumerate(manifests):
         metadata = as_map(obj.get("metadata"))
         namespace = snapshot.namespace(str(metadata.get("namespace") or default_namespace))
         if namespace_labels:
             namespace = dataclasses.replace(namespace, labels={**namespace.labels, **namespace_labels})
-        request = _request_for(obj, namespace.name, operation, index)
+        request = _request_for(obj, namespace.name, operation, index, options)
         serving = dataclasses.replace(snapshot, namespaces={**namespaces, namespace.name: namespace})
         devices = claims.devices_for(request, snapshot, workloads)
         mutation = mutate(request, serving, workloads, claims=claims.for_admission(request, snapshot), devices=devices,
-                          ledger=shares)
+                          ledger=shares, seals=seals)
         _count_pod(shares, request, mutation)
         if devices is not None:  # a claim Placer does not know: a warning, and a note for explain
             mutation.warnings.extend(devices.notes)
@@ -319,7 +324,8 @@ def _fit_lines(obj: JSONObject, nodes: Sequence[tuple[str, Mapping[str, Any]]]) 
     return lines
 
 
-def _request_for(obj: JSONObject, namespace: str, operation: str, index: int) -> AdmissionRequest:
+def _request_for(obj: JSONObject, namespace: str, operation: str, index: int,
+                 options: RequestOptions) -> AdmissionRequest:
     api_version = str(obj.get("apiVersion") or "")
     group, _, version = api_version.rpartition("/")
     kind = str(obj.get("kind") or "")
@@ -335,10 +341,10 @@ def _request_for(obj: JSONObject, namespace: str, operation: str, index: int) ->
         name=str(metadata.get("name") or ""),
         namespace=namespace,
         operation="UPDATE" if operation == "UPDATE" else "CREATE",
-        user_info={"username": "placer-apply", "groups": []},
+        user_info=options.user_info,
         dry_run=True,
         object=obj,
-        old_object=None,
+        old_object=options.old_for(obj, namespace) if operation == "UPDATE" else None,
     )
 
 

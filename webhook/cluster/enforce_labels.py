@@ -7,8 +7,10 @@ namespaceSelector, so the controller (the leader only) keeps the label on exactl
 Enforced policy selects: it adds it where one does and removes it where none does any more.
 
 A policy's selector is matched against the namespace's labels without this label, so a selector that reads
-it cannot make the label hold itself up. placer-system and kube-system are never labelled: the webhook
-entry leaves them out anyway, and Placer and the control plane must always be able to restart.
+it cannot make the label hold itself up. kube-system, kube-public, kube-node-lease and placer-system are never
+labelled (`NEVER_ENFORCED_NAMESPACES`): the webhook entry leaves them out anyway, and Placer and the control
+plane must always be able to restart. An Enforced policy without a namespaceSelector does not compile (it
+would have put the label on every other namespace without saying so); `namespaceSelector: {}` says it.
 """
 
 import logging
@@ -20,16 +22,18 @@ from urllib.parse import quote
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.cluster.client.reflector import StoreSink
 from webhook.engine.enforcement import ENFORCE_LABEL
+from webhook.policy.exemptions import NEVER_ENFORCED_NAMESPACES
 from webhook.support.selectors import LabelSelector
 
 log = logging.getLogger(__name__)
 
 NAMESPACES_PATH = "/api/v1/namespaces"
-NEVER_LABELLED = frozenset({"placer-system", "kube-system"})
+NEVER_LABELLED = frozenset(NEVER_ENFORCED_NAMESPACES)
 
 
 def enforced_selectors(documents: Iterable[Mapping[str, Any]]) -> list[LabelSelector | None]:
-    """The namespaceSelector of every Enforced policy among the serving documents (None: every namespace)."""
+    """The namespaceSelector of every Enforced policy among the serving documents (None: every namespace,
+    which only a document that did not compile can ask for: it selects nothing, as it holds nothing)."""
     selectors: list[LabelSelector | None] = []
     for document in documents:
         spec = document.get("spec")
@@ -37,7 +41,7 @@ def enforced_selectors(documents: Iterable[Mapping[str, Any]]) -> list[LabelSele
             continue
         raw = spec.get("namespaceSelector")
         selector = LabelSelector.from_object(raw) if raw is not None else None
-        if raw is not None and selector is None:
+        if selector is None:
             continue  # a serving document compiled, so this does not happen; select nothing rather than all
         selectors.append(selector)
     return selectors

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from webhook import __version__
-from webhook.commands import apply, certs, dev, drift, export, lint, serve, shares, suites
+from webhook.commands import apply, certs, drift, export, lint, serve, shares, suites
+from webhook.commands.dev import command as dev
 
 ENV_PREFIX = "PLACER_"
 
@@ -49,8 +50,6 @@ def _apply_environment(parser: argparse.ArgumentParser, args: argparse.Namespace
         else:
             value = action.type(raw) if callable(action.type) else raw
         setattr(args, action.dest, value)
-    if args.command == "lint" and not args.paths and environ.get(ENV_PREFIX + "POLICIES"):
-        args.paths = environ[ENV_PREFIX + "POLICIES"].split(",")
 
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:

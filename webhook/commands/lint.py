@@ -7,24 +7,29 @@ from typing import Any
 
 from webhook.admission.offline import load_policies
 from webhook.cluster.podgroups.native_gang import native_gang_rules
-from webhook.commands.field_targets import add_target_flags, compiler_from_flags, quiet_policy_log
+from webhook.commands.field_targets import (
+    add_policy_paths,
+    add_target_flags,
+    compiler_from_flags,
+    policy_paths,
+    quiet_policy_log,
+)
 from webhook.engine.configuration import gang_not_enforced
 from webhook.engine.enforcement import lint_lines
 from webhook.gang.native import served_from, unavailable_on
-from webhook.support.config import DEFAULT_POLICIES
 
 
 def add_parser(commands: Any) -> None:
     """`placer lint` and its flags."""
     lint = commands.add_parser("lint", help="check policies; exit 1 with every error located")
-    lint.add_argument("paths", nargs="*", metavar="PATH")
+    add_policy_paths(lint)
     add_target_flags(lint)
     lint.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     quiet_policy_log()
-    paths = args.paths or [DEFAULT_POLICIES]
+    paths = policy_paths(args)
     compiler = compiler_from_flags(args)
     if isinstance(compiler, int):
         return compiler

@@ -16,7 +16,7 @@ from webhook.actions.registry import action_specs
 from webhook.policy.cel import environment as cel
 from webhook.policy.cel.libraries.leaks import LeakAccount
 from webhook.policy.errors import PolicyError
-from webhook.policy.exemptions import ENFORCEMENTS, parse_exemptions
+from webhook.policy.exemptions import ENFORCED_NEEDS_NAMESPACES, ENFORCEMENTS, parse_exemptions
 from webhook.policy.fields.field_check import FieldChecks
 from webhook.policy.model import ConditionBatch, Inlined, Policy, Rule, Variable
 from webhook.policy.reads import Reads, reads_of
@@ -85,8 +85,9 @@ class PolicyCompiler:
         enforcement = spec.get("enforcement", "Advisory")
         if enforcement not in ENFORCEMENTS:
             errors.add(f"must be Advisory or Enforced, not {enforcement!r}", field="spec.enforcement")
-        exemptions = parse_exemptions(spec.get("exemptions"), errors.add,
-                                      lambda raw, where: _namespace_selector(raw, errors, where))
+        exemptions = parse_exemptions(spec.get("exemptions"), errors.add)
+        if enforcement == "Enforced" and spec.get("namespaceSelector") is None:
+            errors.add(ENFORCED_NEEDS_NAMESPACES, field="spec.namespaceSelector")
         variables = self._variables(spec.get("variables"), errors)
         rules = self._rules(spec.get("rules"), variables, errors)
         if errors.items:
