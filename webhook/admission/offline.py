@@ -19,6 +19,7 @@ from webhook.admission.request_options import RequestOptions
 from webhook.admission.review import decode_json
 from webhook.engine.mutate import Mutation, mutate
 from webhook.engine.request import AdmissionRequest
+from webhook.gang.native import NOT_SERVED, served_from
 from webhook.placement.claims import ClaimLookup
 from webhook.placement.node_fit import Nodes, node_fit
 from webhook.placement.share_counts import CountedShares
@@ -70,10 +71,15 @@ class ApplyReport:
 
 def load_policies(paths: Sequence[str], *, required: bool, compiler: PolicyCompiler | None = None) -> PolicySnapshot:
     """The policies of `paths`, compiled by `compiler` (its field checks: the target version's schemas;
-    default: the newest supported version's)."""
-    source = FilePolicySource(paths, compiler=compiler or PolicyCompiler(), required=paths if required else ())
+    default: the newest supported version's). A target without a PodGroup API (before 1.36) serves no native
+    gang: its rules then change nothing, as the webhook's do on such a cluster."""
+    compiler = compiler or PolicyCompiler()
+    source = FilePolicySource(paths, compiler=compiler, required=paths if required else ())
     source.refresh()
-    return source.snapshot()
+    snapshot = source.snapshot()
+    if not served_from(compiler.fields.version):
+        snapshot = dataclasses.replace(snapshot, native_gang_version=NOT_SERVED)
+    return snapshot
 
 
 def parse_labels(text: str) -> dict[str, str]:

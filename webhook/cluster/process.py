@@ -14,7 +14,13 @@ from pathlib import Path
 
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.cluster.client.connection import ConnectionSetupError, connect, identity
-from webhook.cluster.client.discovery import DiscoveryRefresh, ServedApis, discover, write_served_apis
+from webhook.cluster.client.discovery import (
+    WATCHED_FEATURES,
+    DiscoveryRefresh,
+    ServedApis,
+    discover,
+    write_served_apis,
+)
 from webhook.cluster.client.leader import LeaseElector
 from webhook.cluster.controller import LEASE_NAME, ClusterController
 from webhook.cluster.health.health_round import HealthRound
@@ -98,7 +104,7 @@ def served_at_start(api: KubeApi, state: Path) -> ServedApis:
     """The API server's version and discovery, written to the state directory; when it cannot be read (the
     API server is away), nothing optional is watched until `DiscoveryRefresh` reads it and restarts."""
     try:
-        served = discover(api)
+        served = discover(api, features=WATCHED_FEATURES)
     except (ApiError, TransportError) as error:
         log.warning("API discovery failed (%s); optional watches wait for it", error)
         return ServedApis()

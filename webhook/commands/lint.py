@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from webhook.admission.offline import load_policies
+from webhook.cluster.podgroups.native_gang import native_gang_rules
 from webhook.commands.field_targets import (
     add_policy_paths,
     add_target_flags,
@@ -15,6 +16,7 @@ from webhook.commands.field_targets import (
 )
 from webhook.engine.configuration import gang_not_enforced
 from webhook.engine.enforcement import lint_lines
+from webhook.gang.native import served_from, unavailable_on
 
 
 def add_parser(commands: Any) -> None:
@@ -41,9 +43,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"no SchedulingPolicy found in {', '.join(paths)}")
         return 1
     print(f"{len(snapshot.policies)} policies OK: {', '.join(p.name for p in snapshot.policies)}")
+    target = compiler.fields.version
     for policy in snapshot.policies:  # loads, but cannot work as written: said, not an error
         for finding in gang_not_enforced(policy):
             print(f"Warning: {policy.source}: {finding.message}", file=sys.stderr)
+        for rule in native_gang_rules(policy) if not served_from(target) else ():
+            print(f"Warning: {policy.source}: rule {policy.name}/{rule}: native gang unavailable: "
+                  f"{unavailable_on(target)}", file=sys.stderr)
         for line in lint_lines(policy):
             print(line, file=sys.stderr if line.startswith("Warning: ") else sys.stdout)
     return 0

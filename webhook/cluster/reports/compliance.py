@@ -273,4 +273,5 @@ def _request(obj: JSONObject, workload: WorkloadRef) -> AdmissionRequest:
         dry_run=True,
         object=obj,
         old_object=None,
+        stored=True,
     )
