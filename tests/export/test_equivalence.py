@@ -14,7 +14,6 @@ from tests.export.map_runtime import RESOURCES, MapRuntime
 from tests.golden.test_golden import CASES, _cases
 from tests.helpers import compile_policies, read_yaml, review_for, run, snapshot_of
 from webhook.export.admission_policy import export_policies
-from webhook.export.mutations import PLAIN
 from webhook.export.versions import DEFAULT_TARGET, KubernetesVersion, show
 from webhook.policy.snapshot import NamespaceInfo
 
@@ -32,7 +31,7 @@ def exported_only(texts: list[str], *, allow_partial: bool = True,
                   target: KubernetesVersion = DEFAULT_TARGET) -> tuple[list[dict[str, Any]], list[str]]:
     """The exported objects, and the policies with only their written rules (what Placer is compared on)."""
     policies, _compiler = compile_policies(texts)
-    exports = export_policies(policies, dialect=PLAIN, allow_partial=allow_partial, target=target)
+    exports = export_policies(policies, allow_partial=allow_partial, target=target)
     objects = [obj for export in exports for obj in export.objects]
     kept = {(export.policy, rule.rule) for export in exports for rule in export.rules if rule.written}
     reduced = []
