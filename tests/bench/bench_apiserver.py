@@ -45,8 +45,8 @@ from tests.bench.bench_direct import TWO_RULES
 from tests.bench.bench_engine import policies as bench_policies
 from tests.bench.loadgen import Client, load
 from tests.bench.reference_webhook import NoGo, comparable, go_reference, patch_between
-from tests.cluster.harness import E2E_NAME, KUBECONFIG_ENV, Cluster, NoRouteBack, placer_on_cluster, wait_until
-from tests.conftest import REPO
+from tests.cluster.harness import E2E_NAME, Cluster, NoRouteBack, placer_on_cluster, wait_until
+from tests.conftest import KUBECONFIG_ENV, REPO
 from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.cluster.client.connection import ClusterConnection, ConnectionSetupError
 
@@ -178,9 +178,10 @@ def measure(cluster: Cluster, *, duration: float, rounds: int, workdir: Path,
             for route, namespace in routes.items():
                 path = GO_ROUTES[route]
                 namespaces[path] = namespace
-                answered = comparable(create_in(cluster, namespace, pod))
-                if answered != comparable(created[GO_PATHS[path]]):
-                    raise AssertionError(f"a create through {path!r} does not give the Pod {GO_PATHS[path]!r} gave")
+                answered = create_in(cluster, namespace, pod)
+                if comparable(answered) != comparable(created[GO_PATHS[path]]):
+                    raise AssertionError(f"a create through {path!r} does not give the Pod {GO_PATHS[path]!r} "
+                                         f"gave: {patch_between(created[GO_PATHS[path]], answered)}")
         return _load_each(cluster, namespaces, body, duration=duration, rounds=rounds, report=report)
 
 

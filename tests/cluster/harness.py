@@ -17,6 +17,7 @@ import copy
 import ipaddress
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import pytest
 import yaml
 
 from tests.conftest import REPO
@@ -32,14 +34,17 @@ from tests.kube.fake_apiserver import wait_for
 from webhook.cluster.client.api import ApiError, KubeApi, Timeouts
 from webhook.cluster.client.connection import ClusterConnection, connect
 from webhook.commands.certs import issue
+from webhook.policy.state.cluster_state import POLL_INTERVAL
 
-KUBECONFIG_ENV = "PLACER_E2E_KUBECONFIG"
-"""The cluster to run against (the cluster tier and bench_apiserver)."""
 POLICIES = "/apis/placer.dev/v1alpha1/schedulingpolicies"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 VALIDATING = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 E2E_NAME = "placer-e2e"
+READ_BY_WORKERS = 5 * POLL_INTERVAL
+"""After the controller has published a policy, the time the workers take to read it (they poll the state
+every POLL_INTERVAL and recompile what changed)."""
+DOCS = "docs/cluster-tier.md"
 
 
 def wait_until(predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
@@ -68,14 +73,20 @@ class Cluster:
                 return None
             raise
 
-    def schedulable_nodes(self) -> list[dict[str, Any]]:
-        """Nodes a plain pod can land on: not cordoned, no NoSchedule or NoExecute taint."""
+    def schedulable_nodes(self, at_least: int = 0, *, purpose: str = "") -> list[dict[str, Any]]:
+        """Nodes a plain pod can land on: not cordoned, no NoSchedule or NoExecute taint. Fewer than
+        `at_least` fails the test: the tier needs them of a cluster (docs/cluster-tier.md), it is not a
+        feature the cluster may lack."""
         def blocked(node: dict[str, Any]) -> bool:
             taints = node["spec"].get("taints") or []
             return bool(node["spec"].get("unschedulable")) or any(
                 taint.get("effect") in ("NoSchedule", "NoExecute") for taint in taints)
 
-        return [node for node in self.api.get("/api/v1/nodes")["items"] if not blocked(node)]
+        nodes = [node for node in self.api.get("/api/v1/nodes")["items"] if not blocked(node)]
+        if len(nodes) < at_least:
+            pytest.fail(f"the cluster tier needs {at_least} schedulable nodes without a NoSchedule or NoExecute "
+                        f"taint ({purpose}); this cluster has {len(nodes)} (see {DOCS})")
+        return nodes
 
     def apply(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Create, or replace what is there (keeping its resourceVersion)."""
@@ -94,9 +105,26 @@ class Cluster:
             "name": name, "labels": {**opt_in, **(labels or {})}}})
         return name
 
-    def policy(self, name: str, spec: dict[str, Any]) -> None:
-        self.apply(POLICIES, {"apiVersion": "placer.dev/v1alpha1", "kind": "SchedulingPolicy",
-                              "metadata": {"name": f"{E2E_NAME}-{name}"}, "spec": spec})
+    def policy(self, name: str, spec: dict[str, Any], *, served: bool = True) -> None:
+        """Create or replace the SchedulingPolicy `placer-e2e-<name>`. With `served`, return once Placer serves
+        this generation: an object created after the call gets it. (Without the wait, a workload created at
+        once is admitted before the policy reaches the workers: its first pods get nothing.)"""
+        applied = self.apply(POLICIES, {"apiVersion": "placer.dev/v1alpha1", "kind": "SchedulingPolicy",
+                                        "metadata": {"name": f"{E2E_NAME}-{name}"}, "spec": spec})
+        if served:
+            self.wait_served(applied["metadata"]["name"], applied["metadata"]["generation"])
+
+    def wait_served(self, name: str, generation: int) -> None:
+        """Until Placer's controller has published `generation` of the policy `name` (its `Ready` condition
+        observes it: the leader writes the status after the state the workers read, webhook.cluster.controller
+        `step`), and the workers have had time to read it."""
+        def published() -> bool:
+            status = self.api.get(f"{POLICIES}/{name}").get("status") or {}
+            ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+            return bool(ready) and int(ready[0].get("observedGeneration") or 0) >= generation
+
+        wait_until(published, timeout=60, what=f"Placer to publish generation {generation} of policy {name}")
+        time.sleep(READ_BY_WORKERS)
 
     def delete_policy(self, name: str) -> None:
         with contextlib.suppress(ApiError):
