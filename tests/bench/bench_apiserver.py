@@ -197,7 +197,9 @@ def _load_each(cluster: Cluster, namespaces: dict[str, str], body: bytes, *, dur
             one = load(url, body, connections=1, duration=duration, client=client)
             eight = load(url, body, connections=8, duration=duration, client=client, processes=2)
             row = {"p50": one["p50_ms"], "p99": one["p99_ms"], "rate": eight["rps"],
-                   "requests": one["requests"] + eight["requests"], "errors": one["errors"] + eight["errors"]}
+                   "requests": one["requests"] + eight["requests"], "errors": one["errors"] + eight["errors"],
+                   "error_kinds": {kind: one["error_kinds"].get(kind, 0) + eight["error_kinds"].get(kind, 0)
+                                   for kind in {**one["error_kinds"], **eight["error_kinds"]}}}
             rows.append(row)
             report(f"  {path:<22} p50 {row['p50']:6.2f} ms  p99 {row['p99']:6.2f} ms  at 8: {row['rate']:7.1f}/s"
                    f"  errors {row['errors']}")
@@ -222,6 +224,8 @@ def summarise(measured: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]
             "ratio": _median_ratio(rounds, base),
             "requests": sum(r["requests"] for r in rounds),
             "errors": sum(r["errors"] for r in rounds),
+            "error_kinds": {kind: sum(r["error_kinds"].get(kind, 0) for r in rounds)
+                            for kind in {kind for r in rounds for kind in r["error_kinds"]}},
         }
         if path in counterparts:
             go = measured[counterparts[path]]
