@@ -17,6 +17,7 @@ import copy
 import ipaddress
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,6 +34,7 @@ from tests.e2e.server import running_server
 from tests.kube.fake_apiserver import wait_for
 from webhook.cluster.client.api import ApiError, KubeApi, Timeouts
 from webhook.cluster.client.connection import ClusterConnection, connect
+from webhook.cluster.client.leader import LeaseElector
 from webhook.commands.certs import issue
 from webhook.policy.state.cluster_state import POLL_INTERVAL
 
@@ -45,6 +47,8 @@ READ_BY_WORKERS = 5 * POLL_INTERVAL
 """After the controller has published a policy, the time the workers take to read it (they poll the state
 every POLL_INTERVAL and recompile what changed)."""
 DOCS = "docs/cluster-tier.md"
+LOCK = "/apis/coordination.k8s.io/v1/namespaces/default/leases/placer-e2e-tier"
+LOCK_SECONDS = 60
 
 
 def wait_until(predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
@@ -149,17 +153,54 @@ def placer_on_cluster(kubeconfig: Path, workdir: Path) -> Iterator[Cluster]:
     state = Cluster(api, connection)
     crd = _documents(REPO / "deploy/base/crd.yaml")[0]
     try:
-        state.apply(CRDS, crd)
-        wait_until(lambda: _established(api), timeout=60, what="the SchedulingPolicy CRD")
-        with contextlib.ExitStack() as stack:
-            if os.environ.get("PLACER_E2E_IN_CLUSTER"):
-                _preflight(state, "the placer Service in placer-system")
-            else:
-                stack.enter_context(_local_placer(state, kubeconfig, connection.server, workdir))
-            yield state
+        with _one_run_at_a_time(api):
+            try:
+                state.apply(CRDS, crd)
+                wait_until(lambda: _established(api), timeout=60, what="the SchedulingPolicy CRD")
+                with contextlib.ExitStack() as stack:
+                    if os.environ.get("PLACER_E2E_IN_CLUSTER"):
+                        _preflight(state, "the placer Service in placer-system")
+                    else:
+                        stack.enter_context(_local_placer(state, kubeconfig, connection.server, workdir))
+                    yield state
+            finally:
+                state.cleanup()
     finally:
-        state.cleanup()
         api.close()
+
+
+@contextlib.contextmanager
+def _one_run_at_a_time(api: KubeApi) -> Iterator[None]:
+    """Hold the Lease `default/placer-e2e-tier` for the whole run (waiting up to PLACER_E2E_WAIT seconds,
+    default 1800, for another run to end): a run registers the webhook configurations `placer-e2e`, applies
+    the CRD and deletes it at the end, and labels and cordons nodes, so a second run against the same cluster
+    would take the first one's webhook and CRD. The Lease is renewed every quarter of its duration, so a run
+    that dies frees the cluster within LOCK_SECONDS (client-go's election, webhook.cluster.client.leader)."""
+    identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    lock = LeaseElector(api, namespace="default", name=f"{E2E_NAME}-tier", identity=identity,
+                        lease_seconds=LOCK_SECONDS)
+    deadline = time.monotonic() + float(os.environ.get("PLACER_E2E_WAIT", "1800"))
+    while not lock.try_acquire_or_renew():
+        if time.monotonic() > deadline:
+            holder = "unknown"
+            with contextlib.suppress(ApiError):
+                holder = (api.get(LOCK).get("spec") or {}).get("holderIdentity") or "gone"
+            raise AssertionError(f"another cluster tier run ({holder}) holds the Lease {LOCK} (see {DOCS})")
+        time.sleep(2)
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(LOCK_SECONDS / 4):
+            lock.try_acquire_or_renew()
+
+    renewer = threading.Thread(target=renew, name="placer-e2e-tier-lease", daemon=True)
+    renewer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        renewer.join(timeout=30)
+        lock.release()
 
 
 def _established(api: KubeApi) -> bool:
