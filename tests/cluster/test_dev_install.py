@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.harness import KUBECONFIG_ENV, POLICIES, wait_until
-from tests.conftest import REPO
+from tests.cluster.harness import POLICIES, wait_until
+from tests.conftest import KUBECONFIG_ENV, REPO
 from tests.docs_text import shown_output
 from webhook.cluster.client.api import ApiError, KubeApi, Timeouts
 from webhook.cluster.client.connection import connect

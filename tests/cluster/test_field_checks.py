@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.harness import E2E_NAME, KUBECONFIG_ENV, Cluster
+from tests.cluster.harness import E2E_NAME, Cluster
+from tests.conftest import KUBECONFIG_ENV
 from webhook.cluster.client.api import ApiError
 
 pytestmark = pytest.mark.cluster

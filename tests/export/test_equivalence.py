@@ -16,7 +16,6 @@ from tests.export.map_runtime import RESOURCES, MapRuntime
 from tests.golden.test_golden import CASES, _cases
 from tests.helpers import compile_policies, read_yaml, review_for, run, snapshot_of
 from webhook.export.admission_policy import export_policies
-from webhook.export.mutations import PLAIN
 from webhook.export.versions import DEFAULT_TARGET, KubernetesVersion, show
 from webhook.policy.snapshot import NamespaceInfo
 
@@ -42,7 +41,7 @@ def _exported_only(texts: tuple[str, ...], allow_partial: bool,
                    target: KubernetesVersion) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
     """Once per policy set and target: every example policy on 54 workloads is one export, compared 54 times."""
     policies, _compiler = compile_policies(list(texts))
-    exports = export_policies(policies, dialect=PLAIN, allow_partial=allow_partial, target=target)
+    exports = export_policies(policies, allow_partial=allow_partial, target=target)
     objects = [obj for export in exports for obj in export.objects]
     kept = {(export.policy, rule.rule) for export in exports for rule in export.rules if rule.written}
     reduced = []
