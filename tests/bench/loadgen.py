@@ -5,9 +5,10 @@
 
 Each connection is an asyncio task on one TLS connection that sends the same pre-encoded request, reads the
 response (status line, headers, Content-Length body) and records the latency; new connections are opened
-only when the server closes one. Prints one JSON object: requests, errors, seconds, rps and latency
-percentiles in ms. `--processes N` splits the connections over N processes (the generator must not be the
-bottleneck); their samples are merged before the percentiles are computed.
+only when the server closes one. Prints one JSON object: requests, errors (and by kind: an HTTP status or
+an exception), seconds, rps and latency percentiles in ms. `--processes N` splits the connections over N
+processes (the generator must not be the bottleneck); their samples are merged before the percentiles are
+computed.
 
 Debian's `wrk` is not installable here (no root, no apt), and PyPI has no C load generator; this stays out
 of the server's process, so the server is measured as the API server sees it.
@@ -98,11 +99,13 @@ async def _connection(host: str, port: int, request: bytes, context: ssl.SSLCont
             latencies.append((time.perf_counter() - started) * 1000)
             if not 200 <= status < 300:  # 201 for a create
                 counters["errors"] += 1
+                counters[f"HTTP {status}"] = counters.get(f"HTTP {status}", 0) + 1
             if closing:
                 writer.close()
                 reader = writer = None
-        except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError, IndexError):
+        except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError, IndexError) as error:
             counters["errors"] += 1
+            counters[type(error).__name__] = counters.get(type(error).__name__, 0) + 1
             if writer is not None:
                 writer.close()
             reader = writer = None
@@ -150,11 +153,17 @@ def load(url: str, body: bytes | None, *, connections: int, duration: float, ca:
         results = pool.map(_worker, jobs)
     latencies = [value for result in results for value in result[0]]
     errors = sum(result[1]["errors"] for result in results)
+    kinds: dict[str, int] = {}
+    for _, counters, _ in results:
+        for kind, count in counters.items():
+            if kind not in ("sent", "errors"):
+                kinds[kind] = kinds.get(kind, 0) + count
     seconds = max(result[2] for result in results)
     return {
         "connections": connections,
         "requests": len(latencies),
         "errors": errors,
+        "error_kinds": kinds,
         "seconds": round(seconds, 2),
         "rps": round(len(latencies) / seconds, 1) if seconds else 0.0,
         "p50_ms": round(percentile(latencies, 0.50), 3),

@@ -251,3 +251,27 @@ def test_through_the_api_server_placer_is_compared_round_by_round_with_the_go_we
     assert two["vs_go_p50"] == pytest.approx(0.2)  # 0.2, 0.3, 0.1
     assert two["vs_go_rate"] == pytest.approx(750 / 800)  # 0.9375, 0.921, 1.0: the median of the ratios
     assert "vs_go_p50" not in rows["Go, 2-rule patch"] and "vs_go_p50" not in rows["no webhook"]
+
+
+def test_two_creates_of_one_pod_compare_equal_whatever_token_volume_the_api_server_named() -> None:
+    """The ServiceAccount admission plugin names the token volume anew for every create: the Go reference's
+    "no patch" Pod and Placer's "no policy" Pod differed in nothing else (the bench stopped on it)."""
+    from tests.bench.reference_webhook import comparable, patch_between  # noqa: PLC0415
+    from tests.conftest import fixture_request  # noqa: PLC0415
+
+    def created(token: str) -> dict[str, Any]:
+        """The Pod as the ServiceAccount admission plugin leaves it (plugin/pkg/admission/serviceaccount)."""
+        pod: dict[str, Any] = fixture_request("pod-bare-create-dryrun")["request"]["object"]
+        pod["spec"]["volumes"] = [{"name": token, "projected": {"defaultMode": 420, "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}]}}]
+        for container in pod["spec"]["containers"]:
+            container["volumeMounts"] = [{"name": token, "readOnly": True,
+                                          "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]
+        return pod
+
+    pod, again = created("kube-api-access-x7k2q"), created("kube-api-access-zz9zz")
+    assert again != pod and comparable(again) == comparable(pod)
+    assert patch_between(pod, again) == []
+    patched = json.loads(json.dumps(again))
+    patched["spec"]["nodeSelector"] = {"node-pool": "ml"}
+    assert patch_between(pod, patched) == [{"op": "add", "path": "/spec/nodeSelector", "value": {"node-pool": "ml"}}]

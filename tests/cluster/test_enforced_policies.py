@@ -31,7 +31,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.harness import KUBECONFIG_ENV, Cluster, wait_until
+from tests.cluster.harness import DOCS, Cluster, wait_until
+from tests.conftest import KUBECONFIG_ENV
 from webhook.cluster.client.api import ApiError
 
 pytestmark = pytest.mark.cluster
@@ -67,7 +68,7 @@ def general_node(cluster: Cluster) -> Iterator[str]:
     nodes = [node for node in cluster.api.get("/api/v1/nodes")["items"]
              if not node["spec"].get("unschedulable") and not node["spec"].get("taints")]
     if not nodes:
-        pytest.skip("no untainted schedulable node in this cluster")
+        pytest.fail(f"the cluster tier needs an untainted schedulable node (see {DOCS})")
     name = nodes[-1]["metadata"]["name"]
     cluster.api.merge_patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {POOL_KEY: "general"}}})
     try:

@@ -127,7 +127,8 @@ def test_a_deployment_created_before_the_policy_fails_drifts_and_is_brought_in_s
         code = kubectl_main(["drift", "-n", namespace, "--kubeconfig", kubeconfig])
         listed = capsys.readouterr().out
         assert code == 1, listed
-        assert f"deployment/before -n {namespace}\n" in listed and f"  {policy}/pool: out of step\n" in listed
+        assert f"deployment/before -n {namespace}\n  {policy}/pool: out of step: drift" in listed, \
+            "each failing rule with its reason"
         assert '"path": "/spec/template/spec/nodeSelector"' in listed and "placer-e2e/pool" in listed
         assert "deployment/opted-out" not in listed
 

@@ -378,6 +378,8 @@ def _granted(objects: list[dict[str, Any]]) -> Iterator[tuple[str, str, str, str
         if obj["kind"] not in ("ClusterRole", "Role"):
             continue
         for rule in obj["rules"]:
+            if "nonResourceURLs" in rule:  # the API server's /metrics, read for feature gates: no resource
+                continue
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
                     for verb in rule["verbs"]:

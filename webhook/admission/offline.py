@@ -19,6 +19,7 @@ from webhook.admission.request_options import RequestOptions
 from webhook.admission.review import decode_json
 from webhook.engine.mutate import Mutation, mutate
 from webhook.engine.request import AdmissionRequest
+from webhook.gang.native import NOT_SERVED, served_from
 from webhook.placement.claims import ClaimLookup
 from webhook.placement.node_fit import Nodes, node_fit
 from webhook.placement.share_counts import CountedShares
@@ -61,6 +62,8 @@ class ApplyReport:
     snapshot: PolicySnapshot
     results: list[ManifestResult] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    rule_errors: list[str] = field(default_factory=list)
+    """Rules that error on a manifest (`<object>: rule <policy>/<rule> errors: ...`): the command fails."""
     warnings: list[str] = field(default_factory=list)
     nodes: Sequence[tuple[str, Mapping[str, Any]]] | None = None
     """The cluster's nodes (name, facts), when known: `-o explain` says which can host each template's pods."""
@@ -68,10 +71,15 @@ class ApplyReport:
 
 def load_policies(paths: Sequence[str], *, required: bool, compiler: PolicyCompiler | None = None) -> PolicySnapshot:
     """The policies of `paths`, compiled by `compiler` (its field checks: the target version's schemas;
-    default: the newest supported version's)."""
-    source = FilePolicySource(paths, compiler=compiler or PolicyCompiler(), required=paths if required else ())
+    default: the newest supported version's). A target without a PodGroup API (before 1.36) serves no native
+    gang: its rules then change nothing, as the webhook's do on such a cluster."""
+    compiler = compiler or PolicyCompiler()
+    source = FilePolicySource(paths, compiler=compiler, required=paths if required else ())
     source.refresh()
-    return source.snapshot()
+    snapshot = source.snapshot()
+    if not served_from(compiler.fields.version):
+        snapshot = dataclasses.replace(snapshot, native_gang_version=NOT_SERVED)
+    return snapshot
 
 
 def parse_labels(text: str) -> dict[str, str]:
@@ -160,7 +168,15 @@ def apply_manifests(
         report.warnings.extend(f"{result.title}: placer: {warning}" for warning in mutation.warnings)
         if mutation.denial:
             report.problems.append(f"{result.title}: denied: {mutation.denial}")
+        # A rule that errors is a policy that does not work on this object, whatever failurePolicy lets through.
+        report.rule_errors.extend(f"{result.title}: {message}" for message in rule_errors(mutation))
     return report
+
+
+def rule_errors(mutation: Mutation) -> list[str]:
+    """Each rule's error on an object, as `placer apply` and `placer test` report it."""
+    return [f"rule {trace.policy}/{trace.rule} errors" + (f" (template {trace.template})" if trace.template else "")
+            + f": {trace.detail}" for trace in mutation.traces if trace.outcome == "error"]
 
 
 def _count_pod(shares: CountedShares, request: AdmissionRequest, mutation: Mutation) -> None:

@@ -37,7 +37,7 @@ from webhook.cluster.health.health_round import HealthRound, PodGroupApiCheck
 from webhook.cluster.health.policy_health import combine
 from webhook.cluster.health.status import PolicyOutcome
 from webhook.cluster.health.status_writer import CompiledPolicy, StatusWriter
-from webhook.cluster.podgroups.native_gang import native_gang_not_served, native_version_of
+from webhook.cluster.podgroups.native_gang import job_gangs_of, native_gang_not_served, native_version_of
 from webhook.cluster.podgroups.native_operators import OperatorPodGroups
 from webhook.cluster.podgroups.pod_groups import PodGroupKeeper
 from webhook.cluster.projections import (
@@ -161,6 +161,8 @@ class ClusterController:
         self._pod_groups_served: bool | None = None
         self._native_gang_version = native_version_of(self.served)
         """The kube-scheduler PodGroup version served ("" none, None not known), followed from discovery."""
+        self._job_gangs = job_gangs_of(self.served)
+        """The Job controller keeps Jobs' gangs from their own field (1.37+ with WorkloadWithJob)."""
         self.watch_threads: list[threading.Thread] = []
         """One per watched resource, once `run` has started them (they end when `stop` is set)."""
         self.pod_groups = PodGroupKeeper(api, default_workload_table(), wake=self._request_round,
@@ -271,10 +273,11 @@ class ClusterController:
             self._inputs = inputs
         wanted = any(good.pod_group_findings for _, good in self._last_good.values())
         served = self.pod_group_api.check(wanted)
-        native = native_version_of(self._discovery.served if self._discovery is not None else self.served)
-        if served != self._pod_groups_served or native != self._native_gang_version:  # workers warn: tell them
-            self._pod_groups_served, self._native_gang_version = served, native
-            self._publish(policies, priority_classes)
+        discovered = self._discovery.served if self._discovery is not None else self.served
+        native, jobs = native_version_of(discovered), job_gangs_of(discovered)
+        if (served, native, jobs) != (self._pod_groups_served, self._native_gang_version, self._job_gangs):
+            self._pod_groups_served, self._native_gang_version, self._job_gangs = served, native, jobs
+            self._publish(policies, priority_classes)  # workers warn and write by them: tell them
         if self._health is not None:
             self._health.publish()
         if self._elector is None:
@@ -318,13 +321,14 @@ class ClusterController:
             del self._compiled[gone]
             self._last_good.pop(gone, None)
         default_class = global_default_priority_class(priority_classes or {})
-        content = (serving, errors, default_class, self._pod_groups_served, self._native_gang_version)
+        content = (serving, errors, default_class, self._pod_groups_served, self._native_gang_version,
+                   self._job_gangs)
         if content == self._published:
             return  # e.g. only a status or an unrelated annotation changed: workers need not recompile
         self._generation += 1
         state = ClusterState(self._generation, True, serving, errors, default_priority_class=default_class,
                              pod_groups_served=self._pod_groups_served,
-                             native_gang_version=self._native_gang_version)
+                             native_gang_version=self._native_gang_version, job_gangs=self._job_gangs)
         write_state(self._state_directory, state)
         self._published = content
         log.info(

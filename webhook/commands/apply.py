@@ -93,9 +93,9 @@ def run(args: argparse.Namespace) -> int:
             compiler=compiler,
             request_options=options,
         )
-    for problem in report.problems:
+    for problem in (*report.problems, *report.rule_errors):
         print(f"error: {problem}", file=sys.stderr)
     for warning in report.warnings:
         print(f"Warning: {warning}", file=sys.stderr)
     sys.stdout.write(render(report, args.output))
-    return 1 if report.problems else 0
+    return 1 if report.problems or report.rule_errors else 0

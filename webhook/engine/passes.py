@@ -78,7 +78,9 @@ class Run:
         self.namespace_cel = namespace.as_cel()
         obj = request.object or {}
         self.gang = lazy(lambda: gang_facts(kind, obj, request.name or "", unique_suffix=uid_suffix(request.uid),
-                                            native_version=snapshot.native_gang_version))
+                                            native_version=snapshot.native_gang_version,
+                                            old=request.old_object if request.operation == "UPDATE" else None,
+                                            stored=request.stored, job_gangs=snapshot.job_gangs))
         self.protected = kind.selector_label_keys(obj)
         self.default_priority_class = snapshot.default_priority_class if kind.kind == "Pod" else None
         self.claims = claims

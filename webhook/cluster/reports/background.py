@@ -27,8 +27,9 @@ from pathlib import Path
 
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.cluster.client.reflector import Reflector, Resource
-from webhook.cluster.reports.compliance import RuleResult, Verdict, evaluate
+from webhook.cluster.reports.compliance import Verdict, evaluate
 from webhook.cluster.reports.reports import API_VERSION, GROUP, RuleTally, counted, report_key, workload_report
+from webhook.cluster.reports.results import RuleResult
 from webhook.cluster.reports.workload_book import KindSink, Record, WorkloadBook
 from webhook.cluster.reports.writer import ReportWriter
 from webhook.engine.value_drift import ValueCheck
@@ -112,6 +113,7 @@ class BackgroundReports:
         writer: ReportWriter | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         clock: Callable[[], float] = time.time,
+        seal_key: bytes | None = None,
     ) -> None:
         """`snapshot()`: the policies as the workers serve them, and whether they changed since last asked.
         `exhausted()`: whether Kubernetes CEL library calls have leaked this process's budget (the library
@@ -120,6 +122,8 @@ class BackgroundReports:
         self._api = api
         self._state_directory = state_directory
         self._snapshot = snapshot
+        self._seal_key = seal_key
+        """The key of exemption seals: a sealed workload is exempt, as its admission found (`exempt_results`)."""
         self._leading = leading
         self._exhausted = exhausted
         self.restart = False
@@ -257,7 +261,8 @@ class BackgroundReports:
             changed = False
             if record is not None:
                 results = tuple(shared.setdefault(result, result)
-                                for result in evaluate(record.unpacked(), snapshot, workloads, values).results)
+                                for result in evaluate(record.unpacked(), snapshot, workloads, values,
+                                                          seal_key=self._seal_key).results)
                 if results != record.results:
                     record.results, record.found, changed = results, self._clock(), True
                 self.judged += 1

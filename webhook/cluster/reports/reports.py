@@ -27,7 +27,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from webhook.cluster.reports.compliance import RESULTS, RuleResult, Verdict, WorkloadRef
+from webhook.cluster.reports.compliance import Verdict, WorkloadRef
+from webhook.cluster.reports.results import RESULTS, RuleResult
 from webhook.support.typing import JSONObject
 
 GROUP = "wgpolicyk8s.io"

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.cluster.reports.compliance import RuleResult, WorkloadRef, as_create, reference_of
+from webhook.cluster.reports.compliance import WorkloadRef, as_create, reference_of
+from webhook.cluster.reports.results import RuleResult
 from webhook.workloads import WorkloadKind
 
 
