@@ -12,6 +12,7 @@ import jsonpatch
 import kubernetes_validate
 import pytest
 
+from tests.bench.bench_controller_events import measure as measure_events
 from tests.bench.bench_direct import run as run_direct
 from tests.bench.bench_direct import summarise
 from tests.bench.bench_engine import phase_rows, run
@@ -93,6 +94,14 @@ def test_scale_benchmark_publishes_every_relabel_and_counts_every_placer_process
     assert sorted(row["cpu_s_per_min"]) == ["arbiter", "controller", "worker-0", "worker-1"], row
     assert row["shards_kb"] > 50 and row["policies_kb"] > 0, row
     assert row["policy_ms"][0] > 0 and row["admission_p50_ms"] > 0, row
+
+
+def test_controller_events_benchmark_labels_namespaces_and_profiles_a_relabel() -> None:
+    row = measure_events(namespaces=500, policies=11, nodes=50, claims=50, rate=20, duration=0.3, profiled=5)
+    assert row["labelled_at_start"] > 0, "the leader labels the namespaces the Enforced policies select"
+    assert {"namespace_relabel", "node_change", "claim_change", "policy_change"} <= set(row), row
+    assert "5 relabels" in row["profile"] and "follow_labels" in row["profile"], row["profile"]
+    assert row["namespaces_looked_at"] < 3 * 500, "relabels look at the namespaces that changed"
 
 
 def test_placement_benchmark_measures_both_cases_with_the_check_answering() -> None:

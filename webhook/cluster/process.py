@@ -14,13 +14,20 @@ from pathlib import Path
 
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.cluster.client.connection import ConnectionSetupError, connect, identity
-from webhook.cluster.client.discovery import DiscoveryRefresh, ServedApis, discover, write_served_apis
+from webhook.cluster.client.discovery import (
+    WATCHED_FEATURES,
+    DiscoveryRefresh,
+    ServedApis,
+    discover,
+    write_served_apis,
+)
 from webhook.cluster.client.leader import LeaseElector
 from webhook.cluster.controller import LEASE_NAME, ClusterController
 from webhook.cluster.health.health_round import HealthRound
 from webhook.cluster.health.recent_counts import RecentCounts
 from webhook.cluster.health.replica_reports import PUBLISH_INTERVAL, ReplicaPublisher
 from webhook.cluster.reports.background import BackgroundReports, ServedPolicies
+from webhook.engine.exemption_seal import ExemptionKeyError, read_key
 from webhook.policy.cel.libraries.leaks import LeakAccount
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.fields.field_check import FieldChecks
@@ -56,8 +63,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", type=Path)
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--no-status", action="store_true", help="never write policy status (no leader election)")
+    parser.add_argument("--exemption-key", type=Path, help="key of exemption seals, honoured by the reports")
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
+    try:
+        seal_key = read_key(args.exemption_key) if args.exemption_key else None
+    except ExemptionKeyError as error:
+        log.error("%s", error)
+        return 1
     try:
         connection = connect(args.kubeconfig)
     except ConnectionSetupError as error:
@@ -75,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     judging = PolicyCompiler(LeakAccount(int(CEL_LEAK_BUDGET_MIB * 2**20)), fields=FieldChecks(served.field_target))
     background = BackgroundReports(api, args.state, ServedPolicies(args.state, judging),
                                    leading=lambda: elector is None or elector.is_leader,
-                                   exhausted=judging.leaks.exhausted)
+                                   exhausted=judging.leaks.exhausted, seal_key=seal_key)
     controller = ClusterController(api, args.state, compiler=compiler, elector=elector, served=served,
                                    discovery=discovery, background=background,
                                    health=None if args.no_status else _health_round(api, connection.namespace))
@@ -91,7 +104,7 @@ def served_at_start(api: KubeApi, state: Path) -> ServedApis:
     """The API server's version and discovery, written to the state directory; when it cannot be read (the
     API server is away), nothing optional is watched until `DiscoveryRefresh` reads it and restarts."""
     try:
-        served = discover(api)
+        served = discover(api, features=WATCHED_FEATURES)
     except (ApiError, TransportError) as error:
         log.warning("API discovery failed (%s); optional watches wait for it", error)
         return ServedApis()

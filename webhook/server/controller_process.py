@@ -30,6 +30,7 @@ class ControllerProcess:
             "--log-level",
             settings.log_level,
             *(["--kubeconfig", str(settings.kubeconfig)] if settings.kubeconfig else []),
+            *(["--exemption-key", str(settings.exemption_key)] if settings.exemption_key else []),
         ]
         self._monotonic = monotonic
         self._max_delay = max_delay
