@@ -224,8 +224,8 @@ def summarise(measured: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]
             "ratio": _median_ratio(rounds, base),
             "requests": sum(r["requests"] for r in rounds),
             "errors": sum(r["errors"] for r in rounds),
-            "error_kinds": {kind: sum(r["error_kinds"].get(kind, 0) for r in rounds)
-                            for kind in {kind for r in rounds for kind in r["error_kinds"]}},
+            "error_kinds": {kind: sum(r.get("error_kinds", {}).get(kind, 0) for r in rounds)
+                            for kind in {kind for r in rounds for kind in r.get("error_kinds", {})}},
         }
         if path in counterparts:
             go = measured[counterparts[path]]

@@ -65,7 +65,7 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bool]:
         raise ConnectionError("closed")
     status = int(status_line.split()[1])
     length = 0
-    closing = False
+    closing = chunked = False
     while True:
         line = await reader.readline()
         if line in (b"\r\n", b""):
@@ -76,9 +76,27 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bool]:
             length = int(value.strip())
         elif header == b"connection" and value.strip().lower() == b"close":
             closing = True
-    if length:
+        elif header == b"transfer-encoding" and value.strip().lower().endswith(b"chunked"):
+            chunked = True
+    if chunked:
+        await _read_chunks(reader)
+    elif length:
         await reader.readexactly(length)
     return status, closing
+
+
+async def _read_chunks(reader: asyncio.StreamReader) -> None:
+    """A chunked body (RFC 9112, section 7.1): chunks of a hex size (extensions after `;` ignored) until the
+    last, of size 0, then trailer fields up to an empty line. Go's HTTP server (the API server's) sends one
+    whenever a handler writes more than `bufferBeforeChunkingSize` (2048 bytes, net/http/server.go) without a
+    Content-Length: a created Pod of a few KiB comes back so."""
+    while True:
+        size = int((await reader.readline()).split(b";")[0].strip(), 16)
+        if size == 0:
+            while (await reader.readline()) not in (b"\r\n", b""):
+                pass
+            return
+        await reader.readexactly(size + 2)  # the chunk and its CRLF
 
 
 async def _connection(host: str, port: int, request: bytes, context: ssl.SSLContext, server_name: str | None,

@@ -23,7 +23,8 @@ def test_the_api_server_benchmark_measures_each_path_it_names(cluster: Cluster, 
     go_paths = list(GO_PATHS) if shutil.which("go") else []
     assert [row["path"] for row in rows] == [*PLACER_PATHS, *go_paths]
     for row in rows:
-        assert row["requests"] > 0 and row["errors"] == 0, row
+        assert row["requests"] > 0 and row["errors"] == 0, (
+            f"{row['path']}: {row['errors']} errors in {row['requests']} requests: {row['error_kinds']}")
     with capsys.disabled():
         print()
         print_summary(rows, rounds=1)
