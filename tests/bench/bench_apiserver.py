@@ -45,8 +45,8 @@ from tests.bench.bench_direct import TWO_RULES
 from tests.bench.bench_engine import policies as bench_policies
 from tests.bench.loadgen import Client, load
 from tests.bench.reference_webhook import NoGo, comparable, go_reference, patch_between
-from tests.cluster.harness import E2E_NAME, KUBECONFIG_ENV, Cluster, NoRouteBack, placer_on_cluster, wait_until
-from tests.conftest import REPO
+from tests.cluster.harness import E2E_NAME, Cluster, NoRouteBack, placer_on_cluster, wait_until
+from tests.conftest import KUBECONFIG_ENV, REPO
 from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.cluster.client.connection import ClusterConnection, ConnectionSetupError
 
@@ -178,9 +178,10 @@ def measure(cluster: Cluster, *, duration: float, rounds: int, workdir: Path,
             for route, namespace in routes.items():
                 path = GO_ROUTES[route]
                 namespaces[path] = namespace
-                answered = comparable(create_in(cluster, namespace, pod))
-                if answered != comparable(created[GO_PATHS[path]]):
-                    raise AssertionError(f"a create through {path!r} does not give the Pod {GO_PATHS[path]!r} gave")
+                answered = create_in(cluster, namespace, pod)
+                if comparable(answered) != comparable(created[GO_PATHS[path]]):
+                    raise AssertionError(f"a create through {path!r} does not give the Pod {GO_PATHS[path]!r} "
+                                         f"gave: {patch_between(created[GO_PATHS[path]], answered)}")
         return _load_each(cluster, namespaces, body, duration=duration, rounds=rounds, report=report)
 
 
@@ -196,7 +197,9 @@ def _load_each(cluster: Cluster, namespaces: dict[str, str], body: bytes, *, dur
             one = load(url, body, connections=1, duration=duration, client=client)
             eight = load(url, body, connections=8, duration=duration, client=client, processes=2)
             row = {"p50": one["p50_ms"], "p99": one["p99_ms"], "rate": eight["rps"],
-                   "requests": one["requests"] + eight["requests"], "errors": one["errors"] + eight["errors"]}
+                   "requests": one["requests"] + eight["requests"], "errors": one["errors"] + eight["errors"],
+                   "error_kinds": {kind: one["error_kinds"].get(kind, 0) + eight["error_kinds"].get(kind, 0)
+                                   for kind in {**one["error_kinds"], **eight["error_kinds"]}}}
             rows.append(row)
             report(f"  {path:<22} p50 {row['p50']:6.2f} ms  p99 {row['p99']:6.2f} ms  at 8: {row['rate']:7.1f}/s"
                    f"  errors {row['errors']}")
@@ -221,6 +224,8 @@ def summarise(measured: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]
             "ratio": _median_ratio(rounds, base),
             "requests": sum(r["requests"] for r in rounds),
             "errors": sum(r["errors"] for r in rounds),
+            "error_kinds": {kind: sum(r.get("error_kinds", {}).get(kind, 0) for r in rounds)
+                            for kind in {kind for r in rounds for kind in r.get("error_kinds", {})}},
         }
         if path in counterparts:
             go = measured[counterparts[path]]

@@ -4,10 +4,10 @@
 
 `placer serve` with 2 workers under a closed-loop client (tests/e2e/closed_loop.py: keep-alive connections,
 each sending the next admission when the previous is answered, as the API server's Go client does) while the
-main process gets SIGHUP every 8.5 s: granian replaces both workers, one after the other, each new one beside
-the old for 3.5 s. Prints, per round, the admissions answered and those that failed: while connecting, as
-the first request on a new connection, or on a kept-alive connection (the keep-alive race that
-`webhook/server/respawn_drain.py` removes).
+main process gets SIGHUP every 13.5 s: granian replaces both workers, one after the other, each new one beside
+the old for `RESPAWN_INTERVAL_SECONDS` (6 s). Prints, per round, the admissions answered and those that
+failed: while connecting, as the first request on a new connection, or on a kept-alive connection (the
+keep-alive race that `webhook/server/respawn_drain.py` removes).
 """
 
 import argparse
@@ -21,8 +21,10 @@ from tests.conftest import fixture_request
 from tests.e2e.closed_loop import ClosedLoopClient
 from tests.e2e.server import running_server
 from webhook.commands.certs import issue
+from webhook.server.serve import RESPAWN_INTERVAL_SECONDS
 
-RELOAD_EVERY_SECONDS = 8.5
+RELOAD_EVERY_SECONDS = 2 * RESPAWN_INTERVAL_SECONDS + 1.5
+"""Both workers replaced, then a moment with no replacement going on."""
 
 
 def run(reloads: int, connections: int) -> dict[str, int]:

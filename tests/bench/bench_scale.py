@@ -1,6 +1,7 @@
 """The scale table: what cluster state costs Placer when the cluster is big and changing, with no admissions.
 
     python -m tests.bench.bench_scale [--namespaces 1000,10000] [--nodes 0,5000] [--churn 10] [--duration 30]
+                                      [--selected]
 
 For each namespace count N: the fake API server (tests.kube.fake_apiserver, in this process) holds N
 namespaces (3 labels and 2 annotations each, like a platform's) and `--policies` SchedulingPolicies plus the
@@ -8,12 +9,17 @@ namespaces (3 labels and 2 annotations each, like a platform's) and `--policies`
 
 - startup: seconds from launch until every worker serves the cluster's policies and the last namespace;
 - state: bytes of `policies.json` and of the namespace shards;
+- idle: `--duration` seconds with nothing changing: CPU of each Placer process, and the total as a share of
+  one core (what the churn below adds to);
 - churn: `--churn` namespace relabels per second for `--duration` seconds; publish latency p50/p99 from the
   relabel to its shard being on disk (a worker reads a namespace's shard at each admission, so that is when
   every worker serves it), and CPU seconds per minute and RSS of each Placer process (arbiter, controller,
   workers) from /proc, with the total as a share of one core;
 - policy freshness: p50/p99 from a policy update until 12 admissions in a row (both workers) serve it;
 - admission p50/p99 of the captured Pod review at 1 connection (3 s), beside the same with no namespaces;
+- with `--selected`: the policies select namespaces by label (`team: team-N`, each a 97th of them) and every
+  tenth is Enforced, so the controller keeps the fail-closed label (`placer.dev/enforce`) on the namespaces
+  those select and looks at each relabelled namespace for it;
 - with `--nodes M`: M Nodes (as kubelets report them, ~7 KB each), and a phase in which each reports its
   status every 10 s and nothing else changes (M/10 watch events a second): Placer's share of a core.
 """
@@ -40,7 +46,7 @@ from tests.bench.loadgen import load, percentile
 from tests.conftest import fixture_request
 from tests.e2e.server import RunningServer, running_server
 from tests.helpers import decode_patch
-from tests.kube.fake_apiserver import FakeApiServer
+from tests.kube.fake_apiserver import NAMESPACES, FakeApiServer
 from webhook.commands.certs import issue
 from webhook.policy.state.cluster_state import namespaces_directory, nodes_directory, policies_path
 from webhook.policy.state.namespace_shards import NamespaceShards
@@ -48,14 +54,25 @@ from webhook.policy.state.namespace_shards import NamespaceShards
 POD_NAMESPACE = "team-a"
 
 
-def populate(apiserver: FakeApiServer, namespaces: int, policy_count: int) -> None:
+def populate(apiserver: FakeApiServer, namespaces: int, policy_count: int, *, selected: bool = False) -> None:
     apiserver.put_namespace(POD_NAMESPACE, {"node-pool": "ml", "placer.dev/inject": "enabled"})
     for index in range(namespaces - 1):
         apiserver.put_namespace(f"ns-{index:05d}", {"team": f"team-{index % 97}", "env": "prod", "tier": "web"},
                                 {"owner": f"owner-{index}@example.com", "cost-center": str(index % 31)})
-    for text in policies(policy_count) if policy_count else []:
-        apiserver.put_policy(yaml.safe_load(text))
+    for document in selected_policies(policy_count) if selected else [
+            yaml.safe_load(text) for text in (policies(policy_count) if policy_count else [])]:
+        apiserver.put_policy(document)
     apiserver.put_policy(yaml.safe_load(TWO_RULES))
+
+
+def selected_policies(count: int) -> list[dict[str, Any]]:
+    """`count` one-rule policies, each selecting the namespaces of one team by label; every tenth Enforced."""
+    return [{"apiVersion": "placer.dev/v1alpha1", "kind": "SchedulingPolicy", "metadata": {"name": f"team-{index}"},
+             "spec": {"priority": index, "namespaceSelector": {"matchLabels": {"team": f"team-{index % 97}"}},
+                      **({"enforcement": "Enforced"} if index % 10 == 0 else {}),
+                      "rules": [{"name": "pool", "action": "add-node-selector",
+                                 "parameters": {"node-pool": f"pool-{index}"}}]}}
+            for index in range(count)]
 
 
 def placer_processes(server: RunningServer) -> dict[str, int]:
@@ -112,10 +129,11 @@ def gpu_pod_policy(key: str) -> dict[str, Any]:
 
 
 def measure(namespaces: int, policy_count: int, churn: float, duration: float, workdir: Path,
-            certs: Any, *, nodes: int = 0, policy_updates: int = 8, admission_seconds: float = 3.0) -> dict[str, Any]:
+            certs: Any, *, nodes: int = 0, policy_updates: int = 8, admission_seconds: float = 3.0,
+            selected: bool = False) -> dict[str, Any]:
     apiserver = FakeApiServer().serve(certs.cert, certs.key)
     try:
-        populate(apiserver, namespaces, policy_count)
+        populate(apiserver, namespaces, policy_count, selected=selected)
         for index in range(nodes):
             apiserver.put_node(node_name(index), {"node-pool": f"pool-{index % 7}"})
         apiserver.put_policy(gpu_pod_policy("v0"))
@@ -137,12 +155,21 @@ def measure(namespaces: int, policy_count: int, churn: float, duration: float, w
                 time.sleep(0.05)
             startup = time.monotonic() - started
             time.sleep(2.0)  # let start-up work settle before counting CPU
+            labelled, steady = -1, 0
+            if selected:  # the leader has labelled every namespace the Enforced policies select
+                while time.monotonic() < deadline + 60 and steady < 3:
+                    count = sum("placer.dev/enforce" in (obj["metadata"].get("labels") or {})
+                                for obj in list(apiserver.objects[NAMESPACES].values()))
+                    steady, labelled = (steady + 1 if count == labelled and count else 0), count
+                    time.sleep(1.0)
             row: dict[str, Any] = {"namespaces": namespaces, "nodes": nodes, "startup_s": round(startup, 2),
+                                   "labelled": labelled if selected else None,
                                    "nodes_kb": round(sum(p.stat().st_size for p in
                                                          nodes_directory(directory).glob("*.json")) / 1024, 1),
                                    "policies_kb": round(policies_path(directory).stat().st_size / 1024, 1),
                                    "shards_kb": round(sum(p.stat().st_size for p in
                                                           namespaces_directory(directory).glob("*.json")) / 1024, 1)}
+            row["idle"] = idle_phase(pids, duration)
             row.update(churn_phase(apiserver, server, pids, directory, namespaces, churn, duration))
             row["heartbeats"] = heartbeat_phase(apiserver, pids, nodes, duration) if nodes else None
             row["policy_ms"] = policy_freshness(apiserver, server, policy_updates)
@@ -191,6 +218,17 @@ def heartbeat_phase(apiserver: FakeApiServer, pids: dict[str, int], nodes: int, 
     return {"events_per_s": round(count / elapsed), "cpu_s_per_min": {k: round(v, 2) for k, v in cpu.items()},
             "core_share_pct": round(sum(cpu.values()) / 60 * 100, 2),
             "first_round_pct": round(sum(first_cpu.values()) / 60 * 100, 2)}
+
+
+def idle_phase(pids: dict[str, int], duration: float) -> dict[str, Any]:
+    """Nothing changes for `duration` seconds: what each Placer process spends on its own."""
+    cpu_before = {role: cpu_seconds([pid]) for role, pid in pids.items()}
+    began = time.monotonic()
+    time.sleep(duration)
+    elapsed = time.monotonic() - began
+    cpu = {role: (cpu_seconds([pid]) - cpu_before[role]) / elapsed * 60 for role, pid in pids.items()}
+    return {"cpu_s_per_min": {role: round(value, 2) for role, value in cpu.items()},
+            "core_share_pct": round(sum(cpu.values()) / 60 * 100, 2)}
 
 
 def churn_phase(apiserver: FakeApiServer, server: RunningServer, pids: dict[str, int], directory: Path,
@@ -275,6 +313,7 @@ def print_row(row: dict[str, Any]) -> None:
     print(f"{row['namespaces']:>10} {row['nodes']:>5} {row['startup_s']:>9} {row['policies_kb']:>11} "
           f"{row['shards_kb']:>9} {row['nodes_kb']:>8} {row['changes']:>7} {publish:>18} {policy:>17} "
           f"{row['core_share_pct']:>6} {admit:>16}")
+    print(f"{'':>10} idle: {row['idle']['core_share_pct']} % of a core, CPU s/min {row['idle']['cpu_s_per_min']}")
     print(f"{'':>10} CPU s/min {row['cpu_s_per_min']}  RSS MB {row['rss_mb']}"
           + (f"  unpublished {row['unpublished']}" if row["unpublished"] else ""), flush=True)
     if row["heartbeats"]:
@@ -291,9 +330,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--churn", type=float, default=10.0, help="namespace relabels per second")
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of churn per row")
     parser.add_argument("--policies", type=int, default=50, help="SchedulingPolicies besides the 2-rule one")
+    parser.add_argument("--selected", action="store_true",
+                        help="the policies select namespaces by label, every tenth Enforced")
     args = parser.parse_args(argv)
     print(f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, placer serve --kube, 2 workers, "
-          f"{args.policies} + 1 policies, {args.churn:g} namespace changes/s for {args.duration:g} s")
+          f"{args.policies} + 1 policies{' selecting namespaces by label' if args.selected else ''}, "
+          f"{args.churn:g} namespace changes/s for {args.duration:g} s")
     print(HEADER, flush=True)
     with tempfile.TemporaryDirectory(prefix="placer-scale-") as tmp:
         workdir = Path(tmp)
@@ -302,7 +344,8 @@ def main(argv: list[str] | None = None) -> None:
             for nodes in (int(m) for m in args.nodes.split(",")):
                 case = workdir / f"n{count}-m{nodes}"
                 case.mkdir()
-                print_row(measure(count, args.policies, args.churn, args.duration, case, certs, nodes=nodes))
+                print_row(measure(count, args.policies, args.churn, args.duration, case, certs, nodes=nodes,
+                                  selected=args.selected))
 
 
 if __name__ == "__main__":

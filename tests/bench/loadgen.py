@@ -5,9 +5,10 @@
 
 Each connection is an asyncio task on one TLS connection that sends the same pre-encoded request, reads the
 response (status line, headers, Content-Length body) and records the latency; new connections are opened
-only when the server closes one. Prints one JSON object: requests, errors, seconds, rps and latency
-percentiles in ms. `--processes N` splits the connections over N processes (the generator must not be the
-bottleneck); their samples are merged before the percentiles are computed.
+only when the server closes one. Prints one JSON object: requests, errors (and by kind: an HTTP status or
+an exception), seconds, rps and latency percentiles in ms. `--processes N` splits the connections over N
+processes (the generator must not be the bottleneck); their samples are merged before the percentiles are
+computed.
 
 Debian's `wrk` is not installable here (no root, no apt), and PyPI has no C load generator; this stays out
 of the server's process, so the server is measured as the API server sees it.
@@ -64,7 +65,7 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bool]:
         raise ConnectionError("closed")
     status = int(status_line.split()[1])
     length = 0
-    closing = False
+    closing = chunked = False
     while True:
         line = await reader.readline()
         if line in (b"\r\n", b""):
@@ -75,9 +76,27 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bool]:
             length = int(value.strip())
         elif header == b"connection" and value.strip().lower() == b"close":
             closing = True
-    if length:
+        elif header == b"transfer-encoding" and value.strip().lower().endswith(b"chunked"):
+            chunked = True
+    if chunked:
+        await _read_chunks(reader)
+    elif length:
         await reader.readexactly(length)
     return status, closing
+
+
+async def _read_chunks(reader: asyncio.StreamReader) -> None:
+    """A chunked body (RFC 9112, section 7.1): chunks of a hex size (extensions after `;` ignored) until the
+    last, of size 0, then trailer fields up to an empty line. Go's HTTP server (the API server's) sends one
+    whenever a handler writes more than `bufferBeforeChunkingSize` (2048 bytes, net/http/server.go) without a
+    Content-Length: a created Pod of a few KiB comes back so."""
+    while True:
+        size = int((await reader.readline()).split(b";")[0].strip(), 16)
+        if size == 0:
+            while (await reader.readline()) not in (b"\r\n", b""):
+                pass
+            return
+        await reader.readexactly(size + 2)  # the chunk and its CRLF
 
 
 async def _connection(host: str, port: int, requests: list[bytes], context: ssl.SSLContext,
@@ -100,11 +119,13 @@ async def _connection(host: str, port: int, requests: list[bytes], context: ssl.
             latencies.append((time.perf_counter() - started) * 1000)
             if not 200 <= status < 300:  # 201 for a create
                 counters["errors"] += 1
+                counters[f"HTTP {status}"] = counters.get(f"HTTP {status}", 0) + 1
             if closing:
                 writer.close()
                 reader = writer = None
-        except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError, IndexError):
+        except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError, IndexError) as error:
             counters["errors"] += 1
+            counters[type(error).__name__] = counters.get(type(error).__name__, 0) + 1
             if writer is not None:
                 writer.close()
             reader = writer = None
@@ -157,11 +178,17 @@ def load(url: str, body: bytes | list[bytes] | None, *, connections: int, durati
         results = pool.map(_worker, jobs)
     latencies = [value for result in results for value in result[0]]
     errors = sum(result[1]["errors"] for result in results)
+    kinds: dict[str, int] = {}
+    for _, counters, _ in results:
+        for kind, count in counters.items():
+            if kind not in ("sent", "errors"):
+                kinds[kind] = kinds.get(kind, 0) + count
     seconds = max(result[2] for result in results)
     return {
         "connections": connections,
         "requests": len(latencies),
         "errors": errors,
+        "error_kinds": kinds,
         "seconds": round(seconds, 2),
         "rps": round(len(latencies) / seconds, 1) if seconds else 0.0,
         "p50_ms": round(percentile(latencies, 0.50), 3),

@@ -10,6 +10,7 @@ give the Pod Placer gave.
 
 import base64
 import contextlib
+import copy
 import os
 import shutil
 import socket
@@ -49,12 +50,31 @@ def build(workdir: Path) -> Path:
     return binary
 
 
+TOKEN_VOLUME = "kube-api-access-"
+"""The ServiceAccount admission plugin adds a projected token volume named this and five random characters,
+drawn anew for every create (plugin/pkg/admission/serviceaccount/admission.go: ServiceAccountVolumeName,
+names.SimpleNameGenerator): the same Pod created twice differs in that name, its mounts' too."""
+
+
 def comparable(pod: Mapping[str, Any]) -> dict[str, Any]:
     """What a mutating webhook may change of the bench's Pod: its labels, annotations and spec (names, uids,
-    namespaces and times are the API server's and differ between namespaces)."""
+    namespaces and times are the API server's and differ between namespaces; so does the name of the
+    service account token volume, which is written here as its prefix)."""
     metadata = pod.get("metadata") or {}
+    spec = copy.deepcopy(dict(pod.get("spec") or {}))
+    for volume in spec.get("volumes") or []:
+        _unnamed_token(volume)
+    for kind in ("initContainers", "containers", "ephemeralContainers"):
+        for container in spec.get(kind) or []:
+            for mount in container.get("volumeMounts") or []:
+                _unnamed_token(mount)
     return {"metadata": {key: metadata[key] for key in ("labels", "annotations") if key in metadata},
-            "spec": pod.get("spec") or {}}
+            "spec": spec}
+
+
+def _unnamed_token(named: dict[str, Any]) -> None:
+    if str(named.get("name", "")).startswith(TOKEN_VOLUME):
+        named["name"] = TOKEN_VOLUME
 
 
 def patch_between(plain: Mapping[str, Any], patched: Mapping[str, Any]) -> JSONPatch:

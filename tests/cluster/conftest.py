@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.harness import KUBECONFIG_ENV, Cluster, NoRouteBack, placer_on_cluster
+from tests.cluster.harness import Cluster, NoRouteBack, placer_on_cluster
+from tests.conftest import KUBECONFIG_ENV
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -28,4 +29,4 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         with placer_on_cluster(Path(os.environ[KUBECONFIG_ENV]), tmp_path_factory.mktemp("placer")) as state:
             yield state
     except NoRouteBack as problem:
-        pytest.skip(str(problem))
+        pytest.fail(str(problem))

@@ -16,7 +16,10 @@ import contextlib
 import copy
 import ipaddress
 import os
+import secrets
 import socket
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import pytest
 import yaml
 
 from tests.conftest import REPO
@@ -31,15 +35,21 @@ from tests.e2e.server import running_server
 from tests.kube.fake_apiserver import wait_for
 from webhook.cluster.client.api import ApiError, KubeApi, Timeouts
 from webhook.cluster.client.connection import ClusterConnection, connect
+from webhook.cluster.client.leader import LeaseElector
 from webhook.commands.certs import issue
+from webhook.policy.state.cluster_state import POLL_INTERVAL
 
-KUBECONFIG_ENV = "PLACER_E2E_KUBECONFIG"
-"""The cluster to run against (the cluster tier and bench_apiserver)."""
 POLICIES = "/apis/placer.dev/v1alpha1/schedulingpolicies"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 VALIDATING = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 E2E_NAME = "placer-e2e"
+READ_BY_WORKERS = 5 * POLL_INTERVAL
+"""After the controller has published a policy, the time the workers take to read it (they poll the state
+every POLL_INTERVAL and recompile what changed)."""
+DOCS = "docs/cluster-tier.md"
+LOCK = "/apis/coordination.k8s.io/v1/namespaces/default/leases/placer-e2e-tier"
+LOCK_SECONDS = 60
 
 
 def wait_until(predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
@@ -53,6 +63,8 @@ class Cluster:
     connection: ClusterConnection
     created: list[str] = field(default_factory=list)
     """Paths to delete at the end, in reverse order."""
+    exemption_key: Path | None = None
+    """The key Placer seals exempt users' templates with, when this process started Placer with one."""
 
     def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
         created = self.api.create(path, obj)
@@ -68,14 +80,20 @@ class Cluster:
                 return None
             raise
 
-    def schedulable_nodes(self) -> list[dict[str, Any]]:
-        """Nodes a plain pod can land on: not cordoned, no NoSchedule or NoExecute taint."""
+    def schedulable_nodes(self, at_least: int = 0, *, purpose: str = "") -> list[dict[str, Any]]:
+        """Nodes a plain pod can land on: not cordoned, no NoSchedule or NoExecute taint. Fewer than
+        `at_least` fails the test: the tier needs them of a cluster (docs/cluster-tier.md), it is not a
+        feature the cluster may lack."""
         def blocked(node: dict[str, Any]) -> bool:
             taints = node["spec"].get("taints") or []
             return bool(node["spec"].get("unschedulable")) or any(
                 taint.get("effect") in ("NoSchedule", "NoExecute") for taint in taints)
 
-        return [node for node in self.api.get("/api/v1/nodes")["items"] if not blocked(node)]
+        nodes = [node for node in self.api.get("/api/v1/nodes")["items"] if not blocked(node)]
+        if len(nodes) < at_least:
+            pytest.fail(f"the cluster tier needs {at_least} schedulable nodes without a NoSchedule or NoExecute "
+                        f"taint ({purpose}); this cluster has {len(nodes)} (see {DOCS})")
+        return nodes
 
     def apply(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Create, or replace what is there (keeping its resourceVersion)."""
@@ -94,9 +112,26 @@ class Cluster:
             "name": name, "labels": {**opt_in, **(labels or {})}}})
         return name
 
-    def policy(self, name: str, spec: dict[str, Any]) -> None:
-        self.apply(POLICIES, {"apiVersion": "placer.dev/v1alpha1", "kind": "SchedulingPolicy",
-                              "metadata": {"name": f"{E2E_NAME}-{name}"}, "spec": spec})
+    def policy(self, name: str, spec: dict[str, Any], *, served: bool = True) -> None:
+        """Create or replace the SchedulingPolicy `placer-e2e-<name>`. With `served`, return once Placer serves
+        this generation: an object created after the call gets it. (Without the wait, a workload created at
+        once is admitted before the policy reaches the workers: its first pods get nothing.)"""
+        applied = self.apply(POLICIES, {"apiVersion": "placer.dev/v1alpha1", "kind": "SchedulingPolicy",
+                                        "metadata": {"name": f"{E2E_NAME}-{name}"}, "spec": spec})
+        if served:
+            self.wait_served(applied["metadata"]["name"], applied["metadata"]["generation"])
+
+    def wait_served(self, name: str, generation: int) -> None:
+        """Until Placer's controller has published `generation` of the policy `name` (its `Ready` condition
+        observes it: the leader writes the status after the state the workers read, webhook.cluster.controller
+        `step`), and the workers have had time to read it."""
+        def published() -> bool:
+            status = self.api.get(f"{POLICIES}/{name}").get("status") or {}
+            ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+            return bool(ready) and int(ready[0].get("observedGeneration") or 0) >= generation
+
+        wait_until(published, timeout=60, what=f"Placer to publish generation {generation} of policy {name}")
+        time.sleep(READ_BY_WORKERS)
 
     def delete_policy(self, name: str) -> None:
         with contextlib.suppress(ApiError):
@@ -121,17 +156,54 @@ def placer_on_cluster(kubeconfig: Path, workdir: Path) -> Iterator[Cluster]:
     state = Cluster(api, connection)
     crd = _documents(REPO / "deploy/base/crd.yaml")[0]
     try:
-        state.apply(CRDS, crd)
-        wait_until(lambda: _established(api), timeout=60, what="the SchedulingPolicy CRD")
-        with contextlib.ExitStack() as stack:
-            if os.environ.get("PLACER_E2E_IN_CLUSTER"):
-                _preflight(state, "the placer Service in placer-system")
-            else:
-                stack.enter_context(_local_placer(state, kubeconfig, connection.server, workdir))
-            yield state
+        with _one_run_at_a_time(api):
+            try:
+                state.apply(CRDS, crd)
+                wait_until(lambda: _established(api), timeout=60, what="the SchedulingPolicy CRD")
+                with contextlib.ExitStack() as stack:
+                    if os.environ.get("PLACER_E2E_IN_CLUSTER"):
+                        _preflight(state, "the placer Service in placer-system")
+                    else:
+                        stack.enter_context(_local_placer(state, kubeconfig, connection.server, workdir))
+                    yield state
+            finally:
+                state.cleanup()
     finally:
-        state.cleanup()
         api.close()
+
+
+@contextlib.contextmanager
+def _one_run_at_a_time(api: KubeApi) -> Iterator[None]:
+    """Hold the Lease `default/placer-e2e-tier` for the whole run (waiting up to PLACER_E2E_WAIT seconds,
+    default 1800, for another run to end): a run registers the webhook configurations `placer-e2e`, applies
+    the CRD and deletes it at the end, and labels and cordons nodes, so a second run against the same cluster
+    would take the first one's webhook and CRD. The Lease is renewed every quarter of its duration, so a run
+    that dies frees the cluster within LOCK_SECONDS (client-go's election, webhook.cluster.client.leader)."""
+    identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    lock = LeaseElector(api, namespace="default", name=f"{E2E_NAME}-tier", identity=identity,
+                        lease_seconds=LOCK_SECONDS)
+    deadline = time.monotonic() + float(os.environ.get("PLACER_E2E_WAIT", "1800"))
+    while not lock.try_acquire_or_renew():
+        if time.monotonic() > deadline:
+            holder = "unknown"
+            with contextlib.suppress(ApiError):
+                holder = (api.get(LOCK).get("spec") or {}).get("holderIdentity") or "gone"
+            raise AssertionError(f"another cluster tier run ({holder}) holds the Lease {LOCK} (see {DOCS})")
+        time.sleep(2)
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(LOCK_SECONDS / 4):
+            lock.try_acquire_or_renew()
+
+    renewer = threading.Thread(target=renew, name="placer-e2e-tier-lease", daemon=True)
+    renewer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        renewer.join(timeout=30)
+        lock.release()
 
 
 def _established(api: KubeApi) -> bool:
@@ -148,8 +220,10 @@ def _local_placer(state: Cluster, kubeconfig: Path, server: str, workdir: Path) 
     certs = issue(workdir / "certs", [host, "localhost", "127.0.0.1"], common_name=host)
     empty = workdir / "no-file-policies"
     empty.mkdir()
-    with running_server(workdir, certs, policies=empty, extra=["--kube", "--kubeconfig", str(kubeconfig)],
-                        bind_host="0.0.0.0", port=port):
+    state.exemption_key = workdir / "exemption.key"
+    state.exemption_key.write_text(secrets.token_hex(32))
+    extra = ["--kube", "--kubeconfig", str(kubeconfig), "--exemption-key", str(state.exemption_key)]
+    with running_server(workdir, certs, policies=empty, extra=extra, bind_host="0.0.0.0", port=port):
         ca_bundle = _b64(certs.ca_cert.read_bytes())
         for path, document in ((MUTATING, 0), (VALIDATING, 1)):
             config = _documents(REPO / "deploy/base/webhooks.yaml")[document]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.harness import CRDS, Cluster, wait_until
+from tests.cluster.harness import CRDS, DOCS, Cluster, wait_until
 from webhook.cluster.client.api import ApiError
 
 pytestmark = pytest.mark.cluster
@@ -105,7 +105,7 @@ def _schedulable_node(cluster: Cluster) -> dict[str, Any]:
     nodes = [node for node in cluster.api.get("/api/v1/nodes")["items"]
              if not node["spec"].get("unschedulable") and not node["spec"].get("taints")]
     if not nodes:
-        pytest.skip("no untainted schedulable node in this cluster")
+        pytest.fail(f"the cluster tier needs an untainted schedulable node (see {DOCS})")
     return dict(nodes[-1])
 
 

@@ -1,14 +1,17 @@
 """`placer dev --kube` on a living cluster: the newcomer's path of the README, from nothing to a mutated
 Deployment, and nothing of it left behind but what the user chose to keep.
 
-Needs PLACER_E2E_KUBECONFIG (cluster-admin: it creates a CRD and webhook configurations) and an API server
-that can reach this machine: at PLACER_E2E_WEBHOOK_HOST if set (else `placer dev`'s own default, this
-machine's address on its route to the API server), port PLACER_E2E_DEV_PORT (default 9444, apart from the
-cluster tier's 9443). No feature gates. Run with `--keep-crd`, so that a CRD other tests of the session use
-is never deleted under them; the CRD is the only thing it may leave.
+Needs PLACER_E2E_KUBECONFIG (cluster-admin: it creates a CRD and webhook configurations), kubectl on PATH
+(the page's `kubectl get schedulingpolicy` output is compared with kubectl's) and an API server that can
+reach this machine: at PLACER_E2E_WEBHOOK_HOST if set, else at the first address `placer dev` finds the API
+server reaches (no flag: what a newcomer runs), port PLACER_E2E_DEV_PORT (default 9444, apart from the
+cluster tier's 9443). No feature gates. Run with `--keep-crd` and `--no-reports`, so that CRDs other tests
+of the session use are never deleted under them; the CRD is the only thing it may leave.
 """
 
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,8 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.harness import KUBECONFIG_ENV, POLICIES, wait_until
-from tests.conftest import REPO
+from tests.cluster.harness import POLICIES, wait_until
+from tests.conftest import KUBECONFIG_ENV, REPO
+from tests.docs_text import shown_output
 from webhook.cluster.client.api import ApiError, KubeApi, Timeouts
 from webhook.cluster.client.connection import connect
 
@@ -46,12 +50,29 @@ def dry_run_template(api: KubeApi, namespace: str, deployment: dict[str, Any]) -
     return dict(created["spec"]["template"])
 
 
+def documented_get(name: str) -> list[str]:
+    """The `kubectl get schedulingpolicy gpu-pool` docs/getting-started.md shows, as words, for `name`."""
+    shown = shown_output(REPO / "docs/getting-started.md", "kubectl get schedulingpolicy gpu-pool").splitlines()
+    return [*shown[0].split(), *shown[1].replace("gpu-pool", name).split()]
+
+
+def kubectl_get(kubeconfig: Path, name: str) -> list[str]:
+    """What kubectl prints for the policy, as words (AGE last)."""
+    binary = shutil.which("kubectl")
+    if binary is None:
+        pytest.fail("kubectl is not on PATH: this test compares what kubectl prints with the docs")
+    printed = subprocess.run([binary, "--kubeconfig", str(kubeconfig), "get", "schedulingpolicy", name],
+                             capture_output=True, text=True, check=False).stdout
+    return re.split(r"\s+", printed.strip())
+
+
 def test_dev_install_mutates_the_first_policy_deployment_and_removes_itself(tmp_path: Path) -> None:
     kubeconfig = Path(os.environ[KUBECONFIG_ENV])
     api = KubeApi(connect(kubeconfig), timeouts=Timeouts(connect=5, read=30))
     run = uuid.uuid4().hex[:6]
     namespace, policy_name = f"placer-e2e-dev-{run}", f"placer-e2e-dev-{run}"
-    command = [sys.executable, "-m", "webhook", "dev", "--kube", "--keep-crd", "--kubeconfig", str(kubeconfig),
+    command = [sys.executable, "-m", "webhook", "dev", "--kube", "--keep-crd", "--no-reports",
+               "--kubeconfig", str(kubeconfig),
                "--port", os.environ.get("PLACER_E2E_DEV_PORT", "9444"), "--certs", str(tmp_path / "certs")]
     if os.environ.get("PLACER_E2E_WEBHOOK_HOST"):
         command += ["--host", os.environ["PLACER_E2E_WEBHOOK_HOST"]]
@@ -67,6 +88,9 @@ def test_dev_install_mutates_the_first_policy_deployment_and_removes_itself(tmp_
         policy["metadata"]["name"] = policy_name
         policy["spec"]["namespaceSelector"] = {"matchLabels": {"placer-e2e-dev": run}}
         api.create(POLICIES, policy)
+        shown = documented_get(policy_name)
+        wait_until(lambda: kubectl_get(kubeconfig, policy_name)[:-1] == shown[:-1], timeout=90,
+                   what=f"kubectl get schedulingpolicy to show {shown[:-1]} (docs/getting-started.md)")
         api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
             "name": namespace, "labels": {"placer-e2e-dev": run, "placer.dev/inject": "enabled"}}})
         deployment = yaml.safe_load((EXAMPLES / "train.yaml").read_text())

@@ -18,7 +18,7 @@ from tests.cluster.harness import E2E_NAME, Cluster, wait_until
 from webhook.admission.offline import apply_manifests
 from webhook.cluster.client.api import ApiError
 from webhook.export.admission_policy import export_policy
-from webhook.export.kubernetes_env import KubernetesCel
+from webhook.export.kubernetes_env import Kind, KubernetesCel
 from webhook.export.versions import SUPPORTED, KubernetesVersion, api_version_for
 from webhook.policy.compiler import PolicyCompiler
 
@@ -46,7 +46,14 @@ PROBES = [
     "[2, 1, 2].distinct().size() == 2",
     "lists.range(3).size() == 3",
     "object.metadata.?labels.orValue({}).size() >= 0",
+    # the types the API server declares: an optional entry counted as the type it holds, typed objects
+    "{'a': dyn(1), ?'b': optional.of(['x'].filter(k, k != ''))}.size() == 2",
+    "{'a': dyn(1), ?'b': optional.of(dyn(['x'].filter(k, k != '')))}.size() == 2",
+    "[namespaceObject.metadata.name, object.kind].size() == 2",
+    "[dyn(namespaceObject.metadata.name), object.kind].size() == 2",
+    "request.userInfo.extra.size() >= 0 && request.operation.size() > 0",
 ]
+"""Each probe is the expression of a variable of a probe policy (`probe_policy`)."""
 
 
 def target_of(cluster: Cluster) -> KubernetesVersion:
@@ -120,7 +127,7 @@ def server_runs(cluster: Cluster, api_version: str, expression: str) -> bool:
 def test_what_the_export_refuses_the_server_does_not_run(cluster: Cluster, expression: str) -> None:
     target = target_of(cluster)
     api_version = served_api(cluster, target)
-    exported = KubernetesCel(target).refusal(expression) is None
+    exported = KubernetesCel(target).refusal(expression, Kind.VARIABLE) is None
     assert server_runs(cluster, api_version, expression) == exported, (expression, target)
 
 

@@ -1,9 +1,10 @@
 """`placer export` on a living cluster: the exported MutatingAdmissionPolicy, applied to the API server, makes
 the objects `placer apply` makes from the same policy (server-side dry-run creates, compared on every field
-the policy writes). Needs the API server to serve admissionregistration.k8s.io/v1beta1 MutatingAdmissionPolicies
-(Kubernetes 1.34: the MutatingAdmissionPolicy feature gate and --runtime-config); skipped, saying so, when it
-does not. The binding selects a namespace by a label of its own (not placer.dev/inject), so the webhook this
-tier also runs is not called for it."""
+the policy writes), exported for the server's own version in the admissionregistration version it serves for
+it. Needs Kubernetes 1.34-1.37 serving MutatingAdmissionPolicies (GA and on by default from 1.36; 1.34/1.35: the
+MutatingAdmissionPolicy feature gate and `--runtime-config=admissionregistration.k8s.io/v1beta1=true`); skipped,
+saying so, when it does not. The binding selects a namespace by a label of its own (not placer.dev/inject), so
+the webhook this tier also runs is not called for it."""
 
 import copy
 import uuid
@@ -13,15 +14,12 @@ import pytest
 import yaml
 
 from tests.cluster.harness import E2E_NAME, Cluster, wait_until
+from tests.cluster.test_export_checks_on_cluster import served_api, target_of
 from webhook.admission.offline import apply_manifests
-from webhook.cluster.client.api import ApiError
 from webhook.export.admission_policy import export_policy
 from webhook.policy.compiler import PolicyCompiler
 
 pytestmark = pytest.mark.cluster
-
-MAP = "/apis/admissionregistration.k8s.io/v1beta1/mutatingadmissionpolicies"
-BINDINGS = "/apis/admissionregistration.k8s.io/v1beta1/mutatingadmissionpolicybindings"
 
 POLICY = """apiVersion: placer.dev/v1alpha1
 kind: SchedulingPolicy
@@ -54,14 +52,6 @@ WRITTEN = [("spec", "nodeSelector"), ("spec", "tolerations"), ("spec", "affinity
            ("spec", "topologySpreadConstraints"), ("metadata", "labels")]
 
 
-def served(cluster: Cluster) -> bool:
-    try:
-        resources = cluster.api.get("/apis/admissionregistration.k8s.io/v1beta1")["resources"]
-    except ApiError:
-        return False
-    return any(resource["name"] == "mutatingadmissionpolicies" for resource in resources)
-
-
 def template_of(obj: dict[str, Any]) -> dict[str, Any]:
     return obj if obj["kind"] == "Pod" else obj["spec"]["template"]
 
@@ -80,19 +70,19 @@ def deployment(name: str) -> dict[str, Any]:
 
 
 def test_the_exported_policy_makes_what_placer_apply_makes(cluster: Cluster, tmp_path: Any) -> None:
-    if not served(cluster):
-        pytest.skip("this API server does not serve admissionregistration.k8s.io/v1beta1 "
-                    "MutatingAdmissionPolicies (Kubernetes 1.34: enable the MutatingAdmissionPolicy feature gate)")
+    target = target_of(cluster)
+    api_version = served_api(cluster, target)
+    group = f"/apis/admissionregistration.k8s.io/{api_version}"
     marker = f"{E2E_NAME}-export-{uuid.uuid4().hex[:6]}"
     text = POLICY.replace("NAME", marker)
     compiled = PolicyCompiler().compile(yaml.safe_load(text), "test")
     assert compiled.policy is not None, compiled.errors
-    export = export_policy(compiled.policy, "v1beta1")
+    export = export_policy(compiled.policy, api_version, target=target)
     assert all(rule.exported for rule in export.rules), export.rules
     policy, binding = copy.deepcopy(export.objects)
     binding["spec"]["matchResources"]["namespaceSelector"] = {"matchLabels": {"placer-e2e-export": marker}}
-    cluster.create(MAP, policy)
-    cluster.create(BINDINGS, binding)
+    cluster.create(f"{group}/mutatingadmissionpolicies", policy)
+    cluster.create(f"{group}/mutatingadmissionpolicybindings", binding)
     labels = {"placer-e2e-export": marker, "environment": "production"}
     namespace = f"{marker}-ns"
     cluster.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",

@@ -3,9 +3,9 @@ to the API server, gives a DaemonSet's template and a ReplicaSet's Pod the `matc
 gives them (`controller-revision-hash`, `pod-template-hash`), on a spread and a pod anti-affinity term
 without `labelSelector` (server-side dry-run creates).
 
-Needs the API server to serve MutatingAdmissionPolicies (admissionregistration.k8s.io/v1 from 1.36, v1beta1
-on 1.34-1.35 with the MutatingAdmissionPolicy feature gate and --runtime-config); skipped, saying so, when it
-serves neither. Kubernetes features on by default in every supported version: MatchLabelKeysInPodAffinity
+Exported for the server's own version; needs it to serve MutatingAdmissionPolicies (admissionregistration.k8s.io/v1
+from 1.36, v1beta1 on 1.34-1.35 with the MutatingAdmissionPolicy feature gate and --runtime-config); skipped,
+saying so, when it does not. Kubernetes features on by default in every supported version: MatchLabelKeysInPodAffinity
 (GA 1.33), MatchLabelKeysInPodTopologySpread (beta 1.27) and MatchLabelKeysInPodTopologySpreadSelectorMerge
 (beta 1.34): kube-apiserver merges each key into the created Pod's selector as `key In [the Pod's value]`
 (pkg/registry/core/pod/strategy.go, PrepareForCreate: mutatePodAffinity, mutateTopologySpreadConstraints),
@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from tests.cluster.harness import E2E_NAME, Cluster, wait_until
+from tests.cluster.test_export_checks_on_cluster import served_api, target_of
 from webhook.admission.offline import apply_manifests
-from webhook.cluster.client.api import ApiError
 from webhook.export.admission_policy import export_policy
 from webhook.policy.compiler import PolicyCompiler
 
@@ -41,18 +41,6 @@ spec:
     parameters: {topologyKey: kubernetes.io/hostname}
 """
 IMAGE = "registry.k8s.io/pause:3.10"
-
-
-def served_version(cluster: Cluster) -> str | None:
-    """The admissionregistration version that serves MutatingAdmissionPolicies here (v1 first), or None."""
-    for version in ("v1", "v1beta1"):
-        try:
-            resources = cluster.api.get(f"{GROUP}/{version}")["resources"]
-        except ApiError:
-            continue
-        if any(resource["name"] == "mutatingadmissionpolicies" for resource in resources):
-            return version
-    return None
 
 
 def daemonset(name: str) -> dict[str, Any]:
@@ -89,15 +77,13 @@ def requirements(selector: dict[str, Any]) -> set[tuple[str, str, tuple[str, ...
 
 
 def test_the_exported_policy_writes_the_revision_keys_placer_writes(cluster: Cluster, tmp_path: Any) -> None:
-    version = served_version(cluster)
-    if version is None:
-        pytest.skip("this API server serves no MutatingAdmissionPolicies (Kubernetes 1.34-1.35: enable the "
-                    "MutatingAdmissionPolicy feature gate and admissionregistration.k8s.io/v1beta1)")
+    target = target_of(cluster)
+    version = served_api(cluster, target)
     marker = f"{E2E_NAME}-mlk-{uuid.uuid4().hex[:6]}"
     text = POLICY.replace("NAME", marker)
     compiled = PolicyCompiler().compile(yaml.safe_load(text), "test")
     assert compiled.policy is not None, compiled.errors
-    export = export_policy(compiled.policy, version)
+    export = export_policy(compiled.policy, version, target=target)
     assert all(rule.exported for rule in export.rules), export.rules
     policy, binding = copy.deepcopy(export.objects)
     binding["spec"]["matchResources"]["namespaceSelector"] = {"matchLabels": {"placer-e2e-export": marker}}

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.harness import Cluster, wait_until
+from tests.cluster.harness import DOCS, Cluster, wait_until
 from tests.conftest import REPO
 from webhook.cluster.client.api import ApiError
 
@@ -72,7 +72,8 @@ def four_nodes(cluster: Cluster) -> list[str]:
              if not node["spec"].get("unschedulable") and not node["spec"].get("taints")
              and any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or [])]
     if len(nodes) < MEMBERS:
-        pytest.skip(f"{MEMBERS} schedulable untainted Ready nodes are needed, the cluster has {len(nodes)}")
+        pytest.fail(f"the cluster tier needs {MEMBERS} schedulable untainted Ready nodes, this cluster has "
+                    f"{len(nodes)} (see {DOCS})")
     return sorted(nodes)[:MEMBERS]
 
 

@@ -15,7 +15,7 @@ Needs a v1.36 cluster started with the feature gates `GenericWorkload=true` and 
 kube-apiserver and kube-scheduler and `--runtime-config=scheduling.k8s.io/v1alpha2=true` on kube-apiserver
 (or a 1.37 cluster serving `scheduling.k8s.io/v1beta1`), 4 schedulable untainted nodes, no JobSet
 installed (its controller would make the Jobs too), and the Job controller's own integration off (the gate
-`EnableWorkloadWithJob`, alpha and off by default in 1.36: with it the Job controller may name a group of its
+`WorkloadWithJob`, alpha and off by default in 1.36: with it the Job controller may name a group of its
 own on the child Jobs' pods, which Placer then leaves alone). Cordons and uncordons one node; the node is uncordoned,
 and the CRD deleted, whatever happens.
 """

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from typing import Any
 
 import pytest
@@ -163,3 +164,26 @@ def test_create_pod_group_without_the_crd_names_what_to_install(cluster: Cluster
     assert "install scheduler-plugins' CRD podgroups.scheduling.x-k8s.io" in condition["message"]
     wait_until(lambda: warning in create_dry_run(cluster, job("train", namespace)), timeout=30,
                what="the admission warning")
+
+
+def test_one_dry_run_counts_in_the_status_within_two_rounds(cluster: Cluster, policies: Any) -> None:
+    """A single `kubectl create --dry-run=server` whose two rules error: both errors are in the policy's status
+    within two publication rounds (docs/policy-health.md: dry runs count; up to 60 s by default)."""
+    namespace = cluster.namespace()
+    policy = policies("health-dry-run", {"namespaceSelector": only_in(namespace), "rules": [
+        {"name": f"divide-{index}", "condition": "1 / (object.spec.replicas - object.spec.replicas) > 0",
+         "action": "add-node-selector", "parameters": {"pool": "never"}} for index in (1, 2)]})
+    wait_until(lambda: len(create_dry_run(cluster, deployment("probe", namespace))) >= 2, timeout=30,
+               what="the webhook serving the policy")
+
+    def errors() -> int:
+        status = cluster.api.get(f"{POLICIES}/{policy}").get("status") or {}
+        return int((status.get("recent") or {}).get("errors") or 0)
+
+    wait_until(lambda: errors() >= 2, timeout=STATUS_TIMEOUT, what="the probe's errors counted")
+    before = errors()
+    started = time.monotonic()
+    warnings = create_dry_run(cluster, deployment("web", namespace))
+    assert sum("divide by zero" in warning for warning in warnings) == 2, warnings
+    wait_until(lambda: errors() >= before + 2, timeout=2 * 30 + 15, what="the dry run's two errors counted")
+    print(f"one dry run in the status after {time.monotonic() - started:.1f} s")

@@ -1,6 +1,6 @@
 """Reports and drift on a living cluster: which running workloads the current policies have not reached.
 
-A Deployment created before a policy shows as `fail` in its namespace's PolicyReport within 30 s of the
+A Deployment created before a policy shows as `fail` in its PolicyReport (one per workload) within 30 s of the
 policy's creation; `kubectl placer drift` lists it with its patch; `--apply` brings it in step and the
 report then says `pass`; an opted-out Deployment is `skip`; a rule that errors on the Deployment is `error`.
 
@@ -78,13 +78,20 @@ def cluster_report(cluster: Cluster) -> dict[str, Any] | None:
 
 def results(cluster: Cluster, namespace: str, policy: str = f"{E2E_NAME}-reports") -> dict[tuple[str, str], str]:
     """(workload, rule) → result of `policy`'s rules (other tests' policies may select every namespace), from
-    the namespace's PolicyReport (empty while there is none)."""
+    the namespace's PolicyReports, one per workload (empty while there is none)."""
     try:
-        report = cluster.api.get(f"{REPORTS}/namespaces/{namespace}/policyreports/placer")
+        listed = cluster.api.get(f"{REPORTS}/namespaces/{namespace}/policyreports",
+                                 {"labelSelector": "app.kubernetes.io/managed-by=placer"})
     except ApiError:
         return {}
-    return {(r["resources"][0]["name"], r["rule"]): r["result"] for r in report.get("results") or []
-            if r.get("source") == "placer" and r["policy"] == policy and r["resources"][0]["kind"] == "Deployment"}
+    found = {}
+    for report in listed.get("items") or []:
+        scope = report.get("scope") or {}
+        owners = (report.get("metadata") or {}).get("ownerReferences") or []
+        assert owners and owners[0]["uid"] == scope.get("uid") == report["metadata"]["name"], report["metadata"]
+        found.update({(scope["name"], r["rule"]): r["result"] for r in report.get("results") or []
+                      if r.get("source") == "placer" and r["policy"] == policy and scope.get("kind") == "Deployment"})
+    return found
 
 
 def deployment(name: str, namespace: str, **template_labels: str) -> dict[str, Any]:
@@ -113,14 +120,15 @@ def test_a_deployment_created_before_the_policy_fails_drifts_and_is_brought_in_s
         expected = {("before", "pool"): "fail", ("before", "divides-by-zero"): "error",
                     ("opted-out", "pool"): "skip", ("opted-out", "divides-by-zero"): "skip"}
         wait_until(lambda: results(cluster, namespace) == expected, timeout=REPORT_TIMEOUT,
-                   what="fail, error and skip in the namespace's PolicyReport")
+                   what="fail, error and skip in the workloads' PolicyReports")
         assert time.monotonic() - created <= REPORT_TIMEOUT + 1
 
         kubeconfig = os.environ["PLACER_E2E_KUBECONFIG"]
         code = kubectl_main(["drift", "-n", namespace, "--kubeconfig", kubeconfig])
         listed = capsys.readouterr().out
         assert code == 1, listed
-        assert f"deployment/before -n {namespace}\n" in listed and f"  {policy}/pool: out of step\n" in listed
+        assert f"deployment/before -n {namespace}\n  {policy}/pool: out of step: drift" in listed, \
+            "each failing rule with its reason"
         assert '"path": "/spec/template/spec/nodeSelector"' in listed and "placer-e2e/pool" in listed
         assert "deployment/opted-out" not in listed
 

@@ -37,9 +37,7 @@ ROLLOUT_TIMEOUT = 240.0
 @contextlib.contextmanager
 def labelled_zones(cluster: Cluster) -> Iterator[dict[str, str]]:
     """Node name -> zone for the labelled nodes; the labels are removed on the way out."""
-    nodes = cluster.schedulable_nodes()[:6]
-    if len(nodes) < 2:
-        pytest.skip(f"needs 2 schedulable untainted nodes to make two zones, the cluster has {len(nodes)}")
+    nodes = cluster.schedulable_nodes(2, purpose="two zones")[:6]
     zones = {node["metadata"]["name"]: ZONES[index % len(ZONES)] for index, node in enumerate(nodes)}
     try:
         for name, zone in zones.items():

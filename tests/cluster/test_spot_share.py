@@ -45,9 +45,7 @@ TIMEOUT = 300.0
 @contextlib.contextmanager
 def capacity_labels(cluster: Cluster) -> Iterator[dict[str, str]]:
     """Node name -> class for the labelled nodes; labels removed (and cordons lifted) on the way out."""
-    nodes = [node["metadata"]["name"] for node in cluster.schedulable_nodes()[:6]]
-    if not nodes:
-        pytest.skip("needs a schedulable untainted node")
+    nodes = [node["metadata"]["name"] for node in cluster.schedulable_nodes(2, purpose="spot and on-demand")[:6]]
     spot_nodes = len(nodes) // 2
     classes = {name: "spot" if index < spot_nodes else "on-demand" for index, name in enumerate(nodes)}
     try:
@@ -137,8 +135,7 @@ def test_with_spot_nodes_cordoned_every_pod_runs_when_spot_pods_may_fall_back(cl
     try:
         with capacity_labels(cluster) as labelled:
             spot_nodes = [name for name, capacity_class in labelled.items() if capacity_class == "spot"]
-            if not spot_nodes:
-                pytest.skip("needs two schedulable untainted nodes: one spot, one on-demand")
+            assert spot_nodes, labelled
             for name in spot_nodes:
                 cluster.api.merge_patch(f"/api/v1/nodes/{name}", {"spec": {"unschedulable": True}})
             cluster.create(deployments(namespace), deployment("batch", replicas=10))

@@ -46,6 +46,7 @@ from webhook.cluster.client.api import KubeApi
 from webhook.cluster.client.discovery import discover
 from webhook.cluster.client.leader import LeaseElector
 from webhook.cluster.client.namespace_lookup import NamespaceLookup
+from webhook.cluster.client.owner_lookup import OwnerLookup
 from webhook.cluster.controller import LEASE_NAME, ClusterController
 from webhook.cluster.health.health_round import HealthRound
 from webhook.cluster.health.recent_counts import RecentCounts, ReplicaWindow
@@ -53,7 +54,9 @@ from webhook.cluster.health.replica_reports import COUNTS_KEY, ReplicaPublisher,
 from webhook.cluster.registration import MUTATING_PATH, WebhookRegistration
 from webhook.commands.certs import issue
 from webhook.commands.cli import _parser
+from webhook.policy.cel import environment as placer_cel
 from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.exemptions import NEVER_ENFORCED_NAMESPACES
 from webhook.policy.snapshot import PolicySnapshot
 from webhook.support.selectors import LabelSelector
 from webhook.workloads import all_kinds
@@ -129,10 +132,16 @@ def _assert_structural(schema: dict[str, Any], where: str) -> None:
 def test_the_mutating_webhook_covers_exactly_the_workload_kinds_with_their_operations(
         rendered: dict[str, list[dict[str, Any]]]) -> None:
     webhook, enforce = one(rendered["base"], "MutatingWebhookConfiguration")["webhooks"]
-    assert enforce["failurePolicy"] == "Fail" and enforce["rules"] == webhook["rules"]
-    assert {key: value for key, value in enforce.items() if key not in ("name", "failurePolicy", "namespaceSelector")
-            } == {key: value for key, value in webhook.items()
-                  if key not in ("name", "failurePolicy", "namespaceSelector", "objectSelector")}
+    assert enforce["failurePolicy"] == "Fail"
+    checked_updates = {"pods", "jobs"}  # refused when an update brings a conflict (webhook.engine.enforced_check)
+    assert [{**rule, "operations": ["CREATE"] if set(rule["resources"]) & checked_updates else rule["operations"]}
+            for rule in enforce["rules"]] == webhook["rules"]
+    assert all(rule["operations"] == ["CREATE", "UPDATE"] for rule in enforce["rules"])
+    assert enforce["clientConfig"]["service"] == {**webhook["clientConfig"]["service"], "path": "/enforce"}
+    ignored = ("name", "failurePolicy", "namespaceSelector", "objectSelector", "rules", "clientConfig",
+               "matchConditions")
+    assert {key: value for key, value in enforce.items() if key not in ignored
+            } == {key: value for key, value in webhook.items() if key not in ignored}
     assert webhook["sideEffects"] == "None" and webhook["failurePolicy"] == "Ignore"
     assert webhook["timeoutSeconds"] == 5 and webhook["reinvocationPolicy"] == "IfNeeded"
     assert webhook["matchPolicy"] == "Equivalent" and webhook["admissionReviewVersions"] == ["v1"]
@@ -175,7 +184,7 @@ def test_only_opted_in_namespaces_reach_the_webhook_and_never_placers_own(
     assert "objectSelector" not in enforce
     assert failing.matches({"kubernetes.io/metadata.name": "team-a", **enforced})
     assert not failing.matches({"kubernetes.io/metadata.name": "team-a", **enabled})
-    for system in ("placer-system", "kube-system"):
+    for system in NEVER_ENFORCED_NAMESPACES:
         assert not failing.matches({"kubernetes.io/metadata.name": system, **enforced})
 
     widened = one(rendered["overlays/annotation-opt-in"], "MutatingWebhookConfiguration")["webhooks"][0]
@@ -277,7 +286,7 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
     apiserver.put_policy({"metadata": {"name": "p"}, "spec": {"rules": [
         {"name": "r", "action": "add-node-selector", "parameters": {"pool": "a"}}]}})
     apiserver.put_policy({"metadata": {"name": "boundary"}, "spec": {  # labels placer.dev/enforce on team-a
-        "enforcement": "Enforced", "rules": [{"name": "r", "action": "add-node-selector",
+        "enforcement": "Enforced", "namespaceSelector": {}, "rules": [{"name": "r", "action": "add-node-selector",
                                               "parameters": {"pool": "a"}}]}})
     apiserver.put_namespace("team-a")
     job = marked_job("train", parallelism=4)
@@ -330,6 +339,10 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
                                                               JOBS, CRONJOBS, JOBSETS)), what="every workload watch")
     apiserver.put_namespace("created-just-now")  # a worker reads a namespace its state does not have yet
     NamespaceLookup(api).resolve(PolicySnapshot.build([], {}, [], None), "created-just-now", None)
+    owners = OwnerLookup(api)  # a worker reads a Pod's controller owner to check an exemption seal on it
+    for api_version, kind in (("apps/v1", "ReplicaSet"), ("apps/v1", "StatefulSet"), ("apps/v1", "DaemonSet"),
+                              ("batch/v1", "Job")):
+        owners("team-a", {"apiVersion": api_version, "kind": kind, "name": "train", "uid": "u"}, None)
     stop.set()
     deadline = time.monotonic() + 10
     while thread.is_alive() or any(watch.is_alive() for watch in controller.watch_threads):
@@ -379,6 +392,8 @@ def _granted(objects: list[dict[str, Any]]) -> Iterator[tuple[str, str, str, str
         if obj["kind"] not in ("ClusterRole", "Role"):
             continue
         for rule in obj["rules"]:
+            if "nonResourceURLs" in rule:  # the API server's /metrics, read for feature gates: no resource
+                continue
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
                     for verb in rule["verbs"]:
@@ -439,6 +454,7 @@ def test_every_example_policy_is_accepted_by_the_crd_schema(rendered: dict[str, 
     ({"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "Exists", "values": ["x"]}]}},
      "values must be non-empty for In and NotIn, and empty"),
     ({"variables": [{"name": "1st", "expression": "1"}]}, "does not match"),
+    ({"enforcement": "Enforced"}, "an Enforced policy must say which namespaces it holds"),
 ])
 def test_the_crd_schema_refuses_what_kubectl_should_refuse_early(
         rendered: dict[str, list[dict[str, Any]]], change: dict[str, Any], message: str) -> None:
@@ -446,3 +462,32 @@ def test_the_crd_schema_refuses_what_kubectl_should_refuse_early(
               "spec": {"rules": [{"name": "r", "action": "add-labels", "parameters": {"a": "b"}}], **change}}
     errors = _schema_errors(_crd_schema(rendered), policy)
     assert any(message in error for error in errors), errors
+
+
+def test_pod_updates_reach_the_fail_closed_entry_only_when_they_change_placement(
+        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """The enforce entry's matchCondition, evaluated as the API server would (CEL): a label or a finalizer
+    on a pod, a Job resumed, never wait for Placer; a toleration, a nodeSelector or an affinity a pod update
+    brings, and a change to a Job's template, do."""
+    _, enforce = one(rendered["base"], "MutatingWebhookConfiguration")["webhooks"]
+    (condition,) = enforce["matchConditions"]
+    environment = placer_cel.new_environment(names=("object", "oldObject", "request"))
+    program = placer_cel.compile_expression(environment, condition["expression"])
+    pod = {"metadata": {"name": "web"}, "spec": {"containers": [{"name": "c", "image": "app:1"}]}}
+
+    def sent(operation: str, resource: str, new: dict[str, Any], old: dict[str, Any] | None) -> bool:
+        request = {"operation": operation, "resource": {"resource": resource}}
+        data = {"object": new, "oldObject": old, "request": request}
+        return bool(placer_cel.evaluate(program, placer_cel.activation(environment, data)).value)
+
+    assert sent("CREATE", "pods", pod, None)
+    relabelled = {**pod, "metadata": {"name": "web", "labels": {"a": "b"}, "finalizers": ["x"]}}
+    assert not sent("UPDATE", "pods", relabelled, pod)
+    for field, value in (("tolerations", [{"operator": "Exists"}]), ("nodeSelector", {"pool": "gpu"}),
+                         ("affinity", {"nodeAffinity": {}})):
+        assert sent("UPDATE", "pods", {**pod, "spec": {**pod["spec"], field: value}}, pod), field
+    job = {"spec": {"suspend": True, "template": {"spec": pod["spec"]}}}
+    assert not sent("UPDATE", "jobs", {"spec": {**job["spec"], "suspend": False}}, job), "a Job resumed"
+    moved = {"spec": {"suspend": True, "template": {"spec": {**pod["spec"], "nodeSelector": {"pool": "gpu"}}}}}
+    assert sent("UPDATE", "jobs", moved, job), "a suspended Job's template changed"
+    assert sent("UPDATE", "deployments", pod, pod), "every other kind's UPDATE is sent, as to the advisory entry"

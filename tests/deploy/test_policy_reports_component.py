@@ -16,10 +16,10 @@ import yaml
 from tests.conftest import REPO, fixture_request
 from tests.helpers import snapshot_of
 from tests.kube.background_running import running
-from tests.kube.fake_apiserver import DEPLOYMENTS, REPORTS_API, FakeApiServer, wait_for
+from tests.kube.fake_apiserver import DEPLOYMENTS, POLICIES, REPORTS_API, FakeApiServer, wait_for
 from webhook.cluster.client.api import KubeApi
 from webhook.cluster.reports.compliance import evaluate
-from webhook.cluster.reports.reports import API_VERSION, cluster_report, namespace_report, rule_counts
+from webhook.cluster.reports.reports import API_VERSION, RuleTally, counted, workload_report
 from webhook.policy.snapshot import NamespaceInfo
 from webhook.workloads import default_workload_table
 
@@ -79,8 +79,9 @@ def test_the_component_never_grants_a_write_on_a_workload(rendered: list[dict[st
             assert set(rule["verbs"]) == {"list", "watch"}, rule
 
 
-def reports() -> tuple[dict[str, Any], dict[str, Any]]:
-    """The reports of a real stored Deployment (fail), an opted-out one (skip) and one a rule errors on."""
+def reports() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The reports of a real stored Deployment (fail, and a rule errors on it) and an opted-out one (skip),
+    and the cluster report."""
     policy = (REPO / "policies" / "org-wide-policy.yaml").read_text()
     broken = policy.replace("name: org-wide-policy", "name: broken").replace(
         "variables.gpus > 0", "workload.replicas / 0 > 1")
@@ -90,27 +91,36 @@ def reports() -> tuple[dict[str, Any], dict[str, Any]]:
     opted_out["metadata"].update(name="opted-out", uid="u-2")
     opted_out["spec"]["template"]["metadata"]["labels"]["placer.dev/inject"] = "disabled"
     verdicts = [evaluate(obj, snapshot, default_workload_table()) for obj in (stored, opted_out)]
-    namespaced = namespace_report("team-a", [(verdict, 1764000000.5) for verdict in verdicts])
-    return namespaced, cluster_report({"team-a": rule_counts(namespaced)})
+    tally = RuleTally()
+    for verdict in verdicts:
+        tally.move("team-a", (), counted(verdict.results))
+    return [workload_report(verdict, 1764000000.5) for verdict in verdicts], tally.report()
 
 
 def test_the_reports_placer_writes_validate_against_the_crds(rendered: list[dict[str, Any]]) -> None:
-    namespaced, cluster = reports()
-    assert {r["result"] for r in namespaced["results"]} == {"pass", "fail", "error", "skip"}
-    jsonschema.Draft7Validator(crd_schema(rendered, "PolicyReport")).validate(namespaced)
+    workloads, cluster = reports()
+    assert {r["result"] for report in workloads for r in report["results"]} == {"pass", "fail", "error", "skip"}
+    for report in workloads:
+        jsonschema.Draft7Validator(crd_schema(rendered, "PolicyReport")).validate(report)
+        # its metadata (owner references included) is valid ObjectMeta, which the CRD schema does not check
+        kubernetes_validate.validate({"apiVersion": "v1", "kind": "ConfigMap", "metadata": report["metadata"]},
+                                     "1.34.0", strict=True)
     jsonschema.Draft7Validator(crd_schema(rendered, "ClusterPolicyReport")).validate(cluster)
 
 
-def test_a_report_has_one_result_per_workload_and_rule_with_summary_counts() -> None:
-    namespaced, cluster = reports()
-    first = namespaced["results"][0]
+def test_a_report_has_one_result_per_rule_of_its_workload_with_summary_counts() -> None:
+    workloads, cluster = reports()
+    first = workloads[0]["results"][0]
     assert first["source"] == "placer" and first["timestamp"] == {"seconds": 1764000000, "nanos": 0}
-    assert first["resources"][0]["kind"] == "Deployment"
-    counts = {name: sum(1 for r in namespaced["results"] if r["result"] == name)
-              for name in ("pass", "fail", "error", "skip")}
-    assert namespaced["summary"] == {**counts, "warn": 0}
-    assert counts["skip"] == 6, "the opted-out Deployment: every rule of both policies"
-    assert cluster["summary"] == namespaced["summary"]
+    assert first["resources"][0]["kind"] == "Deployment" and workloads[0]["scope"] == first["resources"][0]
+    every = [r for report in workloads for r in report["results"]]
+    for report in workloads:
+        counts = {name: sum(1 for r in report["results"] if r["result"] == name)
+                  for name in ("pass", "fail", "error", "skip")}
+        assert report["summary"] == {**counts, "warn": 0}
+    assert workloads[1]["summary"]["skip"] == 6, "the opted-out Deployment: every rule of both policies"
+    assert cluster["summary"] == {**{name: sum(1 for r in every if r["result"] == name)
+                                     for name in ("pass", "fail", "error", "skip")}, "warn": 0}
     erroring = next(r for r in cluster["results"] if r["policy"] == "broken" and r["rule"] == "gpu-workload-taints")
     assert erroring["result"] == "error" and erroring["properties"]["error"] == "1"
 
@@ -132,8 +142,8 @@ def verb_of(method: str, path: str, query: dict[str, str]) -> tuple[str, str, st
 
 def granted(objects: list[dict[str, Any]], *names: str) -> set[tuple[str, str, str]]:
     return {(group, resource, verb) for obj in objects if obj["kind"] in ("ClusterRole", "Role")
-            and obj["metadata"]["name"] in names for rule in obj["rules"] for group in rule["apiGroups"]
-            for resource in rule["resources"] for verb in rule["verbs"]}
+            and obj["metadata"]["name"] in names for rule in obj["rules"] for group in rule.get("apiGroups", [])
+            for resource in rule["resources"] for verb in rule["verbs"]}  # (not the /metrics nonResourceURLs rule)
 
 
 def test_the_component_grants_what_background_evaluation_calls(
@@ -147,16 +157,23 @@ def test_the_component_grants_what_background_evaluation_calls(
         {"name": "r", "action": "add-node-selector", "parameters": {"pool": "a"}}]}})
     web = {"metadata": {"name": "web", "namespace": "team-a"}, "spec": {"replicas": 1, "template": {"spec": {
         "containers": [{"name": "c", "image": "nginx"}]}}}}
-    apiserver.put(DEPLOYMENTS, web)
-    with running(api, tmp_path / "state"):
-        reports = f"{REPORTS_API}/namespaces/team-a/policyreports"
-        wait_for(lambda: apiserver.other.get(reports), what="the first report")
+    uid = apiserver.put(DEPLOYMENTS, web)["metadata"]["uid"]
+    reports = f"{REPORTS_API}/namespaces/team-a/policyreports"
+    # A report of that name without Placer's label (its list does not find it): the create meets it, and it
+    # is read (get) and replaced.
+    apiserver.put_readable(reports, {"apiVersion": API_VERSION, "kind": "PolicyReport",
+                                     "metadata": {"name": uid, "namespace": "team-a"}, "results": []})
+    with running(api, tmp_path / "state", apiserver):
+        wait_for(lambda: (apiserver.other.get(reports) or {}).get(uid, {}).get("results"), what="the first report")
         opted_out = {"metadata": {"labels": {"placer.dev/inject": "disabled"}}, **web["spec"]["template"]}
         apiserver.put(DEPLOYMENTS, {**web, "spec": {**web["spec"], "template": opted_out}})  # fail → skip
-        # both reports are updated, in either order: the namespace's and the cluster's summary
+        # both reports are updated, in either order: the workload's and the cluster's summary
         wait_for(lambda: [m for m, p, _ in apiserver.requests if m == "PUT" and p.startswith(reports)]
                  and [m for m, p, _ in apiserver.requests if m == "PUT" and p.startswith(REPORTS_API)
                       and "clusterpolicyreports" in p], what="the reports updated")
+        apiserver.delete(POLICIES, "p")  # no rule matches the workload any more: its report goes
+        wait_for(lambda: [m for m, p, _ in apiserver.requests if m == "DELETE" and p.startswith(reports)],
+                 what="the report deleted")
     used = {verb_of(m, p, q) for m, p, q in apiserver.requests
             if not (p == "/version" or (p.startswith("/apis/") and len(p.strip("/").split("/")) <= 3))}
     everything = granted(rendered, "placer", "placer-leader-election", "placer-policy-reports")

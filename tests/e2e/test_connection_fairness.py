@@ -9,6 +9,7 @@ clients that drop their connections rudely never take a worker down.
 
 import json
 import os
+import signal
 import socket
 import ssl
 import threading
@@ -57,21 +58,32 @@ def _connector(server: RunningServer) -> Callable[[], ssl.SSLSocket]:
 
 
 def test_busy_connections_share_one_worker_in_turn(tmp_path: Path, certificates: Any) -> None:
-    """The order is the worker's own: its admission log lines, one per review answered, in the order it
+    """What the worker guarantees: connections whose requests are waiting are answered in turn, one request
+    of each at a time, not one connection's pipeline before the next. So the test makes sure every client's
+    requests are waiting before the worker answers any: the worker is stopped (SIGSTOP) once the clients
+    have connected, each client writes its first request (into the worker's socket buffer) and then the rest,
+    and the worker is let go (SIGCONT) once every first request is written. (Without that, a client thread
+    the machine runs late can send its pipeline after another's was answered whole: no unfairness of the
+    worker, a test timing out on a loaded machine.)
+
+    The order is the worker's own: its admission log lines, one per review answered, in the order it
     answered them (each client's reviews carry its number in their uid). The clients' threads read answers
     already buffered on their sockets whenever the GIL lets them, so the time each read one says little."""
     answered: list[tuple[int, int]] = []
     lock = threading.Lock()
     with running_server(tmp_path, certificates, policies=copy_policies(tmp_path),
                         extra=["--workers", "1"]) as server:
+        (worker,) = server.worker_pids()
         connect = _connector(server)
-        connected = threading.Barrier(CLIENTS)
+        connections = [connect() for _ in range(CLIENTS)]
+        first_written = threading.Barrier(CLIENTS + 1)
 
         def client(number: int) -> None:
-            pipelined = b"".join(_pod_review_request(f"client-{number}-{index}") for index in range(REQUESTS))
-            connection = connect()
-            connected.wait(30)  # every client pipelines at once, none still in its TLS handshake on a busy machine
-            connection.sendall(pipelined)
+            requests = [_pod_review_request(f"client-{number}-{index}") for index in range(REQUESTS)]
+            connection = connections[number]
+            connection.sendall(requests[0])
+            first_written.wait(30)
+            connection.sendall(b"".join(requests[1:]))
             stream = connection.makefile("rb")
             for _ in range(REQUESTS):
                 status = _read_response(stream)
@@ -79,9 +91,14 @@ def test_busy_connections_share_one_worker_in_turn(tmp_path: Path, certificates:
                     answered.append((number, status))
             connection.close()
 
-        threads = [threading.Thread(target=client, args=(n,)) for n in range(CLIENTS)]
-        for thread in threads:
-            thread.start()
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            threads = [threading.Thread(target=client, args=(n,)) for n in range(CLIENTS)]
+            for thread in threads:
+                thread.start()
+            first_written.wait(30)
+        finally:
+            os.kill(worker, signal.SIGCONT)
         for thread in threads:
             thread.join(60)
     assert len(answered) == CLIENTS * REQUESTS and {status for _, status in answered} == {200}

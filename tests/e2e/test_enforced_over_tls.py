@@ -71,3 +71,27 @@ def test_the_denial_is_counted(server: RunningServer) -> None:
               and 'outcome="denied"' in line and 'rule="general-pool"' in line]
     assert denied and float(denied[0].split()[-1]) >= 1, [line for line in metrics.splitlines()
                                                          if "rule_evaluations" in line][:10]
+
+
+def test_the_fail_closed_entry_refuses_what_no_loaded_policy_decides(server: RunningServer) -> None:
+    """`/enforce` serves namespaces labelled placer.dev/enforce=true: one no loaded Enforced policy selects (a
+    policy not loaded yet, or just removed) is refused with the reason, where `/mutate` would admit."""
+    body = review_for(deployment({}))
+    body["request"]["namespace"] = body["request"]["object"]["metadata"]["namespace"] = "team-b"
+    refused = server.post("/enforce?timeout=5s", json=body).json()["response"]
+    assert refused["allowed"] is False and refused["status"]["code"] == 403
+    assert "namespace team-b is labelled placer.dev/enforce=true but no Enforced policy Placer has loaded selects" \
+        in refused["status"]["message"]
+    assert server.post("/mutate?timeout=5s", json=body).json()["response"]["allowed"] is True
+    placed = server.post("/enforce?timeout=5s", json=review_for(deployment({}))).json()
+    assert placed["response"]["allowed"] is True and decode_patch(placed)
+
+
+def test_a_workload_naming_a_controller_of_its_own_is_refused_over_tls(server: RunningServer) -> None:
+    forged = deployment({"nodeSelector": {"node-pool": "shared-premium"}, "tolerations": [{"operator": "Exists"}]})
+    forged["kind"] = "ReplicaSet"
+    forged["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "mine", "uid": "1",
+                                              "controller": True}]
+    response = server.post("/enforce?timeout=5s", json=review_for(forged)).json()["response"]
+    assert response["allowed"] is False
+    assert response["status"]["message"].startswith('replicasets "web" is forbidden: policy enforced-team-pool')

@@ -174,8 +174,8 @@ def test_a_worker_killed_under_load_is_replaced_and_the_others_keep_answering(
 
     The killed worker cannot answer what it was processing; that is what `failurePolicy` is for. Its idle
     keep-alive connections are closed by the kernel and the client (like the API server's) reconnects. The
-    oldest worker is killed each time, every 3 s: granian stops the server when the same worker dies twice
-    within 5.5 s (a crash loop), and the pod is restarted.
+    oldest worker is killed each time, every 3 s: granian stops the server when a worker dies within 5.5 s
+    of being started (a crash loop: tests/e2e/test_worker_deaths.py), and the pod is restarted.
     """
     connections = 4
     kills: list[float] = []

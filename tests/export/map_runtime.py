@@ -1,19 +1,22 @@
 """What the API server does with exported MutatingAdmissionPolicies, for tests: bindings and resource rules
 matched, match conditions, variables, then each mutation's JSON Patch applied in order, each on the result
-of the previous (KEP-3962). Expressions are the exported ones in the plain dialect (`mutations.PLAIN`:
-patch operations as maps, since this CEL runtime has no `JSONPatch` type), compiled in the environment of the
-target Kubernetes version (`webhook.export.kubernetes_env`: only the libraries that version has, and the
-variables of these policies: `object`, `oldObject`, `request`, `namespaceObject`, `variables`; nothing of
-Placer's, so `pod`, `workload`, `resources`, `cel.bind` do not compile), each also held to the literal
-homogeneity Kubernetes enforces."""
+of the previous (KEP-3962). Expressions are the exported ones, as written, compiled as the target Kubernetes
+version compiles them (`webhook.export.kubernetes_env`: only the libraries that version has, the types the
+API server declares: `object`, `oldObject`, `request`, `namespaceObject`, each variable as the type of its
+expression, `JSONPatch` in mutations; nothing of Placer's, so `pod`, `workload`, `resources`, `cel.bind` do
+not compile), each also held to the literal homogeneity and the return types Kubernetes enforces. A
+mutation's `JSONPatch` values become JSON Patch operations as the API server writes them (a `value` in JSON,
+where an integer and the same double are one number)."""
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jsonpatch
+from google.protobuf import json_format
 
 from webhook.actions.base import selector_matches
-from webhook.export.kubernetes_env import KubernetesCel
+from webhook.export.api_types import ADMISSION_REQUEST, NAMESPACE
+from webhook.export.kubernetes_env import NO_VARIABLES, Kind, KubernetesCel, Variables
 from webhook.export.versions import DEFAULT_TARGET, KubernetesVersion
 from webhook.policy.cel import environment as cel
 
@@ -28,18 +31,27 @@ class PolicyFailed(Exception):
 class MapRuntime:
     def __init__(self, target: KubernetesVersion = DEFAULT_TARGET) -> None:
         self.kubernetes = KubernetesCel(target)
-        self.environment = self.kubernetes.environment
-        self._compiled: dict[str, cel.Program] = {}
+        self._compiled: dict[tuple[Variables, Kind, str], cel.Program] = {}
         self.errors: list[str] = []
         """Every expression that failed (ignored under failurePolicy Ignore), for a test's message."""
 
-    def compile(self, source: str) -> cel.Program:
-        program = self._compiled.get(source)
+    def compile(self, source: str, kind: Kind, variables: Variables = NO_VARIABLES) -> cel.Program:
+        key = (variables, kind, source)
+        program = self._compiled.get(key)
         if program is None:
-            refusal = self.kubernetes.refusal(source)
+            refusal = self.kubernetes.refusal(source, kind, variables)
             assert refusal is None, f"{refusal}: {source[:300]}"
-            program = self._compiled[source] = cel.compile_expression(self.environment, source)
+            environment = self.kubernetes.environment(NO_VARIABLES if kind is Kind.MATCH_CONDITION else variables)
+            program = self._compiled[key] = cel.compile_expression(environment, source)
         return program
+
+    def declared(self, spec: Mapping[str, Any]) -> Variables:
+        """The policy's variables with the types the API server declares them with, in order."""
+        variables = NO_VARIABLES
+        for variable in spec.get("variables") or []:
+            variables, refusal = self.kubernetes.declare(variables, variable["name"], variable["expression"])
+            assert refusal is None, f"variable {variable['name']}: {refusal}"
+        return variables
 
     def admit(self, objects: Sequence[Mapping[str, Any]], obj: dict[str, Any], *, request: Mapping[str, Any],
               namespace: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -64,9 +76,14 @@ class MapRuntime:
     def _run(self, spec: Mapping[str, Any], obj: dict[str, Any], request: Mapping[str, Any],
              namespace: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
         fail = spec.get("failurePolicy", "Fail") == "Fail"
-        base = {"object": obj, "oldObject": old, "request": request, "namespaceObject": namespace}
+        types = self.kubernetes.api_types
+        base = {"object": obj, "oldObject": old, "request": types.message(ADMISSION_REQUEST, request),
+                "request.userInfo.extra": dict((request.get("userInfo") or {}).get("extra") or {}),
+                "namespaceObject": types.message(NAMESPACE, namespace)}
         for condition in spec.get("matchConditions") or []:
-            result = cel.evaluate(self.compile(condition["expression"]), cel.activation(self.environment, base))
+            environment = self.kubernetes.environment()
+            result = cel.evaluate(self.compile(condition["expression"], Kind.MATCH_CONDITION),
+                                  cel.activation(environment, base))
             if result.value is False:
                 return obj
             if result.value is not True:
@@ -74,24 +91,49 @@ class MapRuntime:
                 if fail:
                     raise PolicyFailed(f"match condition {condition['name']}: {result.error or result.missing}")
                 return obj
+        declared = self.declared(spec)
+        environment = self.kubernetes.environment(declared)
         for mutation in spec["mutations"]:
-            data = {**base, "object": obj, "variables": self._variables(spec, {**base, "object": obj})}
-            result = cel.evaluate(self.compile(mutation["jsonPatch"]["expression"]),
-                                  cel.activation(self.environment, data))
+            data = {**base, "object": obj}
+            data.update(self._variables(spec, declared, data))
+            result = cel.evaluate(self.compile(mutation["jsonPatch"]["expression"], Kind.MUTATION, declared),
+                                  cel.activation(environment, data))
             if not isinstance(result.value, list):
                 self.errors.append(f"{result.error or result.missing}: {mutation['jsonPatch']['expression'][:200]}")
                 if fail:
                     raise PolicyFailed(result.error or result.missing or "not a list of patch operations")
                 continue
-            obj = jsonpatch.apply_patch(obj, result.value)
+            obj = jsonpatch.apply_patch(obj, [operation(patch) for patch in result.value])
         return obj
 
-    def _variables(self, spec: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
-        """Each variable in order, seeing those before it; one that fails is absent (reading it fails)."""
+    def _variables(self, spec: Mapping[str, Any], declared: Variables, base: Mapping[str, Any]) -> dict[str, Any]:
+        """Each variable in order (bound as `variables.<name>`), seeing those before it; one that fails is
+        absent (reading it fails)."""
         values: dict[str, Any] = {}
-        for variable in spec.get("variables") or []:
-            result = cel.evaluate(self.compile(variable["expression"]),
-                                  cel.activation(self.environment, {**base, "variables": dict(values)}))
+        seen = NO_VARIABLES
+        for variable, (name, cel_type) in zip(spec.get("variables") or [], declared.declared, strict=True):
+            program = self.compile(variable["expression"], Kind.VARIABLE, seen)
+            result = cel.evaluate(program, cel.activation(self.kubernetes.environment(seen), {**base, **values}))
             if result.error is None and result.missing is None:
-                values[variable["name"]] = result.value
+                values[f"variables.{name}"] = result.value
+            seen = seen.add(name, cel_type)
         return values
+
+
+def operation(patch: Any) -> dict[str, Any]:
+    """A `JSONPatch` value as the JSON Patch operation the API server applies (its `value` as JSON: the
+    protobuf Value that carries it here keeps numbers as doubles; JSON has one number type)."""
+    written: dict[str, Any] = json_format.MessageToDict(patch, preserving_proto_field_name=True)
+    if "value" in written:
+        written["value"] = _numbers(written["value"])
+    return written
+
+
+def _numbers(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_numbers(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _numbers(item) for key, item in value.items()}
+    return value

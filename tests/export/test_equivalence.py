@@ -2,6 +2,8 @@
 server would make with the exported MutatingAdmissionPolicies (tests.export.map_runtime) is the object
 Placer makes with the rules that were exported, and a second run changes nothing."""
 
+import copy
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,6 @@ from tests.export.map_runtime import RESOURCES, MapRuntime
 from tests.golden.test_golden import CASES, _cases
 from tests.helpers import compile_policies, read_yaml, review_for, run, snapshot_of
 from webhook.export.admission_policy import export_policies
-from webhook.export.mutations import PLAIN
 from webhook.export.versions import DEFAULT_TARGET, KubernetesVersion, show
 from webhook.policy.snapshot import NamespaceInfo
 
@@ -31,8 +32,16 @@ def _policy_texts(case: dict[str, Any], directory: Path) -> list[str]:
 def exported_only(texts: list[str], *, allow_partial: bool = True,
                   target: KubernetesVersion = DEFAULT_TARGET) -> tuple[list[dict[str, Any]], list[str]]:
     """The exported objects, and the policies with only their written rules (what Placer is compared on)."""
-    policies, _compiler = compile_policies(texts)
-    exports = export_policies(policies, dialect=PLAIN, allow_partial=allow_partial, target=target)
+    objects, reduced = _exported_only(tuple(texts), allow_partial, target)
+    return copy.deepcopy(objects), list(reduced)
+
+
+@functools.cache
+def _exported_only(texts: tuple[str, ...], allow_partial: bool,
+                   target: KubernetesVersion) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    """Once per policy set and target: every example policy on 54 workloads is one export, compared 54 times."""
+    policies, _compiler = compile_policies(list(texts))
+    exports = export_policies(policies, allow_partial=allow_partial, target=target)
     objects = [obj for export in exports for obj in export.objects]
     kept = {(export.policy, rule.rule) for export in exports for rule in export.rules if rule.written}
     reduced = []
@@ -44,7 +53,18 @@ def exported_only(texts: list[str], *, allow_partial: bool = True,
             document["spec"]["rules"] = [r for r in document["spec"]["rules"] if (name, r["name"]) in kept]
             if document["spec"]["rules"]:
                 reduced.append(yaml.safe_dump(document))
-    return objects, reduced
+    return objects, tuple(reduced)
+
+
+@functools.cache
+def _runtime(target: KubernetesVersion) -> MapRuntime:
+    """One per target, its compiled expressions kept (they depend only on the expression and the target)."""
+    return MapRuntime(target)
+
+
+@functools.cache
+def _snapshot(reduced: tuple[str, ...], namespace: str, labels: tuple[tuple[str, str], ...]) -> Any:
+    return snapshot_of(*reduced, namespaces=[NamespaceInfo(namespace, dict(labels), {})])
 
 
 def outcomes(texts: list[str], given: dict[str, Any], namespace: str, labels: dict[str, str],
@@ -55,10 +75,11 @@ def outcomes(texts: list[str], given: dict[str, Any], namespace: str, labels: di
     objects, reduced = exported_only(texts, allow_partial=allow_partial, target=target)
     labels = {**labels, **INJECT}
     review = review_for(given, namespace=namespace, operation=operation)
-    snapshot = snapshot_of(*reduced, namespaces=[NamespaceInfo(namespace, labels, {})])
+    snapshot = _snapshot(tuple(reduced), namespace, tuple(sorted(labels.items())))
     placer = jsonpatch.apply_patch(given, run(snapshot, review).patch) if reduced else given
     namespace_object = {"metadata": {"name": namespace, "labels": labels, "annotations": {}}}
-    runtime = MapRuntime(target)
+    runtime = _runtime(target)
+    runtime.errors = []
     exported = runtime.admit(objects, given, request=review["request"], namespace=namespace_object)
     again = runtime.admit(objects, exported, request=review["request"], namespace=namespace_object)
     assert again == exported, "a second run of the exported policies changes nothing"

@@ -17,7 +17,7 @@ from webhook.commands.cli import main
 from webhook.export.admission_policy import export_policies, report_lines
 from webhook.export.cel_text import NotExportable
 from webhook.export.free_identifiers import Rewriter
-from webhook.export.kubernetes_env import KubernetesCel
+from webhook.export.kubernetes_env import NO_VARIABLES, Kind, KubernetesCel
 from webhook.export.versions import SUPPORTED, KubernetesVersion, api_version_for, compatibility_version, show
 
 MANIFESTS = REPO / "tests" / "fixtures" / "manifests"
@@ -197,12 +197,42 @@ def test_a_policy_variable_the_target_lacks_blocks_the_rules_reading_it() -> Non
 
 def test_the_environment_check_is_a_real_compile() -> None:
     checker = KubernetesCel((1, 37))
-    assert checker.refusal("object.metadata.?labels.orValue({}).size() > 0") is None
-    assert checker.refusal("sets.contains([1, 2], [1]) && [1].all(i, v, v > 0)") is None
-    assert checker.refusal("quantity('1Gi').isGreaterThan(quantity('1Mi'))") is None
-    assert "`pod.spec.nodeName`" in str(checker.refusal("pod.spec.nodeName == ''"))
-    assert checker.refusal("[2, 1].reverse()[0] == 1") is None
-    assert "`first()`" in str(checker.refusal("[1].first().orValue(0) == 1"))
+    assert checker.refusal("object.metadata.?labels.orValue({}).size() > 0", Kind.VARIABLE) is None
+    assert checker.refusal("sets.contains([1, 2], [1]) && [1].all(i, v, v > 0)", Kind.VARIABLE) is None
+    assert checker.refusal("quantity('1Gi').isGreaterThan(quantity('1Mi'))", Kind.VARIABLE) is None
+    assert "`pod.spec.nodeName`" in str(checker.refusal("pod.spec.nodeName == ''", Kind.VARIABLE))
+    assert checker.refusal("[2, 1].reverse()[0] == 1", Kind.VARIABLE) is None
+    assert "`first()`" in str(checker.refusal("[1].first().orValue(0) == 1", Kind.VARIABLE))
+
+
+def test_each_expression_is_compiled_as_the_api_server_compiles_its_kind() -> None:
+    """pkg/apis/admissionregistration/validation/validation.go and plugin/cel/compile.go: a match condition by
+    the stateless compiler (no variables, must be bool); a variable seeing those above it, declared as the type
+    of its expression; a JSONPatch mutation seeing all, returning list(JSONPatch); `namespaceObject` and
+    `request` typed, `object` dyn, `JSONPatch` a mutation's only."""
+    checker = KubernetesCel((1, 36))
+    assert checker.refusal("request.operation == 'CREATE'", Kind.MATCH_CONDITION) is None
+    assert "must evaluate to bool but got string" in str(checker.refusal("request.operation", Kind.MATCH_CONDITION))
+    declared, refusal = checker.declare(NO_VARIABLES, "keys", "['a', 'b'].filter(k, k != 'a')")
+    assert refusal is None and dict(declared.declared)["keys"].show() == "list(string)"
+    assert "compiled without the policy's variables" in str(
+        checker.refusal("variables.keys.size() > 0", Kind.MATCH_CONDITION, declared))
+    assert "only those" in str(checker.refusal("variables.later == 1", Kind.VARIABLE, declared))
+    mutation = "variables.keys.size() > 0 ? [JSONPatch{op: 'add', path: '/x', value: variables.keys}] : []"
+    assert checker.refusal(mutation, Kind.MUTATION, declared) is None
+    assert "must evaluate to list(JSONPatch) but got list(dyn)" in str(
+        checker.refusal(f"({mutation}).map(p, dyn(p))", Kind.MUTATION, declared))
+    assert "for a mutation only" in str(checker.refusal("JSONPatch{op: 'add'}.op", Kind.VARIABLE))
+    assert "expected type 'string' but found 'dyn'" in str(
+        checker.refusal("[namespaceObject.metadata.name, object.kind]", Kind.VARIABLE))
+    assert "expected type 'map(string, string)' but found 'list(string)'" in str(
+        checker.refusal("{'l': namespaceObject.metadata.labels, ?'k': optional.of(variables.keys)}", Kind.VARIABLE,
+                        declared))
+    assert checker.refusal("request.userInfo.extra['team'][0] == 'a'", Kind.VARIABLE) is None
+    assert checker.check("request.userInfo.extra", Kind.VARIABLE).output.show() == "map(string, list(string))"
+    assert checker.check("namespaceObject.metadata.?labels", Kind.VARIABLE).output.show() == (
+        "optional_type(map(string, string))")
+    assert "`params`" in str(checker.refusal("params.x == 1", Kind.VARIABLE))
 
 
 def test_a_servers_compatibility_version_is_one_minor_behind() -> None:

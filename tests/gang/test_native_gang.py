@@ -130,8 +130,8 @@ def test_where_no_pod_group_api_is_served_the_job_is_admitted_unchanged_with_a_w
     result, mutation = admitted(copy.deepcopy(job), served(""))
     assert result == job
     assert mutation.warnings == [
-        "native/gang: native gang: the API server serves no PodGroup API (scheduling.k8s.io v1beta1 or "
-        "v1alpha2): admitted unchanged, pods schedule one by one; on 1.36: feature gates GenericWorkload and "
+        "native/gang: native gang: the API server serves no PodGroup API (no version of scheduling.k8s.io serves "
+        "PodGroup): admitted unchanged, pods schedule one by one; on 1.36: feature gates GenericWorkload and "
         "GangScheduling on kube-apiserver and kube-scheduler, and --runtime-config=scheduling.k8s.io/v1alpha2=true"]
 
 

@@ -111,17 +111,21 @@ def test_explain_says_which_group_a_pod_gets_and_why() -> None:
         "per child Job); no rule ran: created by Job/tpu-train-workers-1 from a template Placer already mutated"]
 
 
-@pytest.mark.parametrize("case, kind", [
-    ("gang-native-pytorchjob", ("kubeflow.org", "PyTorchJob")),
-    ("gang-native-raycluster", ("ray.io", "RayCluster")),
-    ("gang-native-sparkapplication", ("sparkoperator.k8s.io", "SparkApplication")),
+@pytest.mark.parametrize("case, kind, size", [
+    ("gang-native-pytorchjob", ("kubeflow.org", "PyTorchJob"), 9),  # Master 1 + Worker 8
+    ("gang-native-raycluster", ("ray.io", "RayCluster"), 6),  # head + 3 + 2
+    ("gang-native-raycluster-autoscaling", ("ray.io", "RayCluster"), 2),  # head + minReplicas 1 + 0
+    ("gang-native-sparkapplication", ("sparkoperator.k8s.io", "SparkApplication"), 10),  # the executors
+    ("gang-native-spark-dynamic-allocation", ("sparkoperator.k8s.io", "SparkApplication"), 2),  # minExecutors
+    ("gang-native-mpijob-at-startup", ("kubeflow.org", "MPIJob"), 5),  # launcher + 4 workers
+    ("gang-native-mpijob-wait-for-workers", ("kubeflow.org", "MPIJob"), 4),  # the workers
 ])
-def test_one_gang_per_resource_is_the_size_placer_computes(case: str, kind: tuple[str, str]) -> None:
+def test_one_gang_per_resource_counts_the_pods_made_together(case: str, kind: tuple[str, str], size: int) -> None:
+    """The controller's PodGroup counts what the admission marked: the pods that exist before any must run."""
     expected = read_yaml(GOLDEN / case / "expected.yaml")
     workload = TABLE.lookup(*kind)
     assert workload is not None
-    groups = marked_groups(workload, expected)
-    assert groups == [(expected["metadata"]["name"], workload.members(expected))]
+    assert marked_groups(workload, expected) == [(expected["metadata"]["name"], size)]
 
 
 def test_where_no_pod_group_api_is_served_the_resource_and_its_pods_are_left_as_they_are() -> None:

@@ -37,6 +37,7 @@ from urllib.parse import parse_qs, urlparse
 import yaml
 
 from tests.kube.apiserver_semantics import CONTINUE_EXPIRED, decode_continue, encode_continue, merge_patch, prune
+from tests.kube.fake_admission import VALIDATING_PATH, validate_create
 
 TOKEN = "placer-test-token"
 POLICIES = "/apis/placer.dev/v1alpha1/schedulingpolicies"
@@ -89,7 +90,12 @@ _KINDS = {
 """Collections listed and watched (namespaced ones across all namespaces: objects keyed `namespace/name`)."""
 NOT_SERVED = "the server could not find the requested resource"
 REPORTS_API = "/apis/wgpolicyk8s.io/v1alpha2"
-"""PolicyReports (the Policy WG's CRDs): served when `reports_served`; reports are objects read by name."""
+"""PolicyReports (the Policy WG's CRDs): served when `reports_served`; reports are objects read by name, and
+PolicyReports are listed across namespaces by label."""
+REPORT_CRDS = {"policyreports.wgpolicyk8s.io": "policyreports", "clusterpolicyreports.wgpolicyk8s.io":
+               "clusterpolicyreports"}
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+POLICY_CRD = "schedulingpolicies.placer.dev"
 
 
 def object_key(obj: dict[str, Any]) -> str:
@@ -449,10 +455,12 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion":
                                         "wgpolicyk8s.io/v1alpha2", "resources": [
                                             {"name": "policyreports", "namespaced": True, "kind": "PolicyReport",
-                                             "verbs": ["create", "get", "list", "update", "watch"]},
+                                             "verbs": ["create", "delete", "get", "list", "update", "watch"]},
                                             {"name": "clusterpolicyreports", "namespaced": False,
                                              "kind": "ClusterPolicyReport",
                                              "verbs": ["create", "get", "list", "update", "watch"]}]})
+            if path == REPORTS_API + "/policyreports" and method == "GET":
+                return self._list_reports("policyreports", query.get("labelSelector") or "")
             if path.startswith(PODGROUP_API + "/namespaces/"):
                 return self._podgroup(method, path, body)
             if path.startswith(NATIVE_PODGROUP_API + "/namespaces/"):
@@ -479,14 +487,28 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     resource = collection.rsplit("/", 1)[-1]
                     return self._send(404, status(404, "NotFound", f'{resource} "{name}" not found'))
                 return self._send(200, found)
+            if method == "GET" and path in (f"{REPORTS_API}/policyreports", f"{REPORTS_API}/clusterpolicyreports"):
+                return self._list_reports(path.rsplit("/", 1)[-1], query.get("labelSelector") or "")
+            if method == "POST" and path.startswith("/apis/") and len(path.split("/")) == 5:
+                refused = validate_create(api.other.get(VALIDATING_PATH, {}), path, body, query.get("dryRun") == "All")
+                if refused is not None:
+                    return self._send(*refused)
             if method in ("POST", "PUT", "DELETE"):
-                return self._write(method, path, body)
+                return self._write(method, path, body, dry_run=query.get("dryRun") == "All")
             return self._send(404, status(404, "NotFound", "the server could not find the requested resource"))
 
-        def _write(self, method: str, path: str, body: Any) -> None:
-            """Create, replace or delete a namespace or an object only read by name (CRDs, webhook configs)."""
+        def _write(self, method: str, path: str, body: Any, *, dry_run: bool = False) -> None:
+            """Create, replace or delete a namespace or an object only read by name (CRDs, webhook configs).
+            A CRD is Established at once and deleting one deletes its objects; `dryRun=All` stores nothing."""
             collection, name = (path, body["metadata"]["name"]) if method == "POST" else path.rsplit("/", 1)
             resource = collection.rsplit("/", 1)[-1]
+            if dry_run and method == "POST":
+                created = copy.deepcopy(body)
+                created["metadata"].update(uid=str(uuid.uuid4()), resourceVersion="", generation=1)
+                return self._send(201, created)
+            if collection == CRD_PATH:
+                with api.condition:
+                    self._crd_written(method, name, body)
             with api.condition:
                 store = api.objects[collection] if collection in _KINDS else api.other.setdefault(collection, {})
                 exists = name in store
@@ -504,6 +526,38 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     return self._send(201 if method == "POST" else 200, api._store(collection, body))
             api.put_readable(collection, body)
             return self._send(201 if method == "POST" else 200, api.other[collection][name])
+
+        def _crd_written(self, method: str, name: str, body: Any) -> None:
+            """What the API server does beside storing a CRD: it becomes Established (a moment later in
+            kube-apiserver); deleted, its objects go with it. Called with the condition held."""
+            if method in ("POST", "PUT"):
+                existing = api.other.get(CRD_PATH, {}).get(name)
+                body["status"] = (existing or {}).get("status") or {
+                    "conditions": [{"type": "NamesAccepted", "status": "True", "reason": "NoConflicts"},
+                                   {"type": "Established", "status": "True", "reason": "InitialNamesAccepted"}],
+                    "acceptedNames": body["spec"]["names"]}
+            elif name == POLICY_CRD:
+                for key in list(api.objects[POLICIES]):
+                    api.delete(POLICIES, key)
+            elif name in REPORT_CRDS:
+                for collection in [c for c in api.other if c.startswith(REPORTS_API)
+                                   and c.endswith("/" + REPORT_CRDS[name])]:
+                    del api.other[collection]
+            if name in REPORT_CRDS:  # served while both are there, this write counted
+                present = set(api.other.get(CRD_PATH, {}))
+                present = present - {name} if method == "DELETE" else present | {name}
+                api.reports_served = set(REPORT_CRDS) <= present
+
+        def _list_reports(self, plural: str, selector: str) -> None:
+            """Every PolicyReport (all namespaces) or ClusterPolicyReport whose labels the selector takes."""
+            with api.condition:
+                items = [copy.deepcopy(obj) for collection, objects in sorted(api.other.items())
+                         if collection.startswith(REPORTS_API) and collection.endswith("/" + plural)
+                         for obj in objects.values() if selects(selector, obj)]
+                version = str(api.revision)
+            kind = "ClusterPolicyReportList" if plural.startswith("cluster") else "PolicyReportList"
+            return self._send(200, {"kind": kind, "apiVersion": "wgpolicyk8s.io/v1alpha2",
+                                    "metadata": {"resourceVersion": version}, "items": items})
 
         def _patch_namespace_labels(self, name: str, body: Any) -> None:
             """A merge patch of a Namespace's labels (what the controller sends for placer.dev/enforce);

@@ -1,6 +1,7 @@
 """Background evaluation: the controller judges existing workloads against the current policies and keeps a
-PolicyReport per namespace current, writing only what changed; without the report CRDs, reports are off."""
+PolicyReport per workload current, writing only what changed; without the report CRDs, reports are off."""
 
+import copy
 import threading
 import time
 from collections.abc import Iterator
@@ -40,18 +41,35 @@ def deployment(name: str, **template_labels: str) -> dict[str, Any]:
 def background(apiserver: FakeApiServer, api: KubeApi, tmp_path: Path) -> Iterator[BackgroundReports]:
     apiserver.reports_served = True
     apiserver.put_namespace("team-a", {"team": "ml"})
-    with running(api, tmp_path / "state") as reports:
+    with running(api, tmp_path / "state", apiserver) as reports:
         yield reports
 
 
-def report(apiserver: FakeApiServer, path: str = TEAM_A_REPORTS) -> dict[str, Any] | None:
+def report(apiserver: FakeApiServer, path: str = CLUSTER_REPORTS, name: str = "placer") -> dict[str, Any] | None:
     with apiserver.condition:
-        return (apiserver.other.get(path) or {}).get("placer")
+        return copy.deepcopy((apiserver.other.get(path) or {}).get(name))
+
+
+def workload_reports(apiserver: FakeApiServer, path: str = TEAM_A_REPORTS) -> dict[str, dict[str, Any]]:
+    """team-a's PolicyReports by the name of the workload each is about (its scope)."""
+    with apiserver.condition:
+        return {obj["scope"]["name"]: copy.deepcopy(obj) for obj in (apiserver.other.get(path) or {}).values()
+                if obj["scope"]["kind"] != "Namespace"}
 
 
 def results(apiserver: FakeApiServer) -> dict[str, str]:
-    found = report(apiserver) or {"results": []}
-    return {r["resources"][0]["name"]: r["result"] for r in found["results"]}
+    """Each team-a workload's result (its one rule's)."""
+    return {name: found["results"][0]["result"] for name, found in workload_reports(apiserver).items()}
+
+
+def settled(background: BackgroundReports) -> int:
+    """Workloads judged, once no more are for a second: a namespace listed after the first judgement has its
+    workloads judged again (they were judged without its labels)."""
+    judged = -1
+    while background.judged != judged:
+        judged = background.judged
+        time.sleep(1.0)
+    return judged
 
 
 def report_writes(apiserver: FakeApiServer) -> int:
@@ -65,12 +83,19 @@ def test_a_deployment_created_before_the_policy_fails_and_passes_once_in_step(
     wait_for(lambda: background.book.count() == 2, what="the workloads watched")
     apiserver.put_policy(pool_policy({"matchLabels": {"team": "ml"}}))
     wait_for(lambda: results(apiserver) == {"old": "fail", "opted-out": "skip"}, what="fail and skip reported")
-    polr = report(apiserver)
-    assert polr is not None and polr["summary"] == {"pass": 0, "fail": 1, "error": 0, "skip": 1, "warn": 0}
-    fail = next(r for r in polr["results"] if r["result"] == "fail")
+    polr = workload_reports(apiserver)["old"]
+    assert polr["summary"] == {"pass": 0, "fail": 1, "error": 0, "skip": 0, "warn": 0}
+    stored = apiserver.objects[DEPLOYMENTS]["team-a/old"]["metadata"]
+    assert polr["metadata"]["name"] == stored["uid"], "named by the workload's uid, as Kyverno names its own"
+    assert polr["scope"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "old", "namespace": "team-a",
+                             "uid": stored["uid"]}
+    assert polr["metadata"]["ownerReferences"] == [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "old", "uid": stored["uid"]}], \
+        "the garbage collector deletes it with the Deployment"
+    fail = polr["results"][0]
     assert fail["policy"] == "pools" and fail["rule"] == "pool" and fail["source"] == "placer"
     assert "nodeSelector" in fail["message"]
-    cluster = wait_for(lambda: report(apiserver, CLUSTER_REPORTS), what="the cluster report")
+    cluster = wait_for(lambda: report(apiserver), what="the cluster report")
     assert cluster["kind"] == "ClusterPolicyReport"
 
     fixed = deployment("old")
@@ -101,14 +126,32 @@ def test_a_policy_change_judges_only_the_namespaces_it_selects(
     apiserver.put_namespace("team-b", {"team": "web"})
     apiserver.put(DEPLOYMENTS, deployment("a"))
     apiserver.put(DEPLOYMENTS, {**deployment("b"), "metadata": {"name": "b", "namespace": "team-b"}})
-    with running(api, tmp_path / "state") as background:
+    with running(api, tmp_path / "state", apiserver) as background:
         wait_for(lambda: background.book.count() == 2, what="both workloads watched")
         wait_for(lambda: background.judged >= 2, what="the first full judgement")
-        judged = background.judged
+        judged = settled(background)
         apiserver.put_policy(pool_policy({"matchLabels": {"team": "ml"}}))
         wait_for(lambda: results(apiserver) == {"a": "fail"}, what="team-a's report")
         time.sleep(0.5)
         assert background.judged == judged + 1, "team-b is not selected: its workload is not judged again"
+
+
+def test_a_relabelled_namespace_has_its_workloads_judged_at_once(
+        apiserver: FakeApiServer, background: BackgroundReports) -> None:
+    """The namespace watch tells background evaluation which namespace changed (it used to compare every
+    namespace's labels every 30 s): its workloads are judged again within the round, and no other's."""
+    apiserver.put_namespace("team-b", {"team": "web"})
+    apiserver.put(DEPLOYMENTS, deployment("web"))
+    apiserver.put(DEPLOYMENTS, {**deployment("b"), "metadata": {"name": "b", "namespace": "team-b"}})
+    apiserver.put_policy(pool_policy({"matchLabels": {"team": "data"}}))
+    wait_for(lambda: background.judged >= 2, what="the first judgement")
+    judged = settled(background)
+    assert results(apiserver) == {}, "no policy selects team-a yet"
+    relabelled = time.monotonic()
+    apiserver.put_namespace("team-a", {"team": "data"})
+    wait_for(lambda: results(apiserver) == {"web": "fail"}, timeout=5.0, what="team-a's workload judged again")
+    assert time.monotonic() - relabelled < 5.0
+    assert background.judged == judged + 1, "team-b did not change: its workload is not judged again"
 
 
 def test_without_the_report_crds_reports_are_off_and_said_so(
@@ -116,7 +159,7 @@ def test_without_the_report_crds_reports_are_off_and_said_so(
     apiserver.put_namespace("team-a")
     apiserver.put(DEPLOYMENTS, deployment("web"))
     state = tmp_path / "state"
-    with running(api, state) as background:
+    with running(api, state, apiserver) as background:
         wait_for(lambda: readiness_detail(state), what="the readiness detail")
         assert readiness_detail(state) == ("policy reports: off (wgpolicyk8s.io/v1alpha2 is not served; "
                                            "install deploy/components/policy-reports)")

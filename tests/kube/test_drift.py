@@ -60,7 +60,8 @@ def drift(api: KubeApi, *, answer: str = "n", **options: Any) -> tuple[int, str]
 def test_lists_the_workload_out_of_step_with_its_patch_and_only_reads(cluster: FakeApiServer, api: KubeApi) -> None:
     code, output = drift(api)
     assert code == 1, output
-    assert "deployment/old -n team-a\n  ha/pool: out of step\n" in output
+    assert ("deployment/old -n team-a\n  ha/pool: out of step: drift: applying the policies now would add "
+            '/spec/template/spec/nodeSelector {"node-pool":"general"}\n') in output, "the reason, then the patch"
     assert '{"op": "add", "path": "/spec/template/spec/nodeSelector", "value": {"node-pool": "general"}}' in output
     assert "deployment/new" not in output and "opted-out" not in output and "old-5d4" not in output
     assert "4 workloads: 1 out of step, 1 in step, 0 with rule errors, 2 skipped, 0 no policy matches" in output
@@ -153,3 +154,48 @@ def test_policy_files_judge_before_they_are_applied(cluster: FakeApiServer, kube
 def test_targets_are_looked_up_in_one_namespace(kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert kubectl_main(["drift", "-A", "deploy/web", "--kubeconfig", str(kubeconfig)]) == 2
     assert "-n NAMESPACE" in capsys.readouterr().err
+
+
+def test_a_workload_an_enforced_policy_refuses_is_never_written_and_says_why(
+        cluster: FakeApiServer, api: KubeApi) -> None:
+    """No patch can bring it in step (any write of it is refused too): nothing is sent, not even a dry run, the
+    output says which rule refuses what and what to do, and the command fails."""
+    enforced = spread_policy()
+    enforced["spec"]["enforcement"] = "Enforced"
+    cluster.put_policy(enforced)
+    shared = deployment("shared")
+    shared["spec"]["template"]["spec"]["nodeSelector"] = {"node-pool": "shared-premium"}
+    cluster.put(DEPLOYMENTS, shared)
+    code, output = drift(api, targets=["deploy/shared"])
+    assert code == 1
+    assert ('deployment/shared -n team-a\n  ha/pool: out of step: refused (enforcement: Enforced): '
+            'spec.template.spec.nodeSelector[node-pool]: wanted "general", found "shared-premium"\n'
+            '  no patch: an Enforced policy refuses it as it is') in output
+    code, output = drift(api, targets=["deploy/shared"], apply=True, yes=True)
+    assert code == 1 and cluster.merge_patches == []
+    assert "deployment/shared -n team-a: not written: an Enforced policy refuses it as it is" in output
+    assert "change what it refuses in the workload's own manifest" in output and "nothing to apply" in output
+
+
+def test_apply_says_what_it_wrote(cluster: FakeApiServer, api: KubeApi) -> None:
+    code, output = drift(api, apply=True, yes=True, targets=["deploy/old"])
+    assert code == 0, output
+    assert ('deployment/old -n team-a: brought in step: wrote {"spec":{"template":{"metadata":{"annotations":'
+            '{"placer.dev/applied":"ha/pool"}},"spec":{"nodeSelector":{"node-pool":"general"}}}}}') in output
+
+
+@pytest.mark.parametrize("argv", [
+    ["--kubeconfig", "{kubeconfig}", "-n", "team-a", "drift", "deploy/new"],
+    ["--kubeconfig={kubeconfig}", "--namespace=team-a", "drift", "deploy/new"],
+    ["-n", "team-b", "drift", "deploy/new", "-n", "team-a", "--kubeconfig", "{kubeconfig}"],
+    ["--kubeconfig", "{kubeconfig}", "shares", "-n", "team-a"],
+])
+def test_kubectls_global_flags_go_before_or_after_the_verb(
+        cluster: FakeApiServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code = kubectl_main([arg.replace("{kubeconfig}", str(kubeconfig)) for arg in argv])
+    out = capsys.readouterr()
+    assert "invalid choice" not in out.err and "unrecognized arguments" not in out.err
+    if "drift" in argv:
+        assert code == 0 and "1 workload: 0 out of step, 1 in step" in out.out, "after the verb wins: team-a"
+    else:
+        assert code == 0, out.err

@@ -105,14 +105,15 @@ def test_apply_replaces_the_constraint_and_the_webhooks_update_keeps_it(cluster:
 @pytest.fixture
 def background(apiserver: FakeApiServer, api: KubeApi, tmp_path: Path) -> Iterator[BackgroundReports]:
     apiserver.reports_served = True
-    with running(api, tmp_path / "state") as reports:
+    with running(api, tmp_path / "state", apiserver) as reports:
         yield reports
 
 
 def results(apiserver: FakeApiServer) -> dict[str, tuple[str, str]]:
+    """Each team-a workload's result, from its own PolicyReport."""
     with apiserver.condition:
-        found = (apiserver.other.get(f"{REPORTS_API}/namespaces/team-a/policyreports") or {}).get("placer")
-    return {r["resources"][0]["name"]: (r["result"], r["message"]) for r in (found or {"results": []})["results"]}
+        found = list((apiserver.other.get(f"{REPORTS_API}/namespaces/team-a/policyreports") or {}).values())
+    return {r["resources"][0]["name"]: (r["result"], r["message"]) for report in found for r in report["results"]}
 
 
 def test_the_background_report_says_fail_for_the_stale_constraint_then_pass(

@@ -1,5 +1,6 @@
-"""The same field errors in all three places: `placer lint`, the SchedulingPolicy status (Ready=False) and the
-validating webhook (one cause per error); and `--kube` reading the cluster's version and `/openapi/v3`."""
+"""The same field and type errors in all three places: `placer lint` (at the file's line and column), the
+SchedulingPolicy status (Ready=False) and the validating webhook (one cause per error, at the policy, rule and
+position in the expression); and `--kube` reading the cluster's version and `/openapi/v3`."""
 
 import json
 import re
@@ -30,7 +31,30 @@ BROKEN = {
               "<input>:1:11: `resources.limit`: no such field; did you mean `limits`?"),
     "lables": ("pod.metadata.lables['tier'] == 'x'",
                "<input>:1:14: `pod.metadata.lables`: no such field; did you mean `labels`?"),
+    "string-count": ("workload.replicas >= '2'",
+                     "<input>:1:19: found no matching overload for '_>=_' applied to '(int, string)'"),
+    "not-a-bool": ("workload.replicas", "must return bool, not int"),
+    "spec-replica": ("has(object.spec.replica) && object.spec.replica > 2",
+                     "<input>:1:5: `object.spec.replica`: no such field in any of the 15 kinds a policy sees; "
+                     "did you mean `replicas`?"),
 }
+
+
+def policy_text(name: str, condition: str) -> str:
+    """The policy as a file, its condition a literal block on line 13 from column 9."""
+    return (f"apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata:\n  name: {name}\nspec:\n"
+            f"  rules:\n    - name: ok\n      action: add-labels\n      parameters: {{a: b}}\n"
+            f"    - name: typo\n      action: add-labels\n      condition: |-\n        {condition}\n"
+            f"      parameters: {{c: d}}\n")
+
+
+def lint_line(path: Path, name: str, expected: str) -> str:
+    """What `placer lint` says: the file's line and column of the character (of the whole block when the
+    expression as a whole is at fault), then the same message."""
+    position = re.match(r"<input>:1:(\d+): ", expected)
+    line, column = (13, 8 + int(position.group(1))) if position else (12, 18)
+    message = expected[position.end():] if position else expected
+    return f"{path}:{line}:{column}: policy {name}, rule typo, condition: {message}\n"
 
 
 def broken_policy(name: str, condition: str) -> dict[str, Any]:
@@ -55,13 +79,14 @@ def test_lint_status_and_the_validating_webhook_agree_on_each_typo(
     files = {}
     for name, (condition, _) in BROKEN.items():
         files[name] = tmp_path / f"{name}.yaml"
-        files[name].write_text(yaml.safe_dump(broken_policy(name, condition)))
+        files[name].write_text(policy_text(name, condition))
+        assert yaml.safe_load(files[name].read_text()) == broken_policy(name, condition)
         apiserver.put_policy(broken_policy(name, condition))
     run = start(api, apiserver, tmp_path)
     try:
         for name, (_, expected) in BROKEN.items():
             assert main(["lint", str(files[name])]) == 1
-            assert capsys.readouterr().out == f"{files[name]}: policy {name}, rule typo, condition: {expected}\n"
+            assert capsys.readouterr().out == lint_line(files[name], name, expected)
 
             response = validate(broken_policy(name, BROKEN[name][0]))
             assert response["allowed"] is False

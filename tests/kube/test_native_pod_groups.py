@@ -100,8 +100,13 @@ class NativeApi:
         if version == "v1alpha2" and body["spec"]["schedulingPolicy"] != self.objects[key]["spec"]["schedulingPolicy"]:
             raise ApiError(422, "Invalid", f'PodGroup.scheduling.k8s.io "{name}" is invalid: spec.schedulingPolicy: '
                                            "Invalid value: null: field is immutable")
-        self.objects[key] = copy.deepcopy(body)
+        if body["metadata"].get("resourceVersion") != self.objects[key]["metadata"].get("resourceVersion"):
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on podgroups "{name}": modified')
         self.writes.append(("PUT", key))
+        if body["metadata"].get("deletionTimestamp") and not body["metadata"].get("finalizers"):
+            del self.objects[key]  # the last finalizer lifted from a deleted object: it is gone
+            return copy.deepcopy(body)
+        self.objects[key] = copy.deepcopy(body)
         return copy.deepcopy(body)
 
 
@@ -138,19 +143,57 @@ def test_a_marked_job_gets_one_pod_group_owned_by_it_and_nothing_is_written_twic
     assert api.writes == [("POST", "team-a/train")] and api.requests == requests, "settled: not asked again"
 
 
-def test_on_v1alpha2_a_scaled_job_keeps_its_min_count_and_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
+def test_on_v1alpha2_a_larger_gang_keeps_its_min_count_and_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Growing needs no change: the new pods join a group already placed (`Permit` counts the placed ones)."""
     api = NativeApi()
     keeper, _, _ = keeper_for(api)
     keeper.want("Job/team-a/train", JOB, stored_job())  # type: ignore[arg-type]
     keeper.reconcile()
-    with caplog.at_level(logging.WARNING, logger="webhook.cluster.podgroups.native_gang"):
+    with caplog.at_level(logging.INFO, logger="webhook.cluster.podgroups.native_gang"):
         keeper.want("Job/team-a/train", JOB, stored_job(parallelism=6))  # type: ignore[arg-type]
         keeper.reconcile()
         keeper.reconcile()
     assert api.objects["team-a/train"]["spec"]["schedulingPolicy"] == {"gang": {"minCount": 4}}
     assert api.writes == [("POST", "team-a/train")]
-    assert caplog.text.count("minCount is immutable in v1alpha2: it stays 4") == 1
+    assert caplog.text.count("the gang is 6 now; minCount stays 4 (immutable in v1alpha2)") == 1
     assert keeper.waiting == 0, "settled: no write storm against an immutable field"
+
+
+def test_on_v1alpha2_a_job_with_finished_pods_gets_its_pod_group_made_again_smaller() -> None:
+    """7 of 8 completions done: kube-scheduler no longer counts those pods, so the last one (or a replacement
+    of it) could never see 4 members. The immutable PodGroup is deleted, its protection finalizer lifted, and made again
+    with minCount 1 (KubeRay's v1alpha2 integration does the same)."""
+    api = NativeApi()
+    keeper, clock, _ = keeper_for(api)
+    keeper.want("Job/team-a/train", JOB, stored_job())  # type: ignore[arg-type]
+    keeper.reconcile()
+    first_uid = api.objects["team-a/train"]["metadata"]["uid"]
+    finished = stored_job()
+    assert finished["spec"]["completions"] == 8 and finished["spec"]["parallelism"] == 4
+    finished["status"] = {"succeeded": 7, "active": 1, "failed": 1}
+    keeper.want("Job/team-a/train", JOB, finished)  # type: ignore[arg-type]
+    keeper.reconcile()
+    assert api.writes == [("POST", "team-a/train"), ("DELETE", "team-a/train"), ("PUT", "team-a/train")]
+    assert "team-a/train" not in api.objects, "the finalizer lifted: gone"
+    clock.now += 6
+    keeper.reconcile()
+    group = api.objects["team-a/train"]
+    assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 1}}
+    assert group["metadata"]["uid"] != first_uid
+    assert keeper.waiting == 0
+
+
+def test_on_v1beta1_a_job_with_finished_pods_lowers_min_count_in_place() -> None:
+    api = NativeApi(served=("v1beta1",))
+    keeper, _, _ = keeper_for(api, "v1beta1")
+    keeper.want("Job/team-a/train", JOB, stored_job())  # type: ignore[arg-type]
+    keeper.reconcile()
+    finished = stored_job()
+    finished["status"] = {"succeeded": 6, "active": 2}
+    keeper.want("Job/team-a/train", JOB, finished)  # type: ignore[arg-type]
+    keeper.reconcile()
+    assert api.objects["team-a/train"]["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
+    assert api.writes == [("POST", "team-a/train"), ("PUT", "team-a/train")]
 
 
 def test_on_v1beta1_a_scaled_job_moves_its_min_count() -> None:
@@ -262,8 +305,8 @@ def test_no_pod_group_api_is_a_condition_of_the_policy_and_reaches_the_workers(
         if gates == "gates-off":
             assert (healthy["status"], healthy["reason"]) == ("False", "PodGroupAPINotServed")
             assert healthy["message"].startswith(
-                "rule native/gang: native gang: the API server serves no PodGroup API (scheduling.k8s.io v1beta1 or "
-                "v1alpha2), so pods are admitted unchanged")
+                "rule native/gang: native gang: the API server serves no PodGroup API (no version of scheduling.k8s.io "
+                "serves PodGroup), so pods are admitted unchanged")
         else:
             assert healthy["reason"] != "PodGroupAPINotServed"
     finally:

@@ -275,3 +275,29 @@ def test_410_gone_as_the_watch_requests_answer_relists(
     apiserver.drop_watches()
     wait_for(lambda: reflector.lists == 2, what="the relist after the 410")
     wait_for(lambda: "kept" not in recorder.names, what="the relisted store")
+
+
+def test_a_stopped_reflector_whose_stream_is_cut_ends_without_a_word(
+        apiserver: FakeApiServer, api: KubeApi, caplog: pytest.LogCaptureFixture) -> None:
+    """Stopping a process or a test closes the watches under their threads: a failure once `stop` is set ends
+    the thread quietly, so nothing is logged after the stop, when the log's stream may be closed already (the
+    suite printed `--- Logging error ---` tracebacks of such late warnings)."""
+    apiserver.put_namespace("a")
+    reflector = Reflector(api, Resource(NAMESPACES, "Namespace"), Recorder(),
+                          backoff=Backoff(initial=0.05, ceiling=0.2))
+    stop = threading.Event()
+    thread = threading.Thread(target=reflector.run, args=(stop,), daemon=True)
+    thread.start()
+    wait_for(lambda: apiserver.watch_requests(NAMESPACES), what="the watch")
+    apiserver.drop_watches()  # a cut before the stop is said, and watched again
+    wait_for(lambda: len(apiserver.watch_requests(NAMESPACES)) >= 2, what="the watch again")
+    assert any("retrying" in record.message for record in caplog.records)
+    caplog.clear()
+    stop.set()
+    api.close()  # the process goes: later requests fail at once
+    deadline = time.monotonic() + 10
+    while thread.is_alive():
+        assert time.monotonic() < deadline, "the reflector must stop when asked"
+        apiserver.drop_watches()
+        thread.join(0.2)
+    assert [record.message for record in caplog.records if record.name.startswith("webhook")] == []

@@ -10,7 +10,7 @@ import yaml
 
 from tests.kube.discovery_captures import serve_discovery
 from tests.kube.fake_apiserver import FakeApiServer
-from webhook.cluster.client.api import KubeApi
+from webhook.cluster.client.api import ApiError, KubeApi
 from webhook.cluster.client.discovery import DiscoveryRefresh, ServedApis, discover, read_served_apis, write_served_apis
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.fields.field_check import FieldChecks
@@ -81,6 +81,9 @@ class _Discovery:
         if path == "/version":
             return {"major": "1", "minor": str(self.minor), "gitVersion": f"v1.{self.minor}.0"}
         return {"kind": "APIGroup", "versions": []}
+
+    def get_text(self, path: str) -> str:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")  # no /metrics here
 
 
 @pytest.mark.parametrize("upgrade_to", [37])

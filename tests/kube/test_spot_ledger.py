@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.docs_text import DOCS, shown_output
 from tests.kube.fake_apiserver import PODS, FakeApiServer, wait_for
 from tests.kube.test_controller import Running, start
 from webhook.cluster.client.api import KubeApi
@@ -156,9 +157,7 @@ def test_kubectl_placer_shares_lists_each_workloads_live_share(
     apiserver.put(PODS, pod("web-7d4b9c-old", deleting=True))
     apiserver.put(PODS, pod("web-7d4b9c-x", namespace="team-b", owner=OTHER_RS, capacity_class="on-demand"))
     assert kubectl_main(["shares", "-n", "team-a", "--kubeconfig", str(kubeconfig)]) == 0
-    assert capsys.readouterr().out == (
-        "NAMESPACE   WORKLOAD                SPOT   ON-DEMAND   SPOT %   ENDING\n"
-        "team-a      ReplicaSet/web-7d4b9c   3      2           60       1\n")
+    assert capsys.readouterr().out == shown_output(DOCS / "spot-share-ledger.md", "kubectl placer shares -n team-a")
     assert apiserver.list_requests("/api/v1/namespaces/team-a/pods")[0]["labelSelector"] == CLASS_LABEL
     assert kubectl_main(["shares", "-A", "-o", "json", "--kubeconfig", str(kubeconfig)]) == 0
     listed = json.loads(capsys.readouterr().out)["workloads"]

@@ -36,8 +36,10 @@ def rules(apiserver: FakeApiServer, name: str = "placer") -> list[set[tuple[str,
             for webhook in config["webhooks"]]
 
 
-def conditions(apiserver: FakeApiServer, name: str = "placer") -> list[list[str]]:
-    return [[condition["name"] for condition in webhook.get("matchConditions") or []]
+def conditions(apiserver: FakeApiServer, name: str = "placer", *, placers: bool = True) -> list[list[str]]:
+    """Each entry's matchConditions by name: Placer's own (`placer.dev/...`), or the others."""
+    return [[condition["name"] for condition in webhook.get("matchConditions") or []
+             if condition["name"].startswith("placer.dev/") == placers]
             for webhook in apiserver.other[MUTATING_PATH][name]["webhooks"]]
 
 
@@ -53,9 +55,9 @@ def policy(name: str, action: str, parameters: dict[str, Any] | None = None, **s
 def start(api: KubeApi, apiserver: FakeApiServer, tmp_path: Path, *, leader: bool = True,
           files: FilePolicySource | None = None, recheck: float = 60.0) -> Running:
     elector = LeaseElector(api, namespace="placer-system", name=LEASE_NAME, identity="a") if leader else None
-    keeper = WebhookRegistration(api, "placer", match_conditions=True, recheck_seconds=recheck)
+    keeper = WebhookRegistration(api, "placer", match_conditions=True, files=files, recheck_seconds=recheck)
     controller = ClusterController(api, tmp_path / "state", compiler=PolicyCompiler(), elector=elector,
-                                   election_interval=0.2, registration=keeper, file_policies=files)
+                                   election_interval=0.2, registration=keeper)
     stop = threading.Event()
     thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
     thread.start()
@@ -94,6 +96,8 @@ def test_the_rules_follow_what_the_serving_policies_act_on(
         stored = apiserver.other[MUTATING_PATH]["placer"]["webhooks"]
         assert [{k: v for k, v in webhook.items() if k not in ("rules", "matchConditions")}
                 for webhook in stored] == selectors
+        assert conditions(apiserver, placers=False) == [
+            [c["name"] for c in webhook.get("matchConditions") or []] for webhook in installed()["webhooks"]]
         apiserver.delete(POLICIES, "pool")
         apiserver.delete(POLICIES, "other")
         wait_for(lambda: rules(apiserver) == [set(), set()], what="no rules again")

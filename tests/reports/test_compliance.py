@@ -9,6 +9,7 @@ import jsonpatch
 from tests.conftest import fixture_request
 from tests.helpers import snapshot_of
 from webhook.cluster.reports.compliance import as_create, evaluate
+from webhook.engine.exemption_seal import SEAL_ANNOTATION, seal
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.workloads import default_workload_table
 
@@ -133,14 +134,48 @@ def test_an_operator_resource_is_judged_like_a_builtin() -> None:
     assert any(op["path"].startswith("/spec/pytorchReplicaSpecs/Worker/template") for op in verdict.patch)
 
 
-def test_a_workload_an_enforced_policy_would_refuse_fails_it() -> None:
+def test_a_workload_an_enforced_policy_would_refuse_fails_the_refusing_rule_only() -> None:
     """A Deployment stored before an Enforced policy, with a nodeSelector of another pool: it runs outside the
-    boundary, so each rule of that policy reports `fail` with the refusal, not an error of Placer's."""
+    boundary. The rule that refuses it is `fail` with the refusal; the policy's other rule, which would change
+    nothing (the Deployment has no tolerations to restrict), passes. No patch can bring it in step."""
     enforced = (Path(__file__).parents[2] / "policies" / "enforced-team-pool.yaml").read_text()
     stored = stored_deployment()
     stored["spec"]["template"]["spec"]["nodeSelector"] = {"node-pool": "shared-premium"}
     snapshot = snapshot_of(enforced, namespaces=[NamespaceInfo("team-a", {"tenant": "team-a"})])
     verdict = evaluate(stored, snapshot, WORKLOADS)
-    assert set(results_of(verdict)) == {"enforced-team-pool/general-pool", "enforced-team-pool/only-gpu-toleration"}
-    assert set(results_of(verdict).values()) == {"fail"}
-    assert all('wanted "general", found "shared-premium"' in r.message for r in verdict.results)
+    assert results_of(verdict) == {"enforced-team-pool/general-pool": "fail",
+                                   "enforced-team-pool/only-gpu-toleration": "pass"}
+    refusing = next(r for r in verdict.results if r.rule == "general-pool")
+    assert refusing.message == ('refused (enforcement: Enforced): spec.template.spec.nodeSelector[node-pool]: wanted '
+                                '"general", found "shared-premium"')
+    assert verdict.patch == [] and verdict.refused is not None and "is forbidden" in verdict.refused
+
+
+def test_exempt_workloads_are_skipped_with_the_exemption_named() -> None:
+    """As the admission judges them: an exempt namespace from the stored workload; an exempt group from Placer's
+    exemption seal on its templates (what the admission of an exempt author wrote), given the key."""
+    enforced = (Path(__file__).parents[2] / "policies" / "enforced-team-pool.yaml").read_text()
+    stored = stored_deployment()
+    stored["spec"]["template"]["spec"]["nodeSelector"] = {"node-pool": "shared-premium"}
+    snapshot = snapshot_of(enforced, namespaces=[NamespaceInfo("team-a", {"tenant": "team-a"})])
+    key = b"k" * 32
+    template = stored["spec"]["template"]
+    template["metadata"].setdefault("annotations", {})[SEAL_ANNOTATION] = seal(key, "team-a", template)
+    verdict = evaluate(stored, snapshot, WORKLOADS, seal_key=key)
+    assert set(results_of(verdict).values()) == {"skip"}
+    assert verdict.results[0].message == (
+        "exempt from the Enforced policy enforced-team-pool: its pod templates carry Placer's exemption seal: an "
+        "exempt user or group wrote them")
+    assert verdict.patch == [] and verdict.refused is None and not verdict.drifted
+
+    assert results_of(evaluate(stored, snapshot, WORKLOADS))["enforced-team-pool/general-pool"] == "fail", \
+        "without the key a seal cannot be told from a copy: judged as anyone's"
+    template["spec"]["containers"][0]["image"] = "tenant/own:1"
+    assert results_of(evaluate(stored, snapshot, WORKLOADS, seal_key=key))["enforced-team-pool/general-pool"] == \
+        "fail", "a template changed since it was sealed exempts nothing"
+
+    by_namespace = enforced.replace("groups: [platform-admins]", "namespaces: [team-a]")
+    verdict = evaluate(stored, snapshot_of(by_namespace, namespaces=[NamespaceInfo("team-a", {"tenant": "team-a"})]),
+                       WORKLOADS)
+    assert {r.message for r in verdict.results} == {
+        "exempt from the Enforced policy enforced-team-pool: namespace team-a is exempt"}

@@ -103,7 +103,7 @@ def outcome(text: str) -> tuple[str, str]:
 def test_variables_are_lazy_and_errors_in_branches_that_do_not_decide_are_absorbed() -> None:
     """As in Kubernetes: `variables.a || variables.b...` is true when `a` is true, even if `b` fails."""
     variables = ("  - {name: a, expression: 'true'}\n"
-                 "  - {name: b, expression: 'object.spec.containers.map(c, c.nosuch)'}\n")
+                 "  - {name: b, expression: 'object.spec.containers.map(c, c.workingDir)'}\n")
     assert outcome(lazy_policy(variables, "variables.a || variables.b.all(x, x == '1')"))[0] == "applied"
     failing = variables.replace("'true'", "'false'")
     assert outcome(lazy_policy(failing, "variables.a || variables.b.all(x, x == '1')"))[0] == "missing"

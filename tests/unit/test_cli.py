@@ -35,9 +35,9 @@ def test_lint_fails_with_every_error_located(tmp_path: Path, capsys: pytest.Capt
     (tmp_path / "bad.yaml").write_text("a: [")
     assert main(["lint", str(tmp_path)]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"{tmp_path}/bad.yaml: cannot read: line 2, column 1: did not find expected node content"
-    assert f"{tmp_path}/org.yaml: policy broken, rule multi-zone-ha, condition: <input>:1:1: undeclared reference to " \
-           "'replica'" in out
+    assert out[0] == f"{tmp_path}/bad.yaml:2:1: cannot read: did not find expected node content"
+    assert f"{tmp_path}/org.yaml:6:39: policy broken, rule multi-zone-ha, condition: undeclared reference to " \
+           "'replica'" in out, "the file's line and column of the expression's character"
     assert any("rule bad-action, action: unknown action 'add-magic'" in line for line in out)
 
 
@@ -47,7 +47,7 @@ def test_lint_says_which_kubernetes_library_an_expression_needs(tmp_path: Path,
                                        .replace("  - {name: bad-action, action: add-magic}\n", ""))
     assert main(["lint", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "rule multi-zone-ha, condition: <input>:1:28: undeclared reference to 'div'" in out
+    assert "vap.yaml:6:66: policy broken, rule multi-zone-ha, condition: undeclared reference to 'div'" in out
     assert "div() is from Kubernetes' quantity division CEL library, which Placer does not support yet: " \
            "compare with `mul()` instead" in out
 
@@ -98,10 +98,11 @@ def test_apply_namespace_labels_and_warnings_on_stderr(tmp_path: Path, capsys: p
                       + "  - {name: div, condition: '1 / 0 > 1', action: add-labels, parameters: {a: b}}\n")
     manifest = str(FIXTURES / "manifests" / "pod-bare.yaml")
     assert main(["apply", "--policies", str(policy), "-f", manifest, "--namespace-labels", "tier=gold", "-o",
-                 "json"]) == 0
+                 "json"]) == 1, "a rule that errors fails the command"
     captured = capsys.readouterr()
-    assert json.loads(captured.out)["spec"]["nodeSelector"] == {"pool": "gold"}
+    assert json.loads(captured.out)["spec"]["nodeSelector"] == {"pool": "gold"}, "what the other rules do is shown"
     assert "Warning: Pod team-a/gpu-pod: placer: ok/div: condition: divide by zero" in captured.err
+    assert "error: Pod team-a/gpu-pod: rule ok/div errors: condition: divide by zero" in captured.err
 
 
 def test_apply_reports_broken_policies_with_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,11 +1,12 @@
 """The stumbles of a first hour with the CLI: what each message tells a newcomer to do next."""
 
+import argparse
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
-from webhook.commands.cli import kubectl_main, main
+from webhook.commands.cli import _parser, kubectl_main, main
 
 DEPLOYMENT = """apiVersion: apps/v1
 kind: Deployment
@@ -51,3 +52,35 @@ def test_serve_help_says_where_credentials_come_from(capsys: pytest.CaptureFixtu
 def test_a_worker_lifetime_granian_refuses_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--worker-lifetime", "30"]) == 2
     assert "--worker-lifetime 30: at least 60 seconds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", ["lint", "export"])
+def test_policy_paths_as_arguments_as_flags_or_from_the_environment_are_the_same(
+        verb: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`placer export FILE` as `placer lint FILE`; `--policies FILE` and `PLACER_POLICIES` as before."""
+    first = str(REPO / "docs/examples/first-policy/gpu-pool.yaml")
+    second = str(REPO / "policies/dedicated-team-pool.yaml")
+    outcomes = []
+    for argv in ([verb, first, second], [verb, first, "--policies", second],
+                 [verb, "--policies", first, "--policies", second]):
+        outcomes.append((main(argv), capsys.readouterr()))
+    monkeypatch.setenv("PLACER_POLICIES", f"{first},{second}")
+    outcomes.append((main([verb]), capsys.readouterr()))
+    assert all(outcome == outcomes[0] for outcome in outcomes), outcomes
+    _, printed = outcomes[0]
+    assert "gpu-pool" in printed.out + printed.err and "dedicated-team-pool" in printed.out + printed.err
+
+
+def test_every_verb_that_reads_policies_takes_the_policies_flag() -> None:
+    """One way for every verb: `--policies PATH` (repeatable); a verb without other arguments also takes
+    the paths as arguments."""
+    parser = _parser()
+    verbs = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction)).choices
+    takes = {}
+    for name, verb in verbs.items():
+        flags = {option: action for action in verb._actions for option in action.option_strings}
+        positional = [action.dest for action in verb._actions if not action.option_strings]
+        if "--policies" in flags or "paths" in positional:
+            assert isinstance(flags["--policies"], argparse._AppendAction), name
+            takes[name] = "paths" in positional
+    assert takes == {"serve": False, "apply": False, "lint": True, "export": True, "dev": False}

@@ -121,13 +121,12 @@ def test_the_opt_out_label_exempts_nothing_under_enforced_and_everything_under_a
 
 
 def test_exemptions_are_written_in_the_policy_and_make_it_advisory_for_that_request() -> None:
-    exempt = policy(exemptions="  exemptions: {groups: [platform-admins], namespaces: [ops], "
-                               "objectSelector: {matchLabels: {tier: system}}}\n")
+    exempt = policy(exemptions="  exemptions: {groups: [platform-admins], namespaces: [ops]}\n")
     snapshot = snapshot_of(exempt, namespaces=[TEAM_A])
     admin = run(snapshot, review(pod(SHARED), user={"username": "alice", "groups": ["platform-admins"]}))
     assert admin.denial is None and any("kept (wanted 'general')" in warning for warning in admin.warnings)
-    labelled = run(snapshot, review(pod(SHARED, labels={"tier": "system"})))
-    assert labelled.denial is None
+    labelled = run(snapshot, review(pod(SHARED, labels={"tier": "system", "placer.dev/exempt": "v1.x"})))
+    assert labelled.denial is not None, "nothing the pod's author writes exempts it"
     tenant = run(snapshot, review(pod(SHARED), user={"username": "bob", "groups": ["team-a"]}))
     assert tenant.denial is not None
 
@@ -150,7 +149,7 @@ def test_a_pod_naming_its_node_is_refused_unless_a_node_creates_it() -> None:
 
 
 
-def test_a_pod_from_a_mutated_template_is_checked_not_changed() -> None:
+def test_a_pod_carrying_placers_marks_is_judged_on_its_own_content() -> None:
     snapshot = snapshot_of(policy(), namespaces=[TEAM_A])
     owner = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "1", "controller": True}]
     forged = pod(SHARED)
@@ -160,10 +159,41 @@ def test_a_pod_from_a_mutated_template_is_checked_not_changed() -> None:
     genuine = pod({"nodeSelector": {"node-pool": "general"}})
     genuine["metadata"] |= {"ownerReferences": owner, "annotations": {"placer.dev/applied": "boundary/pool"}}
     passed = run(snapshot, review(genuine))
-    assert passed.denial is None and passed.patch == [] and passed.passed_through is not None
+    assert passed.denial is None and passed.patch == [], "a pod made from a placed template needs nothing"
     unplaced = pod()
     unplaced["metadata"] |= {"ownerReferences": owner, "annotations": {"placer.dev/applied": "boundary/pool"}}
-    assert run(snapshot, review(unplaced)).patch == [], "a controller's Pod is never changed, only checked"
+    placed = run(snapshot, review(unplaced))
+    assert placed.denial is None
+    assert {"op": "add", "path": "/spec/nodeSelector", "value": {"node-pool": "general"}} in placed.patch, \
+        "what the marks claim the template gave, the pod gets"
+    affinity = pod({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "node-pool", "operator": "In",
+                                                     "values": ["shared-premium"]}]}]}}}})
+    affinity["metadata"] |= {"ownerReferences": owner, "annotations": {"placer.dev/applied": "boundary/pool"}}
+    held = run(snapshot, review(affinity))  # the escape of issue 48: the marks used to pass it with no selector
+    assert {"op": "add", "path": "/spec/nodeSelector", "value": {"node-pool": "general"}} in held.patch, \
+        "its own affinity can no longer take it to another pool: it gets the pool's selector as well"
+
+
+def test_a_workload_with_a_forged_controller_is_judged_not_passed() -> None:
+    snapshot = snapshot_of(policy(rules=(
+        "  - {name: pool, action: add-node-selector, parameters: {node-pool: general}}\n"
+        "  - {name: gpu, action: restrict-tolerations, parameters: {allowed: [{key: dedicated, operator: Equal, "
+        "value: gpu, effect: NoSchedule}]}}\n")), namespaces=[TEAM_A])
+    replicaset = deployment({**SHARED, "tolerations": [{"operator": "Exists"}]})
+    replicaset["kind"] = "ReplicaSet"
+    replicaset["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "mine",
+                                                  "uid": "2", "controller": True}]
+    refused = run(snapshot, review(replicaset))
+    assert refused.denial is not None and refused.patch == []
+    assert 'replicasets "web" is forbidden' in refused.denial and 'found "shared-premium"' in refused.denial
+    assert 'found "*"' in refused.denial
+    genuine = deployment({"nodeSelector": {"node-pool": "general"}})
+    genuine["kind"] = "ReplicaSet"
+    genuine["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                                               "uid": "3", "controller": True}]
+    passed = run(snapshot, review(genuine))
+    assert passed.denial is None and passed.patch == [] and passed.passed_through is not None
 
 
 def test_an_update_is_refused_only_when_it_introduces_the_conflict() -> None:
@@ -194,8 +224,9 @@ def test_the_review_answer_is_a_403_with_the_message() -> None:
     ("exemptions: {users: alice}", "spec.exemptions.users: must be a list of non-empty strings"),
     ("exemptions: {namespaces: [Bad_NS]}", "spec.exemptions.namespaces: 'Bad_NS'"),
     ("exemptions: {who: [x]}", "spec.exemptions.who: unknown field"),
-    ("exemptions: {objectSelector: {matchExpressions: [{key: a, operator: Near}]}}",
-     "spec.exemptions.objectSelector.matchExpressions[0]: operator must be"),
+    ("enforcement: Enforced", "spec.namespaceSelector: an Enforced policy must say which namespaces it holds"),
+    ("exemptions: {objectSelector: {matchLabels: {tier: system}}}",
+     "spec.exemptions.objectSelector: removed: it matched labels on the object, which the object's author writes"),
 ])
 def test_bad_enforcement_and_exemptions_are_errors_at_the_field(spec: str, message: str) -> None:
     text = ("apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: org}\nspec:\n"
@@ -212,8 +243,8 @@ def test_lint_says_which_rules_refuse(capsys: pytest.CaptureFixture[str], tmp_pa
                                           .replace("name: boundary", "name: advice"))
     assert main(["lint", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
-    assert ("boundary: Enforced: refuses a Pod naming its node, and a conflict with rule(s) pool; the opt-out label "
-            "does not exempt") in out
+    assert ('boundary: Enforced in namespaces {"matchLabels": {"tenant": "team-a"}}: refuses a Pod or template '
+            "naming its node, and a conflict with rule(s) pool; the opt-out label does not exempt") in out
     assert "policy advice: spec.exemptions has no effect under enforcement Advisory" in err
 
 

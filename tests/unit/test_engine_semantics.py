@@ -54,7 +54,9 @@ def test_failure_policy_fail_denies_naming_policy_rule_and_error() -> None:
 
 
 def test_error_value_is_never_read_as_true_and_non_bool_is_an_error() -> None:
-    rules = rule("!(object.spec.replicas + 'x' == 'x')", name="err") + rule("object.spec.replicas", name="int")
+    """What the load-time type check cannot know (a `dyn` value) still errors at admission, never as true."""
+    rules = (rule("!(dyn(object.spec.replicas) + 'x' == 'x')", name="err")
+             + rule("dyn(object.spec.replicas)", name="int"))
     mutation = run(snapshot_of(policy(rules)), fixture_request("deployment-create-dryrun"))
     assert [t.outcome for t in mutation.traces] == ["error", "error"]
     assert mutation.patch == []

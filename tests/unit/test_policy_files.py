@@ -28,8 +28,8 @@ class SwappingCompiler(PolicyCompiler):
         super().__init__()
         self.during = during
 
-    def compile(self, document: Any, source: str) -> Any:
-        result = super().compile(document, source)
+    def compile(self, document: Any, source: str, locate: Any = None) -> Any:
+        result = super().compile(document, source, locate)
         if self.during is not None:
             action, self.during = self.during, None
             action()
@@ -61,9 +61,9 @@ def test_files_that_keep_changing_are_left_for_the_next_round(tmp_path: Path, ca
     versions = iter(range(10, 100))
 
     class Churn(PolicyCompiler):
-        def compile(self, document: Any, source: str) -> Any:
+        def compile(self, document: Any, source: str, locate: Any = None) -> Any:
             write_configmap_volume(volume, policy_set(f"v{next(versions)}"), str(next(versions)))
-            return super().compile(document, source)
+            return super().compile(document, source, locate)
 
     churning = FilePolicySource([volume], compiler=Churn())
     churning._files = source._files

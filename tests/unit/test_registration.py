@@ -219,7 +219,9 @@ def test_only_the_mutate_entries_rules_and_placers_conditions_change() -> None:
     assert updated_configuration(config, registration([ADVISORY]), match_conditions=False) is None
     nothing = updated_configuration(config, registration([]), match_conditions=True)
     assert nothing is not None and [w["rules"] for w in nothing["webhooks"]] == [[], []]
-    assert [w.get("matchConditions") for w in nothing["webhooks"]] == [[foreign], None]
+    # only Placer's own conditions go: another's (the fail-closed entry's own, as installed) stay
+    assert [w.get("matchConditions") for w in nothing["webhooks"]] == [
+        [foreign], config["webhooks"][1].get("matchConditions")]
     kubernetes_validate.validate(nothing, "1.34.0", strict=True)
 
 

@@ -5,7 +5,13 @@ import signal
 import subprocess
 import sys
 
-from webhook.server.respawn_drain import DRAIN, RESUME, RespawnWatch, child_processes, children_by_parent
+from webhook.server.respawn_drain import (
+    DRAIN,
+    RESUME,
+    RespawnWatch,
+    children_by_parent,
+    main_thread_children,
+)
 
 
 class Workers:
@@ -13,11 +19,12 @@ class Workers:
 
     def __init__(self, *pids: int) -> None:
         self.pids = set(pids)
+        self.now = 100.0
         self.sent: list[tuple[int, signal.Signals]] = []
 
     def watch(self, workers: int = 2, *, controller: int | None = None) -> RespawnWatch:
         return RespawnWatch(
-            workers, others=lambda: {controller} if controller else set(),
+            workers, interval=6.0, monotonic=lambda: self.now, others=lambda: {controller} if controller else set(),
             children=lambda: set(self.pids) | ({controller} if controller else set()),
             send=lambda pid, which: self.sent.append((pid, which)))
 
@@ -61,6 +68,70 @@ def test_a_stop_and_a_start_within_one_look_still_drain_the_next_one() -> None:
     assert workers.sent[3:] == [(21, RESUME)]
 
 
+def test_a_new_worker_that_dies_leaves_the_old_ones_draining_until_granian_stops_one() -> None:
+    """An OOM kill of the fresh worker brings the count back, but granian still stops an old worker when the
+    interval is over, then starts the next new one beside the last old one: that one drains too."""
+    workers = Workers(11, 12)
+    watch = workers.watch()
+    watch.look()
+    workers.pids.add(21)
+    watch.look()
+    workers.pids.discard(21)  # killed a moment after it started
+    workers.now += 0.5
+    watch.look()
+    assert workers.sent == [(11, DRAIN), (12, DRAIN)], "the old ones must not keep connections alive yet"
+    workers.now += 5.5
+    workers.pids.discard(11)  # granian stops worker 1 as planned
+    watch.look()
+    assert workers.sent[2:] == [(12, RESUME)]
+    workers.now += 0.05
+    workers.pids.add(22)  # and starts worker 2's replacement at once: two workers, but 12 is stopped next
+    watch.look()
+    assert workers.sent[3:] == [(12, DRAIN)]
+    workers.now += 6.0
+    workers.pids.discard(12)
+    watch.look()
+    assert workers.sent[4:] == [], "22 is new: it never drained"
+    assert watch.draining == set()
+
+
+def test_a_drain_ends_once_the_replacement_has_surely_stopped_its_old_worker() -> None:
+    """A worker started to replace one that died just as a replacement ended looks like its next step: its
+    neighbour drains, but no longer than a replacement's interval and margin."""
+    workers = Workers(11, 12)
+    watch = workers.watch()
+    watch.look()
+    workers.pids.add(21)
+    watch.look()
+    workers.pids.discard(11)
+    watch.look()
+    workers.pids.discard(12)  # died meanwhile (not stopped by granian): 21 alone
+    workers.now += 0.2
+    watch.look()
+    workers.pids.add(22)  # granian replaces the dead worker at once
+    workers.now += 0.1
+    watch.look()
+    assert workers.sent == [(11, DRAIN), (12, DRAIN), (12, RESUME), (21, DRAIN)]
+    workers.now += 6.0
+    watch.look()
+    assert workers.sent[4:] == []
+    workers.now += 2.1
+    watch.look()
+    assert workers.sent[4:] == [(21, RESUME)]
+
+
+def test_a_worker_that_replaces_a_dead_one_outside_a_replacement_drains_no_one() -> None:
+    workers = Workers(11, 12)
+    watch = workers.watch()
+    watch.look()
+    workers.pids.discard(11)  # killed
+    watch.look()
+    workers.pids.add(21)  # granian starts its replacement
+    workers.now += 0.1
+    watch.look()
+    assert workers.sent == []
+
+
 def test_the_controller_process_is_not_counted_as_a_worker() -> None:
     workers = Workers(11, 12)
     watch = workers.watch(controller=99)
@@ -73,16 +144,16 @@ def test_a_worker_that_exits_before_it_is_signalled_is_no_error() -> None:
     def gone(pid: int, which: signal.Signals) -> None:
         raise ProcessLookupError(pid)
 
-    watch = RespawnWatch(1, children=lambda: {1, 2}, send=gone)
+    watch = RespawnWatch(1, interval=6.0, children=lambda: {1, 2}, send=gone)
     watch.known = {1}
     watch.look()
     assert watch.draining == {1}
 
 
-def test_child_processes_lists_this_process_children() -> None:
+def test_main_thread_children_lists_what_this_thread_started() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
     try:
-        assert child.pid in child_processes()
+        assert child.pid in main_thread_children()
     finally:
         child.kill()
         child.wait()
@@ -92,7 +163,7 @@ def test_children_are_found_by_their_parent_field_where_the_kernel_lists_none() 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
     try:
         assert child.pid in children_by_parent(os.getpid())
-        assert children_by_parent(os.getpid()) <= child_processes()
+        assert children_by_parent(os.getpid()) <= main_thread_children()
     finally:
         child.kill()
         child.wait()

@@ -37,7 +37,7 @@ def test_coverage_is_is_superset(entry: dict[str, Any], toleration: dict[str, An
 
 def policy(enforcement: str, extra_rule: str = "") -> str:
     return ("apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: gpu-only}\nspec:\n"
-            f"  enforcement: {enforcement}\n  rules:\n{extra_rule}"
+            f"  enforcement: {enforcement}\n  namespaceSelector: {{}}\n  rules:\n{extra_rule}"
             "  - name: only-gpu\n    action: restrict-tolerations\n    parameters:\n      allowed:\n"
             "      - {key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}\n")
 

@@ -121,7 +121,7 @@ def test_a_new_snapshot_a_relabelled_namespace_or_changed_nodes_are_decided_agai
     "request.uid != ''",
     "request.name == ''",
     "workload.name == 'web-abc123'",
-    "object.metadata.size() > 0",
+    "[object.metadata].size() > 0",
     "has(object.metadata.uid)",
 ])
 def test_never_for_rules_that_read_a_name_or_a_uid(decisions: Decisions, reads: str) -> None:

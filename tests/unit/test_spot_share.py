@@ -325,6 +325,13 @@ def burst(maximum: int, published: tuple[int, int], split: tuple[int, ...]) -> t
     return spot, sum(published) + sum(split)
 
 
+def one_worker(maximum: int, published: tuple[int, int]) -> list[int]:
+    """The spot pods one worker has placed after each of its first 12 admissions of a burst. A worker's
+    decisions depend only on the published counts and its own (`burst`), so its spot pods after `n`
+    admissions are this list's `n`th entry whatever the other workers do: every split is a sum of entries."""
+    return [burst(maximum, published, (count,))[0] - published[0] for count in range(13)]
+
+
 def worst_overshoot(workers: int, room: int) -> int:
     """The most spot pods over floor(max% * pods) after one burst, over maximums, published states with `room`
     spot pods fewer than the rule's bound, and every split of up to 12 pods per worker."""
@@ -335,12 +342,21 @@ def worst_overshoot(workers: int, room: int) -> int:
             if bound < room:
                 continue
             published = (bound - room, existing - bound + room)
+            placed = one_worker(maximum, published)
             for first in range(13):
                 for second in range(13):
                     split = (first, second) if workers == 2 else (first, second, 12 - first)
-                    spot, pods = burst(maximum, published, split)
+                    spot, pods = published[0] + sum(placed[n] for n in split), sum(published) + sum(split)
                     worst = max(worst, spot - maximum * pods // 100)
     return worst
+
+
+def test_a_burst_is_the_sum_of_each_workers_own_decisions() -> None:
+    """What `worst_overshoot` relies on, checked against the whole burst for every split of a few states."""
+    for maximum, published in ((50, (2, 2)), (35, (0, 7)), (95, (9, 1))):
+        placed = one_worker(maximum, published)
+        for split in ((a, b) for a in range(13) for b in range(13)):
+            assert burst(maximum, published, split)[0] == published[0] + placed[split[0]] + placed[split[1]]
 
 
 def test_one_worker_never_overshoots() -> None:

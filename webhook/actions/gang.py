@@ -55,7 +55,7 @@ def add_gang_labels(template: JSONObject, params: Mapping[str, Any], context: Ac
         facts.derived[derived_key] = (group, group_size(flavour, params.get("minAvailable"), group, facts))
     group, size = facts.derived[derived_key]
     if flavour.name == NATIVE:
-        return native_gang(template, params, context, facts, group=group.value, sized=size is not None)
+        return native_gang(template, params, context, facts, group=group.value)
     writes: list[tuple[Key, str]] = [(flavour.group, group.value)]
     if flavour.queue is not None and params.get("queue"):
         writes.append((flavour.queue, params["queue"]))

@@ -15,9 +15,11 @@ from typing import Any
 import jsonpatch
 import yaml
 
+from webhook.admission.request_options import RequestOptions
 from webhook.admission.review import decode_json
 from webhook.engine.mutate import Mutation, mutate
 from webhook.engine.request import AdmissionRequest
+from webhook.gang.native import NOT_SERVED, served_from
 from webhook.placement.claims import ClaimLookup
 from webhook.placement.node_fit import Nodes, node_fit
 from webhook.placement.share_counts import CountedShares
@@ -60,6 +62,8 @@ class ApplyReport:
     snapshot: PolicySnapshot
     results: list[ManifestResult] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    rule_errors: list[str] = field(default_factory=list)
+    """Rules that error on a manifest (`<object>: rule <policy>/<rule> errors: ...`): the command fails."""
     warnings: list[str] = field(default_factory=list)
     nodes: Sequence[tuple[str, Mapping[str, Any]]] | None = None
     """The cluster's nodes (name, facts), when known: `-o explain` says which can host each template's pods."""
@@ -67,10 +71,15 @@ class ApplyReport:
 
 def load_policies(paths: Sequence[str], *, required: bool, compiler: PolicyCompiler | None = None) -> PolicySnapshot:
     """The policies of `paths`, compiled by `compiler` (its field checks: the target version's schemas;
-    default: the newest supported version's)."""
-    source = FilePolicySource(paths, compiler=compiler or PolicyCompiler(), required=paths if required else ())
+    default: the newest supported version's). A target without a PodGroup API (before 1.36) serves no native
+    gang: its rules then change nothing, as the webhook's do on such a cluster."""
+    compiler = compiler or PolicyCompiler()
+    source = FilePolicySource(paths, compiler=compiler, required=paths if required else ())
     source.refresh()
-    return source.snapshot()
+    snapshot = source.snapshot()
+    if not served_from(compiler.fields.version):
+        snapshot = dataclasses.replace(snapshot, native_gang_version=NOT_SERVED)
+    return snapshot
 
 
 def parse_labels(text: str) -> dict[str, str]:
@@ -99,10 +108,13 @@ def apply_manifests(
     default_namespace: str = DEFAULT_NAMESPACE,
     nodes: Sequence[tuple[str, Mapping[str, Any]]] | None = None,
     compiler: PolicyCompiler | None = None,
+    request_options: RequestOptions | None = None,
 ) -> ApplyReport:
     """Run the engine on manifests (files, and `objects` as (origin, object)) with the policies of
     `policy_paths`, or of `snapshot` (the cluster's) when given. `read_namespaces` supplies the namespaces
-    the manifests are in (the cluster's); Namespace manifests among the files take precedence."""
+    the manifests are in (the cluster's); Namespace manifests among the files take precedence. `request_options`:
+    who sends each request, what an UPDATE replaces, the exemption key (`RequestOptions`)."""
+    options = request_options or RequestOptions()
     if snapshot is None:
         snapshot = load_policies(policy_paths, required=True, compiler=compiler)
     report = ApplyReport(snapshot, problems=[str(error) for error in snapshot.errors], nodes=nodes)
@@ -135,16 +147,17 @@ def apply_manifests(
     report.snapshot = snapshot
     workloads = default_workload_table()
     shares = CountedShares()  # each Pod admitted counts, as if created, for the next ones of its workload
+    seals = options.seals(lambda: [*(obj for _, obj in manifests), *(result.mutated for result in report.results)])
     for index, (origin, obj) in enumerate(manifests):
         metadata = as_map(obj.get("metadata"))
         namespace = snapshot.namespace(str(metadata.get("namespace") or default_namespace))
         if namespace_labels:
             namespace = dataclasses.replace(namespace, labels={**namespace.labels, **namespace_labels})
-        request = _request_for(obj, namespace.name, operation, index)
+        request = _request_for(obj, namespace.name, operation, index, options)
         serving = dataclasses.replace(snapshot, namespaces={**namespaces, namespace.name: namespace})
         devices = claims.devices_for(request, snapshot, workloads)
         mutation = mutate(request, serving, workloads, claims=claims.for_admission(request, snapshot), devices=devices,
-                          ledger=shares)
+                          ledger=shares, seals=seals)
         _count_pod(shares, request, mutation)
         if devices is not None:  # a claim Placer does not know: a warning, and a note for explain
             mutation.warnings.extend(devices.notes)
@@ -155,7 +168,15 @@ def apply_manifests(
         report.warnings.extend(f"{result.title}: placer: {warning}" for warning in mutation.warnings)
         if mutation.denial:
             report.problems.append(f"{result.title}: denied: {mutation.denial}")
+        # A rule that errors is a policy that does not work on this object, whatever failurePolicy lets through.
+        report.rule_errors.extend(f"{result.title}: {message}" for message in rule_errors(mutation))
     return report
+
+
+def rule_errors(mutation: Mutation) -> list[str]:
+    """Each rule's error on an object, as `placer apply` and `placer test` report it."""
+    return [f"rule {trace.policy}/{trace.rule} errors" + (f" (template {trace.template})" if trace.template else "")
+            + f": {trace.detail}" for trace in mutation.traces if trace.outcome == "error"]
 
 
 def _count_pod(shares: CountedShares, request: AdmissionRequest, mutation: Mutation) -> None:
@@ -313,7 +334,8 @@ def _fit_lines(obj: JSONObject, nodes: Sequence[tuple[str, Mapping[str, Any]]]) 
     return lines
 
 
-def _request_for(obj: JSONObject, namespace: str, operation: str, index: int) -> AdmissionRequest:
+def _request_for(obj: JSONObject, namespace: str, operation: str, index: int,
+                 options: RequestOptions) -> AdmissionRequest:
     api_version = str(obj.get("apiVersion") or "")
     group, _, version = api_version.rpartition("/")
     kind = str(obj.get("kind") or "")
@@ -329,10 +351,10 @@ def _request_for(obj: JSONObject, namespace: str, operation: str, index: int) ->
         name=str(metadata.get("name") or ""),
         namespace=namespace,
         operation="UPDATE" if operation == "UPDATE" else "CREATE",
-        user_info={"username": "placer-apply", "groups": []},
+        user_info=options.user_info,
         dry_run=True,
         object=obj,
-        old_object=None,
+        old_object=options.old_for(obj, namespace) if operation == "UPDATE" else None,
     )
 
 

@@ -8,6 +8,7 @@ from typing import Literal, cast
 from webhook.admission.review import build_response
 from webhook.admission.sibling_cache import SiblingCache, response_for
 from webhook.engine.enforcement import ENFORCE_LABEL
+from webhook.engine.exemption_seal import Seals
 from webhook.engine.mutate import INJECT_LABEL, Mutation, mutate
 from webhook.engine.request import AdmissionRequest
 from webhook.placement.claims import AdmissionDevices, ClaimLookup
@@ -22,6 +23,10 @@ from webhook.workloads import WorkloadTable, controller_reference
 log = logging.getLogger(__name__)
 
 Result = Literal["patched", "unchanged", "denied", "skipped", "error"]
+Entry = Literal["mutate", "enforce"]
+"""Which webhook entry sent the request: `enforce` serves only namespaces labelled `placer.dev/enforce=true`
+(deploy/base/webhooks.yaml), which some Enforced policy selects, and fails closed."""
+NOT_DECIDED = "Placer cannot decide this request and the namespace is held by an Enforced policy (fails closed)"
 NamespaceResolver = Callable[[PolicySnapshot, str, float | None], NamespaceInfo | UnknownNamespace]
 """Finds the request's namespace (snapshot, cache, API server) within the deadline; see kube.namespace_lookup."""
 
@@ -51,9 +56,16 @@ def admit(
     placement: PlacementCheck | None = None,
     claims: ClaimLookup | None = None,
     ledger: ShareLedger | None = None,
+    entry: Entry = "mutate",
+    seals: Seals | None = None,
     siblings: SiblingCache | None = None,
 ) -> Admission:
-    """Decide one admission. Fails open: only a policy with `failurePolicy: Fail` can deny.
+    """Decide one admission. Fails open: only a policy with `failurePolicy: Fail` or `enforcement: Enforced`
+    can deny, except for a request of the fail-closed webhook entry (`entry="enforce"`: its namespace is
+    labelled `placer.dev/enforce=true`), which is refused when Placer cannot decide it: policies not loaded
+    yet, no Enforced policy loaded that selects the namespace, or an error inside Placer.
+
+    `seals`: carries an exempt request's exemption to its workload's pods (`webhook.engine.exemption_seal`).
 
     `ledger`: the live pod counts of each workload by capacity class (`spot-share`); None means no counts,
     and each Pod is decided as the first of its workload, with a warning saying so. It is released once the
@@ -62,7 +74,7 @@ def admit(
     try:
         return _admit(request, snapshot, workloads, opt_in=opt_in, deadline=deadline,
                       resolve_namespace=resolve_namespace, placement=placement, claims=claims, ledger=ledger,
-                      siblings=siblings)
+                      entry=entry, seals=seals, siblings=siblings)
     finally:
         if ledger is not None:
             _release(ledger)
@@ -86,15 +98,25 @@ def _admit(
     placement: PlacementCheck | None,
     claims: ClaimLookup | None,
     ledger: ShareLedger | None,
+    entry: Entry,
+    seals: Seals | None,
     siblings: SiblingCache | None,
 ) -> Admission:
+    closed = entry == "enforce" and _handled(request, workloads)
+    if closed and not snapshot.ready:
+        return _refuse(request, f"{NOT_DECIDED}: Placer has not loaded its policies yet")
     namespace = _namespace(request, snapshot, workloads, deadline, resolve_namespace)
+    known = namespace or snapshot.namespace(request.namespace)
+    if closed and isinstance(known, NamespaceInfo) and not any(
+            policy.enforced and policy.applies_to_namespace(known.labels) for policy in snapshot.policies):
+        return _refuse(request, f"{NOT_DECIDED}: namespace {known.name} is labelled {ENFORCE_LABEL}=true but no "
+                                "Enforced policy Placer has loaded selects it (one not loaded yet, or just removed)")
     if opt_in == "label-or-annotation" and not _opted_in(namespace or snapshot.namespace(request.namespace)):
         return Admission(request, _respond(request), "skipped", Mutation(passed_through="namespace not opted in"))
     key = siblings.key(request, snapshot) if siblings is not None else None
     if key is None or siblings is None:
         return _decide(request, snapshot, workloads, namespace, deadline=deadline, placement=placement,
-                       claims=claims, ledger=ledger)
+                       claims=claims, ledger=ledger, seals=seals, closed=closed)
     nodes_version = placement.nodes_version if placement is not None else None
     kept = siblings.answer(key, namespace, nodes_version)
     if kept is not None:
@@ -102,7 +124,7 @@ def _admit(
                          kept.unplaceable, kept.over_capacity)
     nodes = nodes_version() if nodes_version is not None else None  # before deciding: a change meanwhile is newer
     admission = _decide(request, snapshot, workloads, namespace, deadline=deadline, placement=placement,
-                        claims=claims, ledger=ledger)
+                        claims=claims, ledger=ledger, seals=seals, closed=closed)
     siblings.keep(key, request, response=admission.response, result=admission.result, mutation=admission.mutation,
                   unplaceable=admission.unplaceable, over_capacity=admission.over_capacity, namespace=namespace,
                   nodes=nodes)
@@ -119,17 +141,21 @@ def _decide(
     placement: PlacementCheck | None,
     claims: ClaimLookup | None,
     ledger: ShareLedger | None,
+    seals: Seals | None,
+    closed: bool,
 ) -> Admission:
     try:
         placements = _claims(claims, snapshot, request)
         devices = _devices(claims, snapshot, request, workloads)
         mutation = mutate(request, snapshot, workloads, deadline=deadline, namespace=namespace, claims=placements,
-                          devices=devices, ledger=ledger)
+                          devices=devices, ledger=ledger, seals=seals)
         if devices is not None:  # a claim Placer does not know: a warning, and a note for explain
             mutation.warnings.extend(devices.notes)
             mutation.notes.extend(devices.notes)
-    except Exception:  # fail open: a bug or a pathological object must never block the user's workload
+    except Exception:  # fail open: a bug or a pathological object must never block the user's workload...
         log.exception("admission %s failed; admitting %s/%s unchanged", request.uid, request.namespace, request.name)
+        if closed:  # ...unless the namespace is held by an Enforced policy: then it fails closed
+            return _refuse(request, f"{NOT_DECIDED}: internal error evaluating policies")
         warning = "internal error evaluating policies; admitted unchanged"
         return Admission(request, _respond(request, warnings=[warning]), "error", Mutation(warnings=[warning]))
     if mutation.denial is not None:
@@ -143,6 +169,16 @@ def _decide(
     _record_share(ledger, request, mutation)
     return Admission(request, response, "patched" if mutation.patch else "unchanged", mutation,
                      len(findings.unplaceable), len(findings.over_capacity))
+
+
+def _handled(request: AdmissionRequest, workloads: WorkloadTable) -> bool:
+    return not request.sub_resource and workloads.lookup(request.group, request.kind) is not None
+
+
+def _refuse(request: AdmissionRequest, reason: str) -> Admission:
+    """The fail-closed entry's answer when Placer cannot decide: refused with the reason."""
+    mutation = Mutation(denial=reason)
+    return Admission(request, _respond(request, allowed=False, denial=reason), "denied", mutation)
 
 
 def _record_share(ledger: ShareLedger | None, request: AdmissionRequest, mutation: Mutation) -> None:

@@ -32,12 +32,12 @@ from webhook.cluster.client.discovery import DRA_KINDS, DiscoveryRefresh, Served
 from webhook.cluster.client.leader import LeaseElector
 from webhook.cluster.client.node_events import UnchangedNodeEvents
 from webhook.cluster.client.reflector import Reflector, Resource, Store
-from webhook.cluster.enforce_labels import EnforceLabels
+from webhook.cluster.enforce_labels import EnforceLabels, enforced_selectors
 from webhook.cluster.health.health_round import HealthRound, PodGroupApiCheck
 from webhook.cluster.health.policy_health import combine
 from webhook.cluster.health.status import PolicyOutcome
 from webhook.cluster.health.status_writer import CompiledPolicy, StatusWriter
-from webhook.cluster.podgroups.native_gang import native_gang_not_served, native_version_of
+from webhook.cluster.podgroups.native_gang import job_gangs_of, native_gang_not_served, native_version_of
 from webhook.cluster.podgroups.native_operators import OperatorPodGroups
 from webhook.cluster.podgroups.pod_groups import PodGroupKeeper
 from webhook.cluster.projections import (
@@ -49,7 +49,7 @@ from webhook.cluster.projections import (
     node_entry,
     volume_projection,
 )
-from webhook.cluster.registration import WebhookRegistration, reach_of_document, reach_of_policy
+from webhook.cluster.registration import WebhookRegistration
 from webhook.cluster.reports.background import BackgroundReports
 from webhook.cluster.spot.spot_ledger import PODS, PodShareSink
 from webhook.engine.configuration import gang_not_enforced, pod_groups_not_served
@@ -57,7 +57,6 @@ from webhook.pods.dra import CLAIM_KIND
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.errors import PolicyError
 from webhook.policy.sources.documents import served_document
-from webhook.policy.sources.files import FilePolicySource
 from webhook.policy.state.cluster_state import (
     CLUSTER_SOURCE,
     ClusterState,
@@ -75,6 +74,7 @@ from webhook.policy.state.device_shards import (
 from webhook.policy.state.shards import ShardWriter
 from webhook.policy.state.share_shards import shares_directory
 from webhook.support.metrics import ControllerMetrics
+from webhook.support.selectors import LabelSelector
 from webhook.workloads import default_workload_table
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,9 @@ POD_WATCH_PACE = 0.1
 """Labelled pods' events are read in bursts too: their status updates (conditions, container states) are
 many, and a new pod counted a tenth of a second later is within the watch lag the spot share allows for."""
 LEASE_NAME = "placer-status-writer"
+ROUND_INTERVAL = 1.0
+"""Seconds between two rounds when nothing calls for one sooner (a policy, PriorityClass or marked workload
+changing does): each round writes what changed of the policies' status and keeps the PodGroups."""
 _OPTIONAL_SYNC_WAIT = 5.0
 
 
@@ -113,16 +116,13 @@ class ClusterController:
         health: HealthRound | None = None,
         background: BackgroundReports | None = None,
         registration: WebhookRegistration | None = None,
-        file_policies: FilePolicySource | None = None,
     ) -> None:
         """`health`: where this replica publishes its rule counts and the leader reads every replica's (None:
         the status says nothing of counts, `Healthy` is Unknown unless the configuration says otherwise).
         `background`: judges existing workloads into PolicyReports, in a thread of its own (None: no reports).
-        `registration`: the MutatingWebhookConfiguration kept to what the serving policies (the cluster's, and
-        `file_policies`, which the workers serve too) can act on (None: left as installed)."""
+        `registration`: keeps the webhook configuration to what the serving policies act on (None: as installed)."""
         self.background = background
         self.registration = registration
-        self._file_policies = file_policies
         self._api = api
         self.served = served or ServedApis()
         self._discovery = discovery
@@ -135,9 +135,16 @@ class ClusterController:
         self._monotonic = monotonic
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        """Something changed: the loop runs at once."""
+        self._round_due = threading.Event()
+        """What changed calls for a whole round (`step`), not only the namespace labels (`follow_labels`)."""
+        self._next_round = 0.0
+        self._enforced: list[LabelSelector | None] | None = None
+        """The Enforced policies' namespace selectors as of the last round."""
         self._policies: Store | None = None
         self.namespaces = ProjectedSink(
-            "namespaces", ShardWriter(namespaces_directory(state_directory)), namespace_entry, self._wake.set
+            "namespaces", ShardWriter(namespaces_directory(state_directory)), namespace_entry, self._request_round,
+            on_change=background.namespace_changed if background is not None else None,
         )
         self.nodes = ProjectedSink("nodes", ShardWriter(nodes_directory(state_directory)), node_entry)
         self.claims = ProjectedSink("claims", ShardWriter(claims_directory(state_directory)), claim_projection)
@@ -158,13 +165,15 @@ class ClusterController:
         self._pod_groups_served: bool | None = None
         self._native_gang_version = native_version_of(self.served)
         """The kube-scheduler PodGroup version served ("" none, None not known), followed from discovery."""
+        self._job_gangs = job_gangs_of(self.served)
+        """The Job controller keeps Jobs' gangs from their own field (1.37+ with WorkloadWithJob)."""
         self.watch_threads: list[threading.Thread] = []
         """One per watched resource, once `run` has started them (they end when `stop` is set)."""
-        self.pod_groups = PodGroupKeeper(api, default_workload_table(), wake=self._wake.set,
+        self.pod_groups = PodGroupKeeper(api, default_workload_table(), wake=self._request_round,
                                          observe=(metrics or ControllerMetrics()).observe_pod_group,
                                          monotonic=monotonic, native_version=lambda: self._native_gang_version)
         self.operator_pod_groups = OperatorPodGroups(
-            api, default_workload_table(), native_version=lambda: self._native_gang_version, wake=self._wake.set,
+            api, default_workload_table(), native_version=lambda: self._native_gang_version, wake=self._request_round,
             observe=(metrics or ControllerMetrics()).observe_pod_group, monotonic=monotonic)
         self.enforce_labels = EnforceLabels(api, wake=self._wake.set)
         self.reflectors = (
@@ -201,11 +210,15 @@ class ClusterController:
     def _set_policies(self, store: Store) -> None:
         with self._lock:
             self._policies = store
-        self._wake.set()
+        self._request_round()
 
     def _set_priority_classes(self, store: Store) -> None:
         with self._lock:
             self._priority_classes = store
+        self._request_round()
+
+    def _request_round(self) -> None:
+        self._round_due.set()
         self._wake.set()
 
     # -- the loop ---------------------------------------------------------------------------------------------
@@ -220,20 +233,33 @@ class ClusterController:
                                                        name="placer-background-reports", daemon=True))
         for thread in self.watch_threads:
             thread.start()
+        self.loop(stop)
+        if self._elector is not None:
+            self._elector.release()
+
+    def loop(self, stop: threading.Event) -> None:
+        """Until `stop`: a round (`step`) when something calls for one or a second has passed, else, on a
+        namespace event, only that namespace's fail-closed label (`follow_labels`)."""
         while not stop.is_set():
-            self._wake.wait(1.0)
+            self._wake.wait(ROUND_INTERVAL)
             self._wake.clear()
             try:
-                self.step()
+                now = self._monotonic()
+                if self._round_due.is_set() or now >= self._next_round:
+                    self._round_due.clear()
+                    self._next_round = now + ROUND_INTERVAL
+                    self.step()
+                else:
+                    self.follow_labels()
             except Exception:  # keep publishing and reporting whatever happens to one round
+                if stop.is_set():
+                    return  # stopping: the API went away under the round; nothing is logged after the stop
                 log.exception("cluster controller round failed")
             if self._discovery is not None and self._discovery.check(self._monotonic()):
                 log.warning("the API server serves other versions than watched (%s); restarting to follow",
                             self._discovery.served.summary())
                 self.restart = True
                 stop.set()
-        if self._elector is not None:
-            self._elector.release()
 
     def step(self) -> None:
         """Publish the state if the inputs changed, take part in the election, and report status if leading."""
@@ -249,44 +275,42 @@ class ClusterController:
         if self._inputs is None or any(a is not b for a, b in zip(self._inputs, inputs, strict=True)):
             self._publish(policies, priority_classes)
             self._inputs = inputs
-        wanted = any(good.pod_group_findings for _, good in self._last_good.values())
-        served = self.pod_group_api.check(wanted)
-        native = native_version_of(self._discovery.served if self._discovery is not None else self.served)
-        if served != self._pod_groups_served or native != self._native_gang_version:  # workers warn: tell them
-            self._pod_groups_served, self._native_gang_version = served, native
-            self._publish(policies, priority_classes)
+        served = self.pod_group_api.check(any(good.pod_group_findings for _, good in self._last_good.values()))
+        discovered = self._discovery.served if self._discovery is not None else self.served
+        native, jobs = native_version_of(discovered), job_gangs_of(discovered)
+        if (served, native, jobs) != (self._pod_groups_served, self._native_gang_version, self._job_gangs):
+            self._pod_groups_served, self._native_gang_version, self._job_gangs = served, native, jobs
+            self._publish(policies, priority_classes)  # workers warn and write by them: tell them
         if self._health is not None:
             self._health.publish()
-        if self._elector is None:
-            self.pod_groups.reconcile()  # no election (--no-status): every replica keeps them, idempotently
-            self.operator_pod_groups.reconcile()
-            self._register()
-            return
-        now = self._monotonic()
-        if now >= self._next_election:
-            self._next_election = now + self._election_interval
-            if not self._elector.try_acquire_or_renew():
-                self._status.forget()
-                if self._health is not None:
-                    self._health.not_leading()
+        if self._elector is not None:
+            now = self._monotonic()
+            if now >= self._next_election:
+                self._next_election = now + self._election_interval
+                if not self._elector.try_acquire_or_renew():
+                    self._status.forget()
+                    self.enforce_labels.forget()
+                    if self._health is not None:
+                        self._health.not_leading()
+                    return
+            if not self._elector.is_leader:
                 return
-        if self._elector.is_leader:
             self._report(policies)
-            self.pod_groups.reconcile()
-            self.operator_pod_groups.reconcile()
-            self.enforce_labels.reconcile(good.document for _, good in self._last_good.values() if good.document)
-            self._register()
+        self.pod_groups.reconcile()  # the leader; without an election (--no-status) every replica, idempotently
+        self.operator_pod_groups.reconcile()
+        documents = [good.document for _, good in self._last_good.values() if good.document]
+        if self._elector is not None:  # the fail-closed labels: only ever the leader's
+            self._enforced = enforced_selectors(documents)
+            self.enforce_labels.reconcile(self._enforced)
+        if self.registration is not None:
+            self.registration.reconcile(documents)
 
-    def _register(self) -> None:
-        """Keep the webhook registration to what the serving policies, cluster and file ones, can act on."""
-        if self.registration is None:
-            return
-        reaches = [reach for _, good in self._last_good.values()
-                   if good.document is not None and (reach := reach_of_document(good.document)) is not None]
-        if self._file_policies is not None:
-            self._file_policies.refresh()
-            reaches.extend(reach_of_policy(policy) for policy in self._file_policies.content().policies.values())
-        self.registration.reconcile(reaches)
+    def follow_labels(self) -> None:
+        """Between rounds, on a namespace event: the leader puts the fail-closed label right on the namespaces
+        that changed (`EnforceLabels`), and nothing else runs: a relabel among 10,000 namespaces costs one
+        namespace's work, not a round's (status of every policy, every marked workload's PodGroup)."""
+        if self._enforced is not None and self._elector is not None and self._elector.is_leader:
+            self.enforce_labels.reconcile(self._enforced)
 
     def _publish(self, policies: Store, priority_classes: Store | None) -> None:
         """Write `policies.json` when what it holds changed (the namespaces are published by their sink)."""
@@ -302,13 +326,14 @@ class ClusterController:
             del self._compiled[gone]
             self._last_good.pop(gone, None)
         default_class = global_default_priority_class(priority_classes or {})
-        content = (serving, errors, default_class, self._pod_groups_served, self._native_gang_version)
+        content = (serving, errors, default_class, self._pod_groups_served, self._native_gang_version,
+                   self._job_gangs)
         if content == self._published:
             return  # e.g. only a status or an unrelated annotation changed: workers need not recompile
         self._generation += 1
         state = ClusterState(self._generation, True, serving, errors, default_priority_class=default_class,
                              pod_groups_served=self._pod_groups_served,
-                             native_gang_version=self._native_gang_version)
+                             native_gang_version=self._native_gang_version, job_gangs=self._job_gangs)
         write_state(self._state_directory, state)
         self._published = content
         log.info(

@@ -7,8 +7,10 @@ namespaceSelector, so the controller (the leader only) keeps the label on exactl
 Enforced policy selects: it adds it where one does and removes it where none does any more.
 
 A policy's selector is matched against the namespace's labels without this label, so a selector that reads
-it cannot make the label hold itself up. placer-system and kube-system are never labelled: the webhook
-entry leaves them out anyway, and Placer and the control plane must always be able to restart.
+it cannot make the label hold itself up. kube-system, kube-public, kube-node-lease and placer-system are never
+labelled (`NEVER_ENFORCED_NAMESPACES`): the webhook entry leaves them out anyway, and Placer and the control
+plane must always be able to restart. An Enforced policy without a namespaceSelector does not compile (it
+would have put the label on every other namespace without saying so); `namespaceSelector: {}` says it.
 """
 
 import logging
@@ -20,16 +22,18 @@ from urllib.parse import quote
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.cluster.client.reflector import StoreSink
 from webhook.engine.enforcement import ENFORCE_LABEL
-from webhook.support.selectors import LabelSelector
+from webhook.policy.exemptions import NEVER_ENFORCED_NAMESPACES
+from webhook.support.selectors import LabelIndex, LabelSelector
 
 log = logging.getLogger(__name__)
 
 NAMESPACES_PATH = "/api/v1/namespaces"
-NEVER_LABELLED = frozenset({"placer-system", "kube-system"})
+NEVER_LABELLED = frozenset(NEVER_ENFORCED_NAMESPACES)
 
 
 def enforced_selectors(documents: Iterable[Mapping[str, Any]]) -> list[LabelSelector | None]:
-    """The namespaceSelector of every Enforced policy among the serving documents (None: every namespace)."""
+    """The namespaceSelector of every Enforced policy among the serving documents (None: every namespace,
+    which only a document that did not compile can ask for: it selects nothing, as it holds nothing)."""
     selectors: list[LabelSelector | None] = []
     for document in documents:
         spec = document.get("spec")
@@ -37,7 +41,7 @@ def enforced_selectors(documents: Iterable[Mapping[str, Any]]) -> list[LabelSele
             continue
         raw = spec.get("namespaceSelector")
         selector = LabelSelector.from_object(raw) if raw is not None else None
-        if raw is not None and selector is None:
+        if selector is None:
             continue  # a serving document compiled, so this does not happen; select nothing rather than all
         selectors.append(selector)
     return selectors
@@ -47,9 +51,16 @@ def wanted_label(name: str, labels: Mapping[str, str], selectors: list[LabelSele
     """Whether the namespace must carry the label: some Enforced policy selects it."""
     if name in NEVER_LABELLED:
         return False
+    own = selected_labels(name, labels)
+    return any(selector is None or selector.matches(own) for selector in selectors)
+
+
+def selected_labels(name: str, labels: Mapping[str, str]) -> dict[str, str]:
+    """What a policy's selector is matched against: the namespace's labels but this one, and its name label
+    (the API server sets `kubernetes.io/metadata.name` on every namespace)."""
     own = {key: value for key, value in labels.items() if key != ENFORCE_LABEL}
     own.setdefault("kubernetes.io/metadata.name", name)
-    return any(selector is None or selector.matches(own) for selector in selectors)
+    return own
 
 
 def changes(namespaces: Mapping[str, Mapping[str, str]], selectors: list[LabelSelector | None]) -> dict[str, bool]:
@@ -63,9 +74,27 @@ def changes(namespaces: Mapping[str, Mapping[str, str]], selectors: list[LabelSe
     return found
 
 
+def moved(before: list[LabelSelector | None], after: list[LabelSelector | None]) -> list[LabelSelector | None]:
+    """The selectors in one list and not the other (counted as multisets): a namespace none of them selects
+    wants the label exactly as it did."""
+    remaining = list(after)
+    gone = []
+    for selector in before:
+        if selector in remaining:
+            remaining.remove(selector)
+        else:
+            gone.append(selector)
+    return gone + remaining
+
+
 class EnforceLabels:
     """Keeps the label in step with the Enforced policies. It learns the namespaces' labels by standing in
-    front of the controller's namespace sink (`sink`), so the namespaces are watched once."""
+    front of the controller's namespace sink (`sink`), so the namespaces are watched once.
+
+    Work follows change: a namespace event marks that namespace, a change of the Enforced selectors marks
+    the namespaces the selectors that came or went may select (found by label, `LabelIndex`), and only those
+    are looked at. Every namespace is looked at after a list and when this replica (again) leads
+    (`forget`)."""
 
     def __init__(self, api: KubeApi, wake: Callable[[], None] = lambda: None) -> None:
         self._api = api
@@ -73,26 +102,58 @@ class EnforceLabels:
         self._lock = threading.Lock()
         self._labels: dict[str, dict[str, str]] | None = None
         self._listing: dict[str, dict[str, str]] = {}
+        self._index = LabelIndex()
+        """The namespaces by the labels their selectors see (`selected_labels`)."""
+        self._marked: set[str] = set()
+        """Namespaces to look at in the next round: changed since, or their write failed."""
+        self._everything = True
+        """Look at every namespace in the next round."""
+        self._selectors: list[LabelSelector | None] | None = None
+        """The selectors of the last round."""
+        self.looked_at = 0
+        """Namespaces looked at so far (for tests and the benchmark)."""
 
     def sink(self, inner: StoreSink) -> StoreSink:
         """A sink that records each namespace's labels and hands every call on to `inner`."""
         return _LabelRecorder(self, inner)
 
-    def reconcile(self, documents: Iterable[Mapping[str, Any]]) -> int:
-        """Add or remove the label where it is wrong; returns the namespaces changed. A failed write is
-        retried on the next round (the namespace watch still shows the old labels)."""
+    def forget(self) -> None:
+        """Leadership lost: another leader may change labels meanwhile; look at everything when leading again."""
         with self._lock:
-            labels = dict(self._labels) if self._labels is not None else None
-        if labels is None:
-            return 0
+            self._everything = True
+
+    def pending(self) -> bool:
+        """Whether the next round has namespaces to look at."""
+        with self._lock:
+            return self._labels is not None and (self._everything or bool(self._marked))
+
+    def reconcile(self, selectors: list[LabelSelector | None]) -> int:
+        """Add or remove the label where it is wrong among the namespaces marked (or every one, see the class),
+        given the Enforced selectors (`enforced_selectors`); returns the namespaces changed. A failed write is
+        tried again on the next round."""
+        with self._lock:
+            if self._labels is None:
+                return 0
+            if self._everything:
+                names: set[str] | list[str] = list(self._labels)
+            else:
+                names = self._marked
+                if self._selectors is not None and selectors != self._selectors:
+                    for selector in moved(self._selectors, selectors):
+                        names |= self._index.candidates(selector)
+            looking = {name: self._labels[name] for name in names if name in self._labels}
+            self._marked, self._everything, self._selectors = set(), False, list(selectors)
+        self.looked_at += len(looking)
         written = 0
-        for name, add in sorted(changes(labels, enforced_selectors(documents)).items()):
+        for name, add in sorted(changes(looking, selectors).items()):
             body = {"metadata": {"labels": {ENFORCE_LABEL: "true" if add else None}}}
             try:
                 self._api.merge_patch(f"{NAMESPACES_PATH}/{quote(name, safe='')}", body)
             except (ApiError, TransportError) as error:
                 log.warning("namespace %s: could not %s label %s: %s", name, "add" if add else "remove",
                             ENFORCE_LABEL, error)
+                with self._lock:
+                    self._marked.add(name)
                 continue
             log.info("namespace %s: %s %s=true", name, "labelled" if add else "unlabelled", ENFORCE_LABEL)
             written += 1
@@ -105,22 +166,29 @@ class EnforceLabels:
         with self._lock:
             if listing:
                 self._listing[name] = labels
-            elif self._labels is not None and self._labels.get(name) != labels:
-                self._labels = {**self._labels, name: labels}
-            else:
                 return
-        if not listing:
-            self._wake()
+            if self._labels is None or self._labels.get(name) == labels:
+                return
+            self._labels[name] = labels
+            self._index.put(name, selected_labels(name, labels))
+            self._marked.add(name)
+        self._wake()
 
     def _listed(self) -> None:
         with self._lock:
             self._labels, self._listing = self._listing, {}
+            self._index = LabelIndex()
+            for name, labels in self._labels.items():
+                self._index.put(name, selected_labels(name, labels))
+            self._everything = True
         self._wake()
 
     def _removed(self, name: str) -> None:
         with self._lock:
-            if self._labels is not None and name in self._labels:
-                self._labels = {key: value for key, value in self._labels.items() if key != name}
+            if self._labels is not None:
+                self._labels.pop(name, None)
+            self._index.remove(name)
+            self._marked.discard(name)
 
 
 class _LabelRecorder:

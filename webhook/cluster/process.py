@@ -14,7 +14,13 @@ from pathlib import Path
 
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.cluster.client.connection import ConnectionSetupError, connect, identity
-from webhook.cluster.client.discovery import DiscoveryRefresh, ServedApis, discover, write_served_apis
+from webhook.cluster.client.discovery import (
+    WATCHED_FEATURES,
+    DiscoveryRefresh,
+    ServedApis,
+    discover,
+    write_served_apis,
+)
 from webhook.cluster.client.leader import LeaseElector
 from webhook.cluster.controller import LEASE_NAME, ClusterController
 from webhook.cluster.health.health_round import HealthRound
@@ -22,6 +28,7 @@ from webhook.cluster.health.recent_counts import RecentCounts
 from webhook.cluster.health.replica_reports import PUBLISH_INTERVAL, ReplicaPublisher
 from webhook.cluster.registration import WebhookRegistration, match_conditions_served
 from webhook.cluster.reports.background import BackgroundReports, ServedPolicies
+from webhook.engine.exemption_seal import ExemptionKeyError, read_key
 from webhook.policy.cel.libraries.leaks import LeakAccount
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.fields.field_check import FieldChecks
@@ -59,11 +66,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--no-status", action="store_true", help="never write policy status (no leader election)")
     parser.add_argument("--webhook-configuration", metavar="NAME",
-                        help="the MutatingWebhookConfiguration whose /mutate rules to keep to what policies act on")
+                        help="the MutatingWebhookConfiguration whose rules to keep to what the policies act on")
     parser.add_argument("--policies", action="append", default=[], metavar="PATH",
                         help="the file policies the workers serve too (what the registration must cover)")
+    parser.add_argument("--exemption-key", type=Path, help="key of exemption seals, honoured by the reports")
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
+    try:
+        seal_key = read_key(args.exemption_key) if args.exemption_key else None
+    except ExemptionKeyError as error:
+        log.error("%s", error)
+        return 1
     try:
         connection = connect(args.kubeconfig)
     except ConnectionSetupError as error:
@@ -81,16 +94,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     judging = PolicyCompiler(LeakAccount(int(CEL_LEAK_BUDGET_MIB * 2**20)), fields=FieldChecks(served.field_target))
     background = BackgroundReports(api, args.state, ServedPolicies(args.state, judging),
                                    leading=lambda: elector is None or elector.is_leader,
-                                   exhausted=judging.leaks.exhausted)
-    registration, files = None, None
+                                   exhausted=judging.leaks.exhausted, seal_key=seal_key)
+    registration = None
     if args.webhook_configuration:
-        registration = WebhookRegistration(api, args.webhook_configuration,
-                                           match_conditions=match_conditions_served(served.major, served.minor))
-        files = FilePolicySource(args.policies, compiler=compiler) if args.policies else None
+        registration = WebhookRegistration(
+            api, args.webhook_configuration, match_conditions=match_conditions_served(served.major, served.minor),
+            files=FilePolicySource(args.policies, compiler=compiler) if args.policies else None)
     controller = ClusterController(api, args.state, compiler=compiler, elector=elector, served=served,
                                    discovery=discovery, background=background,
                                    health=None if args.no_status else _health_round(api, connection.namespace),
-                                   registration=registration, file_policies=files)
+                                   registration=registration)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -103,7 +116,7 @@ def served_at_start(api: KubeApi, state: Path) -> ServedApis:
     """The API server's version and discovery, written to the state directory; when it cannot be read (the
     API server is away), nothing optional is watched until `DiscoveryRefresh` reads it and restarts."""
     try:
-        served = discover(api)
+        served = discover(api, features=WATCHED_FEATURES)
     except (ApiError, TransportError) as error:
         log.warning("API discovery failed (%s); optional watches wait for it", error)
         return ServedApis()

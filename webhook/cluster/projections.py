@@ -4,7 +4,7 @@ did not change (a Node's status heartbeat, a resourceVersion bump)."""
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from webhook.pods.dra import CLASS_KIND, class_entry, device_entry, is_generated_claim
@@ -28,11 +28,16 @@ class ProjectedSink:
         writer: ShardWriter,
         project: Callable[[str, Mapping[str, Any]], Entry],
         on_synced: Callable[[], None] = lambda: None,
+        *,
+        on_change: Callable[[Iterable[str]], None] | None = None,
     ) -> None:
+        """`on_change(names)`: told the names whose projection changed once they are on disk (an event that
+        rewrote its shard, or the entries a list changed)."""
         self._kind = kind
         self._writer = writer
         self._project = project
         self._on_synced = on_synced
+        self._on_change = on_change
         self._lock = threading.Lock()
         self.synced = False
         self.events = 0
@@ -44,21 +49,30 @@ class ProjectedSink:
 
     def replace(self, entries: Mapping[str, Entry]) -> None:
         with self._lock:
+            changed = self._writer.changed_by(entries) if self._on_change is not None else []
             written = self._writer.replace(entries)
             self.synced = True
         log.info("%s: %d published (%d shards written)", self._kind, len(entries), written)
+        if changed and self._on_change is not None:
+            self._on_change(changed)
         self._on_synced()
 
     def upsert(self, name: str, obj: Mapping[str, Any]) -> None:
         entry = self._project(name, obj)
         with self._lock:
             self.events += 1
-            self.published += self._writer.put(name, entry)
+            rewritten = self._writer.put(name, entry)
+            self.published += rewritten
+        if rewritten and self._on_change is not None:
+            self._on_change((name,))
 
     def remove(self, name: str) -> None:
         with self._lock:
             self.events += 1
-            self.published += self._writer.delete(name)
+            rewritten = self._writer.delete(name)
+            self.published += rewritten
+        if rewritten and self._on_change is not None:
+            self._on_change((name,))
 
     def count(self) -> int:
         with self._lock:

@@ -51,6 +51,7 @@ from urllib.parse import quote, urlparse
 from webhook.actions.registry import action_specs
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.policy.model import Policy
+from webhook.policy.sources.files import FilePolicySource
 from webhook.workloads import WorkloadKind, all_kinds
 
 log = logging.getLogger(__name__)
@@ -292,9 +293,11 @@ class WebhookRegistration:
     """Keeps one MutatingWebhookConfiguration's entries that send reviews to Placer to what the serving policies
     can act on."""
 
-    def __init__(self, api: KubeApi, name: str, *, match_conditions: bool, recheck_seconds: float = RECHECK_SECONDS,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, api: KubeApi, name: str, *, match_conditions: bool, files: FilePolicySource | None = None,
+                 recheck_seconds: float = RECHECK_SECONDS, monotonic: Callable[[], float] = time.monotonic) -> None:
+        """`files`: the file policies the workers serve too (`--policies`), counted with the cluster's."""
         self._api = api
+        self._files = files
         self._recheck = recheck_seconds
         self.name = name
         self._path = f"{MUTATING_PATH}/{quote(name, safe='')}"
@@ -305,8 +308,13 @@ class WebhookRegistration:
         self._next_check = 0.0
         self._missing_said = False
 
-    def reconcile(self, reaches: Iterable[Reach]) -> None:
-        """Bring the configuration in line when what the policies reach changed, or the recheck is due."""
+    def reconcile(self, documents: Iterable[Mapping[str, Any]]) -> None:
+        """Bring the configuration in line with what the serving cluster policies (their `documents`) and the
+        file policies can act on, when that changed or the recheck is due."""
+        reaches = [reach for document in documents if (reach := reach_of_document(document)) is not None]
+        if self._files is not None:
+            self._files.refresh()
+            reaches.extend(reach_of_policy(policy) for policy in self._files.content().policies.values())
         wanted = registration(reaches)
         now = self._monotonic()
         if wanted == self._kept and now < self._next_check:

@@ -6,10 +6,12 @@ import sys
 from typing import Any
 
 from webhook.admission.offline import DEFAULT_NAMESPACE, apply_manifests, parse_labels, render
+from webhook.admission.request_options import RequestOptions
 from webhook.cluster.client.api import TransportError, api_from_flags
 from webhook.cluster.client.connection import ConnectionSetupError
 from webhook.commands.field_targets import add_target_flags, compiler_from_flags, quiet_policy_log
 from webhook.commands.live import LiveError, cluster_snapshot, read_namespaces, read_nodes, read_object
+from webhook.policy.sources.documents import ManifestError
 from webhook.support.config import DEFAULT_POLICIES
 
 
@@ -28,6 +30,11 @@ def add_parser(commands: Any) -> None:
     apply.add_argument("-n", "--namespace", metavar="NS", help="namespace of live objects and of manifests without one")
     apply.add_argument("--namespace-labels", metavar="k=v,...", help="labels of the manifests' namespace")
     apply.add_argument("--operation", default="CREATE", choices=["CREATE", "UPDATE"])
+    apply.add_argument("--old", action="append", default=None, metavar="MANIFEST",
+                       help="with --operation UPDATE: the objects as they were (matched by kind, namespace, name)")
+    apply.add_argument("--as", dest="as_user", metavar="USER", help="the request's user (as kubectl --as)")
+    apply.add_argument("--as-group", action="append", default=None, metavar="GROUP", help="a group of the user")
+    apply.add_argument("--exemption-key", metavar="FILE", help="the key of exemption seals (as placer serve)")
     apply.add_argument("-o", "--output", default="yaml", choices=["yaml", "json", "patch", "explain"])
     add_target_flags(apply, kube=False)
     apply.set_defaults(run=run)
@@ -51,6 +58,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"{prog}: --namespace-labels: {error}", file=sys.stderr)
         return 2
     namespace = args.namespace or DEFAULT_NAMESPACE
+    try:
+        options = RequestOptions.from_flags(args.as_user, args.as_group, args.old, args.exemption_key)
+    except (OSError, ValueError, ManifestError) as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 2
     compiler = compiler_from_flags(args)
     if isinstance(compiler, int):
         return compiler
@@ -66,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
                 policy_paths=[], manifest_paths=args.manifests or [], namespace_labels=labels,
                 operation=args.operation, snapshot=snapshot, objects=objects,
                 read_namespaces=lambda names: read_namespaces(api, names), default_namespace=namespace,
-                nodes=nodes,
+                nodes=nodes, request_options=options,
             )
         except (ConnectionSetupError, LiveError, TransportError) as error:
             print(f"{prog}: {error}", file=sys.stderr)
@@ -79,10 +91,11 @@ def run(args: argparse.Namespace) -> int:
             operation=args.operation,
             default_namespace=namespace,
             compiler=compiler,
+            request_options=options,
         )
-    for problem in report.problems:
+    for problem in (*report.problems, *report.rule_errors):
         print(f"error: {problem}", file=sys.stderr)
     for warning in report.warnings:
         print(f"Warning: {warning}", file=sys.stderr)
     sys.stdout.write(render(report, args.output))
-    return 1 if report.problems else 0
+    return 1 if report.problems or report.rule_errors else 0

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from webhook import __version__
-from webhook.commands import apply, certs, dev, drift, export, lint, serve, shares, suites
+from webhook.commands import apply, certs, drift, export, lint, serve, shares, suites
+from webhook.commands.dev import command as dev
 
 ENV_PREFIX = "PLACER_"
 
@@ -49,14 +50,23 @@ def _apply_environment(parser: argparse.ArgumentParser, args: argparse.Namespace
         else:
             value = action.type(raw) if callable(action.type) else raw
         setattr(args, action.dest, value)
-    if args.command == "lint" and not args.paths and environ.get(ENV_PREFIX + "POLICIES"):
-        args.paths = environ[ENV_PREFIX + "POLICIES"].split(",")
+
+
+KUBECTL_GLOBAL_FLAGS = ((("--kubeconfig",), "kubeconfig", "FILE"), (("--context",), "context", "NAME"),
+                        (("-n", "--namespace"), "namespace", "NS"))
+"""kubectl's global flags a plugin takes. kubectl refuses flags before a plugin's name and runs `kubectl-placer`
+with every argument after `placer` (staging/src/k8s.io/kubectl/pkg/cmd/plugin.go, `HandlePluginCommand`), so
+`kubectl placer --kubeconfig FILE drift` hands them to the plugin before its verb, where kubectl users write
+them: kubectl's own commands take them anywhere (persistent flags, cmd.go `NewKubectlCommand`)."""
 
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:
-    """`kubectl placer explain KIND/NAME... [-f FILE] [-n NS] [--context C] [--kubeconfig F] [-o FORMAT]`: the
-    kubectl plugin (installed as `kubectl-placer`), `placer apply --kube` with kubectl's flag conventions."""
+    """`kubectl placer [--kubeconfig F] [--context C] [-n NS] explain|drift|shares ...`: the kubectl plugin
+    (installed as `kubectl-placer`); `explain` is `placer apply --kube` with kubectl's flag conventions. The
+    global flags go before or after the verb; after it, they win."""
     parser = argparse.ArgumentParser(prog="kubectl placer", description="Which Placer policy does what, live.")
+    for flags, name, metavar in KUBECTL_GLOBAL_FLAGS:
+        parser.add_argument(*flags, dest=f"global_{name}", metavar=metavar, help=f"kubectl's --{name}")
     commands = parser.add_subparsers(dest="command", required=True)
     explain = commands.add_parser("explain", help="what the cluster's SchedulingPolicies do to objects now")
     explain.add_argument("targets", nargs="*", metavar="KIND/NAME")
@@ -68,6 +78,9 @@ def kubectl_main(argv: Sequence[str] | None = None) -> int:
     drift.add_parser(commands)
     shares.add_parser(commands)
     args = parser.parse_args(argv)
+    for _, name, _ in KUBECTL_GLOBAL_FLAGS:
+        if getattr(args, name, None) is None:
+            setattr(args, name, getattr(args, f"global_{name}"))
     if args.command in ("drift", "shares"):
         return int(args.run(args))
     forwarded = ["apply", "--kube", "-o", args.output, *args.targets]

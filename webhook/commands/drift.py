@@ -106,10 +106,13 @@ def merge_patch(before: Any, after: Any) -> Any:
     return patch
 
 
-def write_body(item: Judged) -> JSONObject:
-    """The merge patch bringing the workload in step, guarded by the resourceVersion it was judged on."""
+def write_body(item: Judged) -> JSONObject | None:
+    """The merge patch bringing the workload in step, guarded by the resourceVersion it was judged on; None
+    when applying the verdict's patch would change nothing (no write is ever sent for it)."""
     stored = item.stored
     body: JSONObject = merge_patch(stored, jsonpatch.apply_patch(stored, item.verdict.patch))
+    if not body:
+        return None
     version = as_map(stored.get("metadata")).get("resourceVersion")
     if version:
         body.setdefault("metadata", {})["resourceVersion"] = version
@@ -117,6 +120,8 @@ def write_body(item: Judged) -> JSONObject:
 
 
 def render_text(judged: list[Judged], out: TextIO) -> None:
+    """Each workload out of step or with rule errors: every failing rule with its reason, then the patch (or
+    why there is none); and the totals."""
     shown = [item for item in judged if item.verdict.drifted or any(r.result == "error" for r in item.verdict.results)]
     for item in shown:
         verdict = item.verdict
@@ -124,11 +129,13 @@ def render_text(judged: list[Judged], out: TextIO) -> None:
         for result in verdict.results:
             if result.result in ("fail", "error"):
                 stale = stale_values(result)
-                detail = ("out of step" + (f": {stale}" if stale else "") if result.result == "fail"
+                detail = (f"out of step: {stale or result.message}" if result.result == "fail"
                           else f"error: {result.message}")
                 out.write(f"  {result.policy}/{result.rule}: {detail}\n")
         if verdict.patch:
             out.write(f"  patch: {json.dumps(verdict.patch)}\n")
+        elif verdict.drifted:
+            out.write(f"  no patch: {_no_patch(item)}\n")
     totals = {"pass": 0, "fail": 0, "error": 0, "skip": 0}
     for item in judged:
         verdict = item.verdict
@@ -141,10 +148,20 @@ def render_text(judged: list[Judged], out: TextIO) -> None:
               f"{len(judged) - sum(totals.values())} no policy matches\n")
 
 
+def _no_patch(item: Judged) -> str:
+    """Why a workload out of step has no patch to write."""
+    verdict = item.verdict
+    if verdict.refused is not None:
+        return (f"an Enforced policy refuses it as it is, and would refuse any write of it: {verdict.refused}; "
+                "change what it refuses in the workload's own manifest")
+    return "applying the policies now changes nothing Placer can write"
+
+
 def render_json(judged: list[Judged], out: TextIO) -> None:
     items = [{"workload": item.verdict.workload.as_report_resource(),
               "results": [dataclasses.asdict(result) for result in item.verdict.results],
-              "patch": item.verdict.patch} for item in judged if item.verdict.results]
+              "patch": item.verdict.patch, "refused": item.verdict.refused}
+             for item in judged if item.verdict.results]
     out.write(json.dumps({"items": items}, indent=2) + "\n")
 
 
@@ -158,46 +175,61 @@ def bring_in_step(
     ask: Callable[[str], str] = input,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
-    """Dry run every patch, confirm, then write them at most `qps` per second. 0 when all were written."""
+    """Dry run every patch, confirm, then write them at most `qps` per second. Says for each workload out of
+    step what it wrote, or why it wrote nothing; 0 only when every one of them was written."""
     drifted = [item for item in judged if item.verdict.drifted]
-    pods = [item for item in drifted if item.served.kind.kind == "Pod"]
-    for item in pods:
-        out.write(f"{item.verdict.workload.title}: a Pod takes no scheduling change in place; recreate it\n")
-    writable = [item for item in drifted if item not in pods]
+    writable: list[tuple[Judged, JSONObject]] = []
+    for item in drifted:
+        title = item.verdict.workload.title
+        body = write_body(item)
+        if item.served.kind.kind == "Pod":
+            out.write(f"{title}: not written: a Pod takes no scheduling change in place; recreate it\n")
+        elif body is None:
+            out.write(f"{title}: not written: {_no_patch(item)}\n")
+        else:
+            writable.append((item, body))
     if not writable:
         out.write("nothing to apply\n")
-        return 1 if pods else 0
+        return 1 if drifted else 0
     refused = []
-    for item in writable:
+    for item, body in writable:
         try:
-            api.merge_patch(_path(item), write_body(item), {"dryRun": "All"})
+            api.merge_patch(_path(item), body, {"dryRun": "All"})
         except ApiError as error:
             refused.append(item)
-            out.write(f"{item.verdict.workload.title}: dry run refused: {error}\n")
-    ready = [item for item in writable if item not in refused]
+            out.write(f"{item.verdict.workload.title}: not written: the dry run was refused: {error}\n")
+    ready = [(item, body) for item, body in writable if item not in refused]
     if not ready:
         return 1
     out.write(f"{_workloads(len(ready))} will be changed (dry run passed):\n")
-    for item in ready:
-        out.write(f"  {item.verdict.workload.title}\n")
+    for item, body in ready:
+        out.write(f"  {item.verdict.workload.title}: {_shown(body)}\n")
     out.write(ROLLOUT_WARNING + "\n")
     if not yes:
         out.flush()
         if ask("Apply? [y/N] ").strip().lower() not in ("y", "yes"):
             out.write("nothing applied\n")
             return 1
-    failed = bool(refused)
+    failed = len(ready) < len(drifted)
     interval = 1.0 / qps if qps > 0 else 0.0
-    for index, item in enumerate(ready):
+    for index, (item, body) in enumerate(ready):
         if index and interval:
             sleep(interval)
         try:
-            api.merge_patch(_path(item), write_body(item))
-            out.write(f"{item.verdict.workload.title}: brought in step\n")
+            api.merge_patch(_path(item), body)
+            out.write(f"{item.verdict.workload.title}: brought in step: wrote {_shown(body)}\n")
         except ApiError as error:
             failed = True
             out.write(f"{item.verdict.workload.title}: not changed: {error}\n")
-    return 1 if failed or pods else 0
+    return 1 if failed else 0
+
+
+def _shown(body: JSONObject) -> str:
+    """A merge patch as written, without the resourceVersion precondition."""
+    metadata = {key: value for key, value in as_map(body.get("metadata")).items() if key != "resourceVersion"}
+    shown = {key: value for key, value in body.items() if key != "metadata"} | ({"metadata": metadata} if metadata
+                                                                              else {})
+    return json.dumps(shown, separators=(",", ":"))
 
 
 def _workloads(count: int) -> str:

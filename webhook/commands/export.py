@@ -9,10 +9,15 @@ from typing import Any
 import yaml
 
 from webhook.admission.offline import load_policies
-from webhook.commands.field_targets import add_target_flags, compiler_from_flags, quiet_policy_log
+from webhook.commands.field_targets import (
+    add_policy_paths,
+    add_target_flags,
+    compiler_from_flags,
+    policy_paths,
+    quiet_policy_log,
+)
 from webhook.export.admission_policy import export_policies, report_lines
 from webhook.export.versions import API_VERSIONS, parse_version
-from webhook.support.config import DEFAULT_POLICIES
 
 
 def add_parser(commands: Any) -> None:
@@ -20,9 +25,7 @@ def add_parser(commands: Any) -> None:
     export = commands.add_parser(
         "export", help="write MutatingAdmissionPolicies + bindings doing what the policies do (no webhook)"
     )
-    export.add_argument(
-        "--policies", action="append", metavar="PATH", help=f"file or directory (default {DEFAULT_POLICIES})"
-    )
+    add_policy_paths(export)
     export.add_argument("--api-version", choices=list(API_VERSIONS),
                         help="admissionregistration.k8s.io version (default: v1 where the target serves it, "
                              "from 1.36; else v1beta1)")
@@ -51,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     unless --allow-partial: then every rule that can be is written, and the exit is 0); 2 for a target or
     API version the export does not support."""
     quiet_policy_log()
-    paths = args.policies or [DEFAULT_POLICIES]
+    paths = policy_paths(args)
     compiler = compiler_from_flags(args)
     if isinstance(compiler, int):
         return compiler

@@ -19,6 +19,7 @@ from webhook.policy.fields.field_check import FieldChecks
 from webhook.policy.fields.schemas import KindKey, Schema, crd_kinds
 from webhook.policy.fields.versions import DEFAULT, SUPPORTED, cluster_target_version, target_version
 from webhook.policy.sources.documents import ManifestError, expand_lists, read_documents
+from webhook.support.config import DEFAULT_POLICIES
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,19 @@ def add_target_flags(command: argparse.ArgumentParser, *, kube: bool = True) -> 
                              help="check field paths against the cluster's version and /openapi/v3 (read only)")
         command.add_argument("--kubeconfig", metavar="FILE")
         command.add_argument("--context", metavar="NAME", help="kubeconfig context (with --kube)")
+
+
+def add_policy_paths(command: argparse.ArgumentParser) -> None:
+    """Policy files and directories as arguments or as `--policies PATH` (repeatable), as every verb that
+    reads policies takes them (`PLACER_POLICIES` fills `--policies`); both together add up."""
+    command.add_argument("paths", nargs="*", metavar="PATH",
+                         help=f"policy file or directory (default {DEFAULT_POLICIES})")
+    command.add_argument("--policies", action="append", metavar="PATH", help="the same, as a flag (repeatable)")
+
+
+def policy_paths(args: argparse.Namespace) -> list[str]:
+    """The paths of `add_policy_paths`: the arguments, then `--policies`, else the default directory."""
+    return [*args.paths, *(args.policies or [])] or [str(DEFAULT_POLICIES)]
 
 
 def compiler_from_flags(args: argparse.Namespace) -> PolicyCompiler | int:

@@ -6,23 +6,30 @@ import sys
 from typing import Any
 
 from webhook.admission.offline import load_policies
-from webhook.commands.field_targets import add_target_flags, compiler_from_flags, quiet_policy_log
+from webhook.cluster.podgroups.native_gang import native_gang_rules
+from webhook.commands.field_targets import (
+    add_policy_paths,
+    add_target_flags,
+    compiler_from_flags,
+    policy_paths,
+    quiet_policy_log,
+)
 from webhook.engine.configuration import gang_not_enforced
 from webhook.engine.enforcement import lint_lines
-from webhook.support.config import DEFAULT_POLICIES
+from webhook.gang.native import served_from, unavailable_on
 
 
 def add_parser(commands: Any) -> None:
     """`placer lint` and its flags."""
     lint = commands.add_parser("lint", help="check policies; exit 1 with every error located")
-    lint.add_argument("paths", nargs="*", metavar="PATH")
+    add_policy_paths(lint)
     add_target_flags(lint)
     lint.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     quiet_policy_log()
-    paths = args.paths or [DEFAULT_POLICIES]
+    paths = policy_paths(args)
     compiler = compiler_from_flags(args)
     if isinstance(compiler, int):
         return compiler
@@ -36,9 +43,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"no SchedulingPolicy found in {', '.join(paths)}")
         return 1
     print(f"{len(snapshot.policies)} policies OK: {', '.join(p.name for p in snapshot.policies)}")
+    target = compiler.fields.version
     for policy in snapshot.policies:  # loads, but cannot work as written: said, not an error
         for finding in gang_not_enforced(policy):
             print(f"Warning: {policy.source}: {finding.message}", file=sys.stderr)
+        for rule in native_gang_rules(policy) if not served_from(target) else ():
+            print(f"Warning: {policy.source}: rule {policy.name}/{rule}: native gang unavailable: "
+                  f"{unavailable_on(target)}", file=sys.stderr)
         for line in lint_lines(policy):
             print(line, file=sys.stderr if line.startswith("Warning: ") else sys.stdout)
     return 0

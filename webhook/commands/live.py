@@ -13,8 +13,8 @@ from urllib.parse import quote
 
 from webhook.admission.offline import DEFAULT_NAMESPACE
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError
-from webhook.cluster.client.discovery import discover
-from webhook.cluster.podgroups.native_gang import native_version_of
+from webhook.cluster.client.discovery import WATCHED_FEATURES, discover
+from webhook.cluster.podgroups.native_gang import job_gangs_of, native_version_of
 from webhook.gang.native import API_GROUP
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.errors import PolicyError
@@ -49,16 +49,20 @@ def cluster_snapshot(api: KubeApi, compiler: PolicyCompiler) -> PolicySnapshot:
         errors.extend(result.errors)
         if result.policy is not None:
             policies.append(result.policy)
-    return PolicySnapshot.build(policies, {}, errors, compiler.environment, native_gang_version=_native_version(api))
+    native, jobs = _native_gangs(api)
+    return PolicySnapshot.build(policies, {}, errors, compiler.environment, native_gang_version=native,
+                                job_gangs=jobs)
 
 
-def _native_version(api: KubeApi) -> str | None:
-    """The kube-scheduler PodGroup version the cluster serves, as the webhook's controller would find it (None
-    when discovery cannot be read: the rules then write as if served)."""
+def _native_gangs(api: KubeApi) -> tuple[str | None, bool]:
+    """The kube-scheduler PodGroup version the cluster serves and whether its Job controller keeps Jobs' gangs,
+    as the webhook's controller would find them (None, False when discovery cannot be read: the rules then
+    write as if a PodGroup API were served)."""
     try:
-        return native_version_of(discover(api, (API_GROUP,)))
+        served = discover(api, (API_GROUP,), features=WATCHED_FEATURES)
     except (ApiError, TransportError):
-        return None
+        return None, False
+    return native_version_of(served), job_gangs_of(served)
 
 
 def read_nodes(api: KubeApi) -> list[tuple[str, dict[str, Any]]] | None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from webhook.cluster.client.connection import in_cluster
 from webhook.commands.certs import ensure_dev_certificates
+from webhook.engine.exemption_seal import ExemptionKeyError, read_key
 from webhook.support.config import (
     CEL_LEAK_BUDGET_MIB,
     DEFAULT_CERTS,
@@ -70,6 +71,11 @@ def add_parser(commands: Any) -> None:
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument("--opt-in", default="api-server", choices=["api-server", "label-or-annotation"])
+    serve.add_argument(
+        "--exemption-key", metavar="FILE",
+        help="key of the seals that carry an exempt user's exemption to the pods of their workloads "
+             "(docs/enforced-policies.md); without it exemptions stay with the request",
+    )
     serve.set_defaults(run=run)
 
 
@@ -83,6 +89,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"placer serve: --worker-lifetime {args.worker_lifetime}: at least {MIN_WORKER_LIFETIME_SECONDS} "
               "seconds (granian's minimum), or 0 for never", file=sys.stderr)
         return 2
+    exemption_key = Path(args.exemption_key) if args.exemption_key else None
+    if exemption_key is not None and not exemption_key.exists():
+        # the shipped Deployment mounts an optional Secret: without it, exemptions stay with the request
+        print(f"placer serve: --exemption-key {exemption_key}: no such file: exemptions stay with the request",
+              file=sys.stderr)
+        exemption_key = None
+    if exemption_key is not None:
+        try:
+            read_key(exemption_key)
+        except ExemptionKeyError as error:
+            print(f"placer serve: --exemption-key {error}", file=sys.stderr)
+            return 2
     default_tls = args.tls_cert is None and args.tls_key is None
     kube = args.kube if args.kube is not None else in_cluster()
     if args.webhook_configuration and not kube:
@@ -108,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
         kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
         cluster_state=cluster_state,
         webhook_configuration=args.webhook_configuration,
+        exemption_key=exemption_key,
     )
     if default_tls and ensure_dev_certificates(DEFAULT_CERTS):
         print(f"placer: created development certificates for localhost in {DEFAULT_CERTS}/", file=sys.stderr)

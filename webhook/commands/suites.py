@@ -18,7 +18,9 @@ A suite is a YAML file named `*-test.yaml`:
     - resource: Deployment/web/frontend
       mutated: false
 
-Each result is one test case; it fails with a diff of what was expected against what Placer produced.
+Each result is one test case; it fails with a diff of what was expected against what Placer produced, and
+whenever a rule errors on its resource (an error is a policy that does not work, whatever `failurePolicy`
+lets through). A rule that errors on a resource no result names is a failing case of its own.
 Subset comparison: every key a map names must be there with a matching value; lists must have the same
 length, element by element (a subset of each element).
 """
@@ -34,7 +36,7 @@ from xml.etree import ElementTree
 
 import yaml
 
-from webhook.admission.offline import DEFAULT_NAMESPACE, ApplyReport, ManifestResult, apply_manifests
+from webhook.admission.offline import DEFAULT_NAMESPACE, ApplyReport, ManifestResult, apply_manifests, rule_errors
 from webhook.commands.field_targets import add_target_flags, compiler_from_flags, quiet_policy_log
 from webhook.policy.compiler import PolicyCompiler
 
@@ -50,6 +52,8 @@ class CaseResult:
     """The suite's file."""
     name: str
     failures: list[str] = field(default_factory=list)
+    resource: str = ""
+    """The resource the case is about (`Kind/namespace/name`)."""
 
     @property
     def passed(self) -> bool:
@@ -87,7 +91,11 @@ def run_suite(path: Path, compiler: PolicyCompiler | None = None) -> list[CaseRe
     if problems:
         return [CaseResult(str(path), "policies and resources load", problems)]
     by_key = {_key(result): result for result in report.results}
-    return [_run_case(path, index, expectation, by_key, report) for index, expectation in enumerate(suite["results"])]
+    cases = [_run_case(path, index, expectation, by_key, report) for index, expectation in enumerate(suite["results"])]
+    checked = {case.resource for case in cases}
+    cases.extend(CaseResult(str(path), f"rules on {key}", rule_errors(result.mutation))
+                 for key, result in by_key.items() if key not in checked and rule_errors(result.mutation))
+    return cases
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -127,12 +135,13 @@ def _run_case(
     reference = expectation["resource"]
     parts = reference.split("/")
     key = f"{parts[0]}/{DEFAULT_NAMESPACE}/{parts[1]}" if len(parts) == 2 else reference
-    case = CaseResult(str(path), f"results[{index}] {reference}")
+    case = CaseResult(str(path), f"results[{index}] {reference}", resource=key)
     result = by_key.get(key)
     if result is None:
         case.failures.append(f"no resource {key} among the suite's resources (known: {', '.join(sorted(by_key))})")
         return case
     mutation = result.mutation
+    case.failures.extend(rule_errors(mutation))  # a rule that errors fails the case, whatever else it expects
     if "mutated" in expectation and bool(mutation.patch) != bool(expectation["mutated"]):
         case.failures.append(f"expected {'a' if expectation['mutated'] else 'no'} mutation, got "
                              f"{len(mutation.patch)} patch operation(s)")

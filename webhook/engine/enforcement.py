@@ -9,6 +9,7 @@ selector")`, which reads `pods "x" is forbidden: ...`), and says in addition whi
 field, what the rule wanted and what the object has.
 """
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -42,24 +43,29 @@ def lint_lines(policy: Policy) -> list[str]:
                 "enforcement Advisory"] if policy.exemptions is not None else []
     refusing = [rule.name for rule in policy.rules if rule.action.name in REFUSING_ACTIONS and not rule.override
                 and rule.parameters.get("type", "required") == "required"]
-    line = (f"{policy.name}: Enforced: refuses a Pod naming its node"
-            + (f", and a conflict with rule(s) {', '.join(refusing)}" if refusing else "")
+    line = (f"{policy.name}: Enforced in namespaces {_selector_text(policy)}: refuses a Pod or template naming its "
+            "node" + (f", and a conflict with rule(s) {', '.join(refusing)}" if refusing else "")
             + "; the opt-out label does not exempt")
     if policy.exemptions is not None:
         line += " (spec.exemptions does)"
     return [line]
 
 
-def enforcing(policies: Iterable[Policy], request: AdmissionRequest, obj: JSONObject) -> dict[str, str | None]:
-    """Per Enforced policy among `policies`: None when it holds this request, else why it is exempt."""
-    labels = as_map(as_map(obj.get("metadata")).get("labels"))
+def enforcing(policies: Iterable[Policy], request: AdmissionRequest) -> dict[str, str | None]:
+    """Per Enforced policy among `policies`: None when it holds this request, else why it is exempt (by what
+    the request's author cannot write: its namespace, its user and groups)."""
     found: dict[str, str | None] = {}
     for policy in policies:
         if not policy.enforced:
             continue
-        exempt = policy.exemptions.reason(request.namespace, labels, request.user_info) if policy.exemptions else None
+        exempt = policy.exemptions.reason(request.namespace, request.user_info) if policy.exemptions else None
         found[policy.name] = exempt
     return found
+
+
+def _selector_text(policy: Policy) -> str:
+    selector = policy.document.get("spec", {}).get("namespaceSelector") if policy.document else None
+    return "all (namespaceSelector: {})" if not selector else json.dumps(selector, sort_keys=True)
 
 
 def holding(enforced: Mapping[str, str | None]) -> frozenset[str]:
@@ -94,6 +100,18 @@ def node_name_refusal(request: AdmissionRequest, obj: JSONObject, policies: froz
     names = ", ".join(sorted(policies))
     return (f"{forbidden_prefix(request, obj)}policy {names}: spec.nodeName: wanted unset (the scheduler places "
             f"pods), found \"{node}\": only a node may create a pod bound to a node (enforcement: Enforced)")
+
+
+def template_node_name(template: JSONObject, old: JSONObject | None, prefix: str,
+                       policies: frozenset[str]) -> str | None:
+    """A workload template that names a node makes only pods an Enforced policy refuses (no node creates
+    them): refused at the workload, or its controller would try forever. On UPDATE only a node the old template
+    did not name."""
+    node = as_map(template.get("spec")).get("nodeName")
+    if not policies or not node or (old is not None and as_map(old.get("spec")).get("nodeName") == node):
+        return None
+    return (f"policy {', '.join(sorted(policies))}: {prefix}spec.nodeName: wanted unset (the scheduler places "
+            f"pods), found \"{node}\": every pod of this template would be refused")
 
 
 def forbidden_prefix(request: AdmissionRequest, obj: JSONObject) -> str:

@@ -8,14 +8,35 @@ this step runs on the engine's answer whatever the rules did. Nothing is named w
 PodGroup API (the pod would wait for a group that cannot exist), nor when the Pod already names a group.
 
 On the operator resource itself, explain lists the PodGroups Placer's controller will keep for it.
+
+A Job a CronJob makes from a template Placer marked for a group per run (`PER_RUN`) names a PodGroup of its
+own, the Job's name, on its template (a Job's template is immutable after its CREATE, so again the only
+moment) and carries the marks the controller watches, so each run is a gang of its own, owned by its Job
+and garbage-collected with it: runs that overlap (`concurrencyPolicy: Allow`) never share one.
 """
 
 from webhook.engine.outcome import Mutation
+from webhook.engine.patch_assembly import marks_patch
 from webhook.engine.request import AdmissionRequest
-from webhook.gang.native import NOT_SERVED, scheduling_group
-from webhook.gang.native_operators import marked_groups, member_group, operator_shape
+from webhook.gang.native import (
+    NATIVE,
+    NOT_SERVED,
+    POD_GROUP_API_ANNOTATION,
+    pod_group_name,
+    scheduling_group,
+)
+from webhook.gang.native_members import pod_left_out
+from webhook.gang.native_operators import (
+    GROUP_ANNOTATION,
+    PER_ANNOTATION,
+    PER_RUN,
+    marked_groups,
+    member_group,
+    operator_shape,
+)
+from webhook.gang.pod_groups import MIN_MEMBER_ANNOTATION, POD_GROUP_LABEL
 from webhook.support.patches import apply_sharing
-from webhook.support.typing import JSONObject
+from webhook.support.typing import JSONObject, JSONPatch, as_map
 from webhook.workloads import WorkloadKind
 
 SHOWN_GROUPS = 8
@@ -31,6 +52,8 @@ def with_native_groups(request: AdmissionRequest, kind: WorkloadKind, native_ver
         return mutation
     if kind.kind == "Pod":
         return _name_pod_group(obj, native_version, mutation)
+    if kind.kind == "Job":
+        return _name_run_group(obj, native_version, mutation)
     if operator_shape(kind) is not None and mutation.patch:
         _note_groups(kind, apply_sharing(obj, mutation.patch), mutation)
     return mutation
@@ -40,6 +63,10 @@ def _name_pod_group(pod: JSONObject, native_version: str | None, mutation: Mutat
     name, why = member_group(pod)
     if not why:
         return mutation  # not a member of an operator's native gang: the usual Pod
+    out = pod_left_out(pod)
+    if out is not None:
+        mutation.notes.append(f"native gang: {out}; no group named")
+        return mutation
     existing = scheduling_group(pod)
     if existing is not None:
         mutation.notes.append(f"native gang: spec.schedulingGroup already names {existing}: left alone")
@@ -58,6 +85,54 @@ def _name_pod_group(pod: JSONObject, native_version: str | None, mutation: Mutat
         mutation.passed_through = None
     mutation.notes.append(note)
     return mutation
+
+
+def _name_run_group(job: JSONObject, native_version: str | None, mutation: Mutation) -> Mutation:
+    """A Job made from a CronJob's template marked for a group per run: its template names the Job's own
+    PodGroup and the Job is marked for the controller (`run_group_patch`)."""
+    found = run_group_patch(job, native_version == NOT_SERVED)
+    if found is None:
+        return mutation
+    ops, note = found
+    if ops:
+        mutation.patch = [*mutation.patch, *ops]
+    if mutation.passed_through is not None:
+        note = f"{note}; no rule ran: {mutation.passed_through}"
+        mutation.passed_through = None
+    mutation.notes.append(note)
+    if not ops:
+        mutation.warnings.append(note)
+    return mutation
+
+
+def run_group_patch(job: JSONObject, not_served: bool) -> tuple[JSONPatch, str] | None:
+    """For a Job whose template carries a CronJob's per-run marks: the operations naming the Job's own PodGroup
+    on its template and marking the Job for the controller, and what explain says; None for any other Job."""
+    template = as_map(as_map(job.get("spec")).get("template"))
+    annotations = as_map(as_map(template.get("metadata")).get("annotations"))
+    if annotations.get(PER_ANNOTATION) != PER_RUN or not annotations.get(GROUP_ANNOTATION):
+        return None
+    existing = scheduling_group(template)
+    if existing is not None:
+        return [], f"native gang: spec.schedulingGroup already names {existing}: left alone"
+    if not_served:
+        return [], "native gang: the API server serves no PodGroup API: this run is admitted without a group"
+    name = as_map(job.get("metadata")).get("name")
+    if not isinstance(name, str) or not name:
+        return [], "native gang: the Job has no name yet, so no group of its own: admitted without one"
+    group = pod_group_name(name)
+    spec = as_map(template.get("spec"))
+    ops: JSONPatch = [{"op": "add", "path": "/spec/template/spec/schedulingGroup", "value": {"podGroupName": group}}]
+    if not spec:
+        ops = [{"op": "add", "path": "/spec/template/spec", "value": {"schedulingGroup": {"podGroupName": group}}}]
+    marks: dict[tuple[str, str], str | None] = {
+        ("labels", POD_GROUP_LABEL): group, ("annotations", POD_GROUP_API_ANNOTATION): NATIVE}
+    minimum = annotations.get(MIN_MEMBER_ANNOTATION)
+    if isinstance(minimum, str) and minimum.isdigit():
+        marks[("annotations", MIN_MEMBER_ANNOTATION)] = minimum
+    return [*ops, *marks_patch(job, marks)], (
+        f"native gang: spec.schedulingGroup names PodGroup {group}, this run's own (a CronJob's {PER_ANNOTATION}="
+        f"{PER_RUN}); kept by Placer's controller and owned by the Job")
 
 
 def _note_groups(kind: WorkloadKind, after: JSONObject, mutation: Mutation) -> None:

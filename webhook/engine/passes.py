@@ -14,7 +14,8 @@ from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.actions.restrictions import RESTRICT_TOLERATIONS
 from webhook.actions.tolerations import toleration_from
 from webhook.engine.activation import pod_variable, workload_variable
-from webhook.engine.enforcement import field_prefix
+from webhook.engine.enforcement import field_prefix, template_node_name
+from webhook.engine.exemption_seal import SEAL_ANNOTATION, Seals, seal, sealed
 from webhook.engine.outcome import DeadlineReached, Mutation, Outcome, RuleTrace, rule_id, unique_messages
 from webhook.engine.patch_assembly import pointer_tokens, template_patch
 from webhook.engine.policy_scope import PolicyScope
@@ -31,7 +32,7 @@ from webhook.policy.model import Policy, Rule
 from webhook.policy.reads import Changes
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, ResourcesOfPod
 from webhook.support.patches import apply_sharing
-from webhook.support.typing import JSONObject, JSONPatch
+from webhook.support.typing import JSONObject, JSONPatch, as_map
 from webhook.workloads import TemplateSlot, WorkloadKind
 
 MAX_PASSES = 4
@@ -56,12 +57,17 @@ class Run:
         devices: ResourcesOfPod | None = None,
         applied_before: tuple[str, ...] = (),
         enforced: frozenset[str] = frozenset(),
+        exempt: frozenset[str] = frozenset(),
+        seals: Seals | None = None,
+        sealed_slots: frozenset[str] = frozenset(),
         share: PodShare | None = None,
     ) -> None:
         """`share`: a Pod's workload spot share at its creation (`spot-share`). `applied_before`: rules an
         earlier admission applied to this template (a Pod's template), kept
         first in the applied annotation when this one adds more. `enforced`: the Enforced policies that hold
-        this request (`webhook.engine.enforcement`)."""
+        this request (`webhook.engine.enforcement`); `exempt`: those that exempt it. `seals`: the key that
+        seals an exempt request's templates and honours sealed ones (`webhook.engine.exemption_seal`);
+        `sealed_slots`: templates found exempt by a seal outside the object (a Pod's, on its owner)."""
         self.request = request
         self.kind = kind
         self.snapshot = snapshot
@@ -74,7 +80,9 @@ class Run:
         self.reads_workload = "workload" in observed
         obj = request.object or {}
         self.gang = lazy(lambda: gang_facts(kind, obj, request.name or "", unique_suffix=uid_suffix(request.uid),
-                                            native_version=snapshot.native_gang_version))
+                                            native_version=snapshot.native_gang_version,
+                                            old=request.old_object if request.operation == "UPDATE" else None,
+                                            stored=request.stored, job_gangs=snapshot.job_gangs))
         self.protected = kind.selector_label_keys(obj)
         self.default_priority_class = snapshot.default_priority_class if kind.kind == "Pod" else None
         self.claims = claims
@@ -86,6 +94,10 @@ class Run:
         self.volume_outcomes: dict[str, str] = mutation.volume_outcomes
         """Marks rules put on the workload's own metadata (see ActionContext.workload_marks)."""
         self.enforced = enforced
+        self.exempt = exempt
+        self.seals = seals
+        self.sealed_slots = sealed_slots
+        self.namespace_name = namespace.name
         self.refusals: list[str] = []
         """The refusals of the last pass: the request is denied when there are any."""
         rules = [rule for policy in policies for rule in policy.rules]
@@ -140,7 +152,18 @@ class Run:
                     if slot.path:  # a bare Pod's own label is noted once, by the engine
                         self.mutation.notes.append(
                             f"template {slot.name}: labelled {INJECT_LABEL}=disabled, which Enforced policies ignore")
-                template = self._one_pass(slot, current, view, policies)
+                enforced, exempt, old = self._holding(slot, view)
+                template, exempted = self._one_pass(slot, current, view, policies, enforced=enforced, exempt=exempt,
+                                                    old=old)
+                if slot.path:
+                    node = template_node_name(view, old, field_prefix(slot), enforced)
+                    if node is not None:
+                        self.refusals.append(node)
+                    exempted = exempted or (bool(exempt) and bool(as_map(view.get("spec")).get("nodeName")))
+                if exempted and self.seals is not None and slot.path and slot.projection is None:
+                    annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
+                    if isinstance(annotations, dict):
+                        annotations[SEAL_ANNOTATION] = seal(self.seals.key, self.namespace_name, template)
                 if template != view:
                     first_seen = self.mutation.placed.get(slot.name, (view, template))[0]
                     self.mutation.placed[slot.name] = (first_seen, template)
@@ -195,8 +218,31 @@ class Run:
         """One trace per rule and template: the pass where it changed the template, else its first pass."""
         return list(self.traces.values())
 
-    def _one_pass(self, slot: TemplateSlot, obj: JSONObject, original: JSONObject,
-                  policies: list[Policy]) -> JSONObject:
+    def _holding(self, slot: TemplateSlot, view: JSONObject
+                 ) -> tuple[frozenset[str], frozenset[str], JSONObject | None]:
+        """For one template: the Enforced policies that hold it, those that exempt it, and the template as it
+        was before an UPDATE when that may excuse a conflict it already had. A sealed template is exempt from
+        every Enforced policy; an old template that was sealed excuses nothing once the seal no longer holds
+        (a tenant's change to a template an exempt user wrote is judged as a creation)."""
+        old = self.old_views.get(slot.name)
+        if self._sealed(slot, view):
+            if self.enforced:
+                self.mutation.notes.append(f"template {slot.name or self.kind.kind}: sealed by an exempt request: "
+                                           f"exempt from {', '.join(sorted(self.enforced))}")
+            return frozenset(), self.enforced | self.exempt, old
+        if old is not None and self._sealed(slot, old):
+            old = None
+        return self.enforced, self.exempt, old
+
+    def _sealed(self, slot: TemplateSlot, template: JSONObject) -> bool:
+        if slot.name in self.sealed_slots:
+            return True
+        return (self.seals is not None and bool(slot.path) and slot.projection is None
+                and sealed(self.seals.key, self.namespace_name, template))
+
+    def _one_pass(self, slot: TemplateSlot, obj: JSONObject, original: JSONObject, policies: list[Policy], *,
+                  enforced: frozenset[str], exempt: frozenset[str], old: JSONObject | None
+                  ) -> tuple[JSONObject, bool]:
         template = working_copy(original)
         pod, resources, notes = pod_variable(original)
         if self.devices is not None and pod["spec"].get("resourceClaims"):
@@ -224,7 +270,7 @@ class Run:
                 default_priority_class=self.default_priority_class,
                 placer_tolerations=self.placer_tolerations, share=self.share, notes=self.mutation.notes,
             ),
-            enforced=self.enforced, original=original, old=self.old_views.get(slot.name),
+            enforced=enforced, exempt=exempt, original=original, old=old,
             prefix=field_prefix(slot), refusals=self.refusals,
         )
         outcomes, traces, deadline, mutation = self.outcomes, self.traces, self.deadline, self.mutation
@@ -255,7 +301,7 @@ class Run:
                     traces[key] = trace
                 if trace.outcome in ("applied", "denied"):
                     applied[rule_id(policy, rule)] = None
-        return template
+        return template, context.exempted
 
 
 def repeats_itself(rule: Rule) -> bool:

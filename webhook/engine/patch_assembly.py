@@ -2,6 +2,7 @@
 
 from collections.abc import Mapping
 
+from webhook.gang.native import JOB_SCHEDULING_MARK, job_scheduling
 from webhook.support.patches import diff, unescape
 from webhook.support.typing import JSONObject, JSONPatch, as_map
 from webhook.workloads import WorkloadKind
@@ -22,6 +23,8 @@ def marks_patch(obj: JSONObject, marks: Mapping[tuple[str, str], str | None] | N
     under the pod template, so no rollout): what the controller reads (`webhook.gang.pod_groups`)."""
     if not marks:
         return []
+    marks = dict(marks)
+    minimum = marks.pop(JOB_SCHEDULING_MARK, None)
     metadata = as_map(obj.get("metadata"))
     wanted = {part: dict(as_map(metadata.get(part))) for part in ("labels", "annotations")}
     for (part, key), value in marks.items():
@@ -37,7 +40,20 @@ def marks_patch(obj: JSONObject, marks: Mapping[tuple[str, str], str | None] | N
                 patch.append({"op": "add", "path": f"/metadata/{part}", "value": values})
         elif values != current:
             patch.extend(diff(current, values, f"/metadata/{part}"))
+    if minimum is not None:
+        patch.extend(_job_scheduling(obj, int(minimum)))
     return patch
+
+
+def _job_scheduling(obj: JSONObject, minimum: int) -> JSONPatch:
+    """The Job's own `spec.scheduling` (a CronJob's job template's), when it has none yet."""
+    cronjob = obj.get("kind") == "CronJob"
+    spec = as_map(as_map(as_map(obj.get("spec")).get("jobTemplate")).get("spec")) if cronjob else as_map(
+        obj.get("spec"))
+    if spec.get("scheduling"):
+        return []
+    where = "/spec/jobTemplate/spec" if cronjob else "/spec"
+    return [{"op": "add", "path": f"{where}/scheduling", "value": job_scheduling(minimum)}]
 
 
 

@@ -33,6 +33,9 @@ class AdmissionRequest:
     old_object: JSONObject | None
     fields: JSONObject = field(default_factory=dict)
     """Every other field of the request as the API server sent it (requestKind, options, userInfo.extra...)."""
+    stored: bool = False
+    """Not from an API server: a stored workload judged as its CREATE (reports, `drift`), whose pods may
+    already run (a native gang is then not added: `webhook.gang.native_lifecycle`)."""
 
     def as_cel(self) -> JSONObject:
         """The `request` CEL variable: the admission.k8s.io/v1 AdmissionRequest without object and oldObject,

@@ -34,6 +34,9 @@ def run_rule(
         mutation.warnings.append(f"{rule_id(policy, rule)}: {detail}")
         if policy.failure_policy == "Fail":
             raise DenyRequest(f"policy {policy.name}, rule {rule.name}: {detail}")
+        if policy.name in context.enforced:  # an Enforced policy that cannot be evaluated fails closed
+            raise DenyRequest(f"policy {policy.name}, rule {rule.name}: {detail}; an Enforced policy that cannot "
+                              "be evaluated refuses")
         return trace("error", detail)
 
     def decide(condition: cel.Program, activation: Any) -> RuleTrace | None:
@@ -141,17 +144,22 @@ class RuleContexts:
     and an empty conflict list: what the rules share on a template is built once, not once per rule.
 
     Also what decides a refusal on this template: `enforced`, the Enforced policies holding the request;
-    `original` and `old`, the template as the request brings it and as it was before (UPDATE), since only
-    a conflict the request introduces is refused; `prefix`, the template's place in the object."""
+    `exempt`, those that would but exempt it (a conflict of theirs makes the template `exempted`: Placer seals
+    it, `webhook.engine.exemption_seal`); `original` and `old`, the template as the request brings it and as it
+    was before (UPDATE), since only a conflict the request introduces is refused; `prefix`, the template's
+    place in the object."""
 
-    __slots__ = ("_context", "enforced", "old", "original", "prefix", "refusals")
+    __slots__ = ("_context", "enforced", "exempt", "exempted", "old", "original", "prefix", "refusals")
 
     def __init__(
         self, context: ActionContext, *, enforced: frozenset[str] = frozenset(), original: JSONObject | None = None,
         old: JSONObject | None = None, prefix: str = "", refusals: list[str] | None = None,
+        exempt: frozenset[str] = frozenset(),
     ) -> None:
         self._context = context
         self.enforced = enforced
+        self.exempt = exempt
+        self.exempted = False
         self.original = original if original is not None else {}
         self.old = old
         self.prefix = prefix
@@ -161,6 +169,8 @@ class RuleContexts:
     def refused(self, policy: Policy, rule: Rule, conflicts: list[Conflict]) -> list[Conflict]:
         """The conflicts this rule's policy refuses (recorded in `refusals`); the rest are warnings."""
         if policy.name not in self.enforced:
+            if policy.name in self.exempt and any(conflict.refusable for conflict in conflicts):
+                self.exempted = True
             return []
         found = [conflict for conflict in conflicts
                  if conflict.refusable and introduced(conflict, self.original, self.old)]

@@ -1,7 +1,5 @@
 """Which objects Placer leaves alone and which policies apply to the rest: the selection before any rule runs."""
 
-import dataclasses
-
 from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.engine.outcome import DenyRequest, Mutation
 from webhook.engine.request import AdmissionRequest
@@ -72,17 +70,6 @@ def applied_rules(obj: JSONObject) -> tuple[str, ...]:
     return tuple(part for part in value.split(",") if part) if isinstance(value, str) else ()
 
 
-def pod_only_rules(policies: list[Policy]) -> list[Policy]:
-    """The policies cut down to their rules whose action reads what only a Pod has: on a Pod made from a
-    template Placer already mutated, every other rule did its work on the template."""
-    kept = []
-    for policy in policies:
-        rules = tuple(rule for rule in policy.rules if rule.action.pod_only)
-        if rules:
-            kept.append(dataclasses.replace(policy, rules=rules))
-    return kept
-
-
 def labelled_disabled(template: JSONObject) -> bool:
     """A pod template (or Pod) opted out with `placer.dev/inject: disabled`."""
     return as_map(as_map(template.get("metadata")).get("labels")).get(INJECT_LABEL) == "disabled"
@@ -99,6 +86,8 @@ def selected_policies(
             selected.append(policy)
             continue
         problem = f"namespace {namespace.name} could not be read ({namespace.reason})"
+        if policy.enforced:
+            raise DenyRequest(f"policy {policy.name}: {problem}; an Enforced policy that cannot be evaluated refuses")
         if policy.failure_policy == "Fail":
             raise DenyRequest(f"policy {policy.name}: {problem}; failurePolicy Fail")
         mutation.warnings.append(f"{policy.name}: skipped: {problem}")

@@ -22,8 +22,7 @@ from typing import Any
 from webhook.export.cel_text import RESERVED, Cel, NotExportable
 from webhook.export.free_identifiers import Rewriter
 from webhook.export.helpers import HELPER_VARIABLES, INJECT_LABEL, MATCH_CONDITIONS, RESOURCE_RULES
-from webhook.export.kubernetes_env import KubernetesCel
-from webhook.export.mutations import PLAIN, TYPED, Dialect
+from webhook.export.kubernetes_env import Kind, KubernetesCel, Variables
 from webhook.export.rule_mutations import EXPRESSION_PARAMETERS, matched_rule_expression, rule_expression
 from webhook.export.versions import DEFAULT_TARGET, KubernetesVersion, api_version_for, show
 from webhook.policy.model import Policy, Rule
@@ -74,28 +73,30 @@ class Exporter:
 
     target: KubernetesVersion = DEFAULT_TARGET
     api_version: str | None = None
-    dialect: Dialect = TYPED
     allow_partial: bool = False
     rewriter: Rewriter = field(default_factory=Rewriter, repr=False)
     kubernetes: KubernetesCel = field(init=False, repr=False)
+    helpers: Variables = field(default_factory=Variables, init=False, repr=False)
+    """The export's own variables, as the target declares them for what follows."""
+    _own: str | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.api_version = api_version_for(self.target, self.api_version)
         self.kubernetes = KubernetesCel(self.target)
+        self._own = self._own_refusal()
 
     def export(self, policy: Policy) -> PolicyExport:
         result = PolicyExport(policy.name)
-        own = self._own_refusal()
-        if own is not None:
-            result.notes.append(f"not exported: the export's own expression {own}")
+        if self._own is not None:
+            result.notes.append(f"not exported: the export's own expression {self._own}")
             result.refused = True
             return result
-        variables, unexportable = self._variables(policy)
+        variables, declared, unexportable = self._variables(policy)
         exported: list[Rule] = []
         for rule in policy.rules:
             try:
-                self._check(self._rule_mutation(policy, rule, unexportable, PLAIN, ()))
-                self._check(self._matched_rule(policy, rule, PLAIN, [f"{policy.name}/{rule.name}"]))
+                self._check(self._rule_mutation(policy, rule, unexportable, ()), declared)
+                self._check(self._matched_rule(policy, rule, [f"{policy.name}/{rule.name}"]), declared)
             except NotExportable as why:
                 result.rules.append(RuleExport(rule.name, False, str(why)))
                 continue
@@ -116,33 +117,36 @@ class Exporter:
                 "nothing written for it (--allow-partial writes the rules that can be)")
             return result
         ids = [f"{policy.name}/{rule.name}" for rule in exported]
-        mutations = [_patch(self._rule_mutation(policy, rule, unexportable, self.dialect, ids)) for rule in exported]
-        mutations += [_patch(self._matched_rule(policy, rule, self.dialect, ids)) for rule in exported]
+        mutations = [_patch(self._rule_mutation(policy, rule, unexportable, ids)) for rule in exported]
+        mutations += [_patch(self._matched_rule(policy, rule, ids)) for rule in exported]
         for rule_export in result.rules:
             rule_export.written = rule_export.exported
         result.objects = self._objects(policy, variables, mutations)
         return result
 
     def _own_refusal(self) -> str | None:
-        """The helper variables and match conditions every export writes, checked once for the target."""
+        """The helper variables and match conditions every export writes, checked once for the target (the
+        helper variables' types declared for the expressions after them)."""
         for name, expression in HELPER_VARIABLES:
-            refusal = self.kubernetes.refusal(expression)
+            self.helpers, refusal = self.kubernetes.declare(self.helpers, name, expression)
             if refusal is not None:
                 return f"variables.{name} {refusal}"
         for condition in MATCH_CONDITIONS:
-            refusal = self.kubernetes.refusal(condition["expression"])
+            refusal = self.kubernetes.refusal(condition["expression"], Kind.MATCH_CONDITION)
             if refusal is not None:
                 return f"{condition['name']} {refusal}"
         return None
 
-    def _check(self, plain_expression: str) -> None:
-        refusal = self.kubernetes.refusal(plain_expression)
+    def _check(self, mutation: str, declared: Variables) -> None:
+        refusal = self.kubernetes.refusal(mutation, Kind.MUTATION, declared)
         if refusal is not None:
             raise NotExportable(refusal)
 
-    def _variables(self, policy: Policy) -> tuple[list[dict[str, str]], dict[str, str]]:
-        """The exported policy's variables (helpers first), and the policy variables that could not be, with why."""
+    def _variables(self, policy: Policy) -> tuple[list[dict[str, str]], Variables, dict[str, str]]:
+        """The exported policy's variables (helpers first) and their declared types, and the policy variables
+        that could not be exported, with why."""
         variables = [{"name": name, "expression": expression} for name, expression in HELPER_VARIABLES]
+        declared = self.helpers
         unexportable: dict[str, str] = {}
         for variable in policy.variables:
             if variable.name in RESERVED:
@@ -154,26 +158,29 @@ class Exporter:
                 continue
             try:
                 expression = self.rewriter.rewrite(variable.program.source)
-                self._check(expression)
             except NotExportable as why:
                 unexportable[variable.name] = f"variable {variable.name}, which {why}"
                 continue
+            declared, refusal = self.kubernetes.declare(declared, variable.name, expression)
+            if refusal is not None:
+                unexportable[variable.name] = f"variable {variable.name}, which {refusal}"
+                continue
             variables.append({"name": variable.name, "expression": expression})
-        return variables, unexportable
+        return variables, declared, unexportable
 
-    def _rule_mutation(self, policy: Policy, rule: Rule, unexportable: Mapping[str, str], dialect: Dialect,
+    def _rule_mutation(self, policy: Policy, rule: Rule, unexportable: Mapping[str, str],
                        policy_rules: Sequence[str]) -> str:
         if policy.enforced:
             raise NotExportable(ENFORCED_REASON)
         params = self._parameters(rule, unexportable)
-        return rule_expression(dialect, rule.action.name, params, override=rule.override,
+        return rule_expression(rule.action.name, params, override=rule.override,
                                condition=self._condition(rule), rule_id=f"{policy.name}/{rule.name}",
                                policy_rules=policy_rules)
 
-    def _matched_rule(self, policy: Policy, rule: Rule, dialect: Dialect, policy_rules: Sequence[str]) -> str:
+    def _matched_rule(self, policy: Policy, rule: Rule, policy_rules: Sequence[str]) -> str:
         """The mutation naming `rule` when it matched without changing anything (run after every rule's);
         called for rules `_rule_mutation` exported, so their parameters are exportable."""
-        return matched_rule_expression(dialect, self._condition(rule), f"{policy.name}/{rule.name}", policy_rules,
+        return matched_rule_expression(self._condition(rule), f"{policy.name}/{rule.name}", policy_rules,
                                        action=rule.action.name, params=self._parameters(rule, {}))
 
     def _condition(self, rule: Rule) -> str | None:
@@ -252,17 +259,17 @@ def _namespace_selector(policy: Policy) -> dict[str, Any]:
     return result
 
 
-def export_policy(policy: Policy, api_version: str | None = None, dialect: Dialect = TYPED, *,
+def export_policy(policy: Policy, api_version: str | None = None, *,
                   target: KubernetesVersion = DEFAULT_TARGET, allow_partial: bool = False) -> PolicyExport:
     """One policy (see `export_policies`)."""
-    return Exporter(target, api_version, dialect, allow_partial).export(policy)
+    return Exporter(target, api_version, allow_partial).export(policy)
 
 
-def export_policies(policies: Sequence[Policy], api_version: str | None = None, dialect: Dialect = TYPED, *,
+def export_policies(policies: Sequence[Policy], api_version: str | None = None, *,
                     target: KubernetesVersion = DEFAULT_TARGET, allow_partial: bool = False) -> list[PolicyExport]:
     """Every policy, in Placer's order (priority, then name), for a `target` API server. `api_version`: None
     for the one the target serves (`v1` from 1.36); ValueError for one it does not."""
-    exporter = Exporter(target, api_version, dialect, allow_partial)
+    exporter = Exporter(target, api_version, allow_partial)
     ordered = sorted(policies, key=lambda policy: (policy.priority, policy.name))
     return [exporter.export(policy) for policy in ordered]
 

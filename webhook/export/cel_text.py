@@ -4,6 +4,8 @@
 """
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 RESERVED = frozenset({"placerPod", "placerWorkload", "placerTemplatePath", "placerTemplateLabels",
@@ -48,10 +50,30 @@ def _members(values: list[Any]) -> list[str]:
     return [literal(value) if plain else f"dyn({literal(value)})" for value in values]
 
 
-def dyn_map(entries: dict[str, str]) -> str:
-    """A map literal of CEL texts, each value wrapped in `dyn()` (see `_members`); `?key` keys stay optional."""
-    return "{" + ", ".join(f"{key}: dyn({text})" if not key.startswith("?") else f"{key}: {text}"
-                           for key, text in entries.items()) + "}"
+@dataclass(frozen=True, slots=True)
+class OptionalEntry:
+    """A `dyn_map` entry written only when `present` (CEL) holds: `?key: present ? optional.of(dyn(value)) :
+    optional.none()`."""
+
+    present: str
+    value: str
+
+
+def dyn_map(entries: Mapping[str, "str | OptionalEntry"]) -> str:
+    """A map literal of CEL texts (keys as CEL literals), each value wrapped in `dyn()`, an `OptionalEntry`'s
+    too: the API server's checker holds every value of a map literal, an optional one included, to the type
+    of the first (cel-go's `homogeneousAggregateLiteralValidator` compares an optional entry's value by the
+    type it holds), so a value of its own type (`list(string)` of a typed variable) beside `dyn` ones is
+    refused there."""
+    written = []
+    for key, value in entries.items():
+        if key.startswith("?"):
+            raise ValueError(f"an optional entry is an OptionalEntry value, not a ?key: {key}")
+        if isinstance(value, OptionalEntry):
+            written.append(f"?{key}: {value.present} ? optional.of(dyn({value.value})) : optional.none()")
+        else:
+            written.append(f"{key}: dyn({value})")
+    return "{" + ", ".join(written) + "}"
 
 
 def bind(name: str, value: str, body: str) -> str:

@@ -7,7 +7,7 @@ match conditions: a controller-owned object (not a Pod) is left to its controlle
 rollout of Placer's own making).
 """
 
-from webhook.export.cel_text import dyn_map, literal
+from webhook.export.cel_text import OptionalEntry, dyn_map, literal
 from webhook.workloads.builtin import (
     CONTROLLER_REVISION_HASH,
     JOB_NAME_LABEL,
@@ -48,12 +48,12 @@ WORKLOAD_REPLICAS = (
     "object.kind == 'CronJob' ? object.spec.jobTemplate.spec.?parallelism.orValue(1) : "
     "object.spec.?replicas.orValue(1)"
 )
-CONTROLLER_SELECTOR = (
-    "{?'matchLabels': object.spec.selector.?matchLabels.orValue({}).size() > 0 ? "
-    "optional.of(dyn(object.spec.selector.matchLabels)) : optional.none(), "
-    "?'matchExpressions': object.spec.selector.?matchExpressions.orValue([]).size() > 0 ? "
-    "optional.of(dyn(object.spec.selector.matchExpressions)) : optional.none()}"
-)
+CONTROLLER_SELECTOR = dyn_map({
+    "'matchLabels'": OptionalEntry("object.spec.selector.?matchLabels.orValue({}).size() > 0",
+                                   "object.spec.selector.matchLabels"),
+    "'matchExpressions'": OptionalEntry("object.spec.selector.?matchExpressions.orValue([]).size() > 0",
+                                        "object.spec.selector.matchExpressions"),
+})
 FROM_LABELS = (
     "variables.placerOwnLabels.size() == 0 ? dyn({}) : "
     "variables.placerOwnLabels.size() == variables.placerTemplateLabels.size() ? "
@@ -102,7 +102,7 @@ HELPER_VARIABLES = [
          "'apiVersion'": "object.apiVersion",
          "'name'": "object.metadata.?name.orValue(object.metadata.?generateName.orValue(''))",
          **WORKLOAD_CONTEXT,
-         "?'replicas'": f"object.kind == 'DaemonSet' ? optional.none() : optional.of(dyn({WORKLOAD_REPLICAS}))",
+         "'replicas'": OptionalEntry("object.kind != 'DaemonSet'", WORKLOAD_REPLICAS),
      })),
     ("placerTemplateLabels", "variables.placerPod.?metadata.?labels.orValue({})"),
     ("placerOwnLabels",

@@ -20,22 +20,34 @@ What a policy's expressions may use, by the version it was introduced in base.go
 | cel-go bindings extension (`cel.bind`) | never (only DRA's device selectors add it) | yes |
 
 So a 1.34 server (compatibility 1.33) has no lists extension; 1.35, 1.36 and 1.37 have it. The environment
-here is built from those libraries only and each exported expression is compiled in it: what does not
-compile there is refused with the name it lacks.
+here is built from those libraries only, and each exported expression is compiled in it the way the API server
+compiles it (pkg/apis/admissionregistration/validation/validation.go, validateMutatingAdmissionPolicySpec,
+and plugin/cel/compile.go, CompileCELExpression):
+
+- with the types the API server declares (`api_types`): `object` and `oldObject` dyn, `namespaceObject` and
+  `request` typed objects, `JSONPatch` in a mutation only, no `params` (an export writes no `paramKind`);
+- a match condition by the stateless compiler: no `variables`, and it must evaluate to `bool`;
+- the variables in order, each seeing those before it, as `variables.<name>` of the type its expression
+  evaluates to (`checked_types.CelType.declared`: the composition's `convertCelTypeToDeclType`);
+- a JSONPatch mutation seeing every variable, and evaluating to `list(JSONPatch)` exactly;
+- every list and map literal homogeneous, optional members included (`checked_types.TypedAst.mixed_literals`).
+
+What does not compile there is refused with what the target lacks or the API server's own words.
 """
 
 import re
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from cel_expr_python import cel as cel_runtime
 from cel_expr_python.ext import ext_optional, ext_strings
 
-from webhook.export.homogeneous import heterogeneous_literals
+from webhook.export.api_types import ADMISSION_REQUEST, JSON_PATCH, NAMESPACE, QUALIFIED_OVERRIDES, ApiTypes
+from webhook.export.checked_types import CelType, TypedAst
 from webhook.export.versions import KubernetesVersion, compatibility_version, show
 from webhook.policy.cel import libraries as cel_libraries
-from webhook.policy.cel.checked_ast import AstError, CheckedAst, Expr, decode
-from webhook.policy.cel.environment import MUTATING_ADMISSION_POLICY_VARIABLES
+from webhook.policy.cel.checked_ast import AstError
 from webhook.policy.cel.libraries.leaks import LeakAccount
 from webhook.policy.cel.libraries.messages import Messages
 
@@ -52,37 +64,121 @@ UNVERIFIED_FUNCTIONS = frozenset({"first", "last"})
 """Declared by cel-expr-python's optional extension; not established as part of Kubernetes' environment,
 so an expression calling them is refused rather than risked."""
 
-_TYPE_MAP, _LIST_TYPE = 3, 6
+BOOL = CelType("bool")
+PATCHES = CelType("list", params=(CelType("message", JSON_PATCH),))
+
 _UNDECLARED = re.compile(r"undeclared reference to '([^']+)'")
 _ERROR_LINE = re.compile(r"<input>:\d+:\d+: ([^|\[]*)")
 
 
+class Kind(Enum):
+    """Where an expression goes in a MutatingAdmissionPolicy, which decides how the API server compiles it."""
+
+    MATCH_CONDITION = "match condition"
+    VARIABLE = "variable"
+    MUTATION = "JSONPatch mutation"
+
+
+@dataclass(frozen=True, slots=True)
+class Variables:
+    """The policy's variables an expression sees, in order, with the types the API server gives them."""
+
+    declared: tuple[tuple[str, CelType], ...] = ()
+
+    def add(self, name: str, cel_type: CelType) -> "Variables":
+        return Variables((*self.declared, (name, cel_type)))
+
+
+NO_VARIABLES = Variables()
+"""What a match condition sees (and the first variable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    refusal: str | None
+    """Why the target's API server would refuse the expression (None: it takes it)."""
+    output: CelType
+    """What the expression evaluates to, as checked (the type a variable is then declared with)."""
+
+
 @dataclass(slots=True)
 class KubernetesCel:
-    """Compiles exported expressions (in the plain dialect: patch operations as maps) as `target` would."""
+    """Compiles exported expressions as a `target` API server does."""
 
     target: KubernetesVersion
-    environment: Any = field(init=False, repr=False)
-    _verdicts: dict[str, str | None] = field(default_factory=dict, init=False, repr=False)
+    api_types: ApiTypes = field(init=False, repr=False)
+    _base: dict[str, Any] = field(init=False, repr=False)
+    _environments: dict[Variables, Any] = field(default_factory=dict, init=False, repr=False)
+    _verdicts: dict[tuple[Variables, Kind, str], Checked] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.environment = _environment(compatibility_version(self.target))
+        messages = Messages()
+        self.api_types = ApiTypes.add_to(messages.pool)
+        kubernetes = cel_libraries.declarations(messages, LeakAccount())
+        self._base = {
+            "descriptor_pool": messages.pool,
+            "config": _config(compatibility_version(self.target)),
+            "extensions": [ext_strings.ExtStrings(STRINGS_VERSION), ext_optional.ExtOptional(),
+                           kubernetes.extension],
+            "functions": kubernetes.functions,
+            "function_impls": kubernetes.implementations,
+        }
 
-    def refusal(self, source: str) -> str | None:
-        """Why `target` would not take `source` (None: it would)."""
-        if source not in self._verdicts:
-            self._verdicts[source] = self._refusal(source)
-        return self._verdicts[source]
+    def environment(self, variables: Variables = NO_VARIABLES) -> Any:
+        """The environment an expression seeing `variables` is compiled in (a match condition: none)."""
+        found = self._environments.get(variables)
+        if found is None:
+            declarations: dict[str, Any] = {"object": cel_runtime.Type.DYN, "oldObject": cel_runtime.Type.DYN,
+                                            "namespaceObject": cel_runtime.Type(NAMESPACE),
+                                            "request": cel_runtime.Type(ADMISSION_REQUEST), **QUALIFIED_OVERRIDES}
+            for name, cel_type in variables.declared:
+                declarations[f"variables.{name}"] = cel_type.declared()
+            found = self._environments[variables] = cel_runtime.NewEnv(variables=declarations, **self._base)
+        return found
 
-    def _refusal(self, source: str) -> str | None:
+    def refusal(self, source: str, kind: Kind, variables: Variables = NO_VARIABLES) -> str | None:
+        """Why `target` would not take `source` as a `kind` seeing `variables` (None: it would)."""
+        return self.check(source, kind, variables).refusal
+
+    def declare(self, variables: Variables, name: str, source: str) -> tuple[Variables, str | None]:
+        """`variables` with the variable `name` (its type: what `source` evaluates to), or unchanged and why
+        the target would refuse `source`."""
+        checked = self.check(source, Kind.VARIABLE, variables)
+        if checked.refusal is not None:
+            return variables, checked.refusal
+        return variables.add(name, checked.output), None
+
+    def check(self, source: str, kind: Kind, variables: Variables = NO_VARIABLES) -> Checked:
+        seen = NO_VARIABLES if kind is Kind.MATCH_CONDITION else variables
+        key = (seen, kind, source)
+        if key not in self._verdicts:
+            self._verdicts[key] = self._check(source, kind, seen)
+        return self._verdicts[key]
+
+    def _check(self, source: str, kind: Kind, variables: Variables) -> Checked:
         try:
-            compiled = self.environment.compile(source)
+            compiled = self.environment(variables).compile(source)
         except RuntimeError as error:
-            return self._explain(str(error))
-        if heterogeneous_literals(compiled):
-            return ("a list or map literal mixes member types, which Kubernetes' CEL refuses (homogeneous "
-                    "aggregate literals): wrap its members in dyn()")
-        calls = _calls(compiled)
+            return Checked(self._explain(str(error), kind), CelType("error"))
+        try:
+            typed = TypedAst.of(compiled)
+        except AstError as error:
+            return Checked(f"could not be checked for Kubernetes {show(self.target)} ({error})", CelType("error"))
+        return Checked(self._refusal(typed, kind), typed.output)
+
+    def _refusal(self, typed: TypedAst, kind: Kind) -> str | None:
+        mixed = typed.mixed_literals()
+        if mixed:
+            _, expected, found = mixed[0]
+            return (f"a list or map literal mixes member types (expected type '{expected.show()}' but found "
+                    f"'{found.show()}'), which Kubernetes' CEL refuses (homogeneous aggregate literals): wrap its "
+                    "members in dyn()")
+        if kind is not Kind.MUTATION and any(t == PATCHES.params[0] for t in typed.types.values()):
+            return f"uses `{JSON_PATCH}`, which the API server declares for a mutation only, not for a {kind.value}"
+        wanted = {Kind.MATCH_CONDITION: BOOL, Kind.MUTATION: PATCHES}.get(kind)
+        if wanted is not None and typed.output != wanted:
+            return f"a {kind.value} must evaluate to {wanted.show()} but got {typed.output.show()}"
+        calls = typed.calls()
         if any(name == "reverse" and not receiver_is_list for name, receiver_is_list in calls):
             return ("calls `reverse()` on a value not known to be a list: of a string it is cel-go's strings "
                     "extension version 3, which no Kubernetes version has (Kubernetes has version 2)")
@@ -92,7 +188,7 @@ class KubernetesCel:
                     f"Kubernetes {show(self.target)}'s CEL environment")
         return None
 
-    def _explain(self, message: str) -> str:
+    def _explain(self, message: str, kind: Kind) -> str:
         names = list(dict.fromkeys(_UNDECLARED.findall(message)))
         target = show(self.target)
         if "cel" in names:
@@ -106,14 +202,22 @@ class KubernetesCel:
         if "'reverse' applied to '(string" in message:
             return ("calls `reverse()` of a string (cel-go's strings extension version 3), which no Kubernetes "
                     "version has (Kubernetes has version 2)")
+        read = [name for name in names if name == "variables" or name.startswith("variables.")]
+        if read:
+            where = ("a match condition is compiled without the policy's variables" if kind is Kind.MATCH_CONDITION
+                     else "an expression sees the variables declared above it, and only those")
+            return f"reads {', '.join(f'`{name}`' for name in read)}, which is not declared for it: {where}"
+        if any(name == "params" or name.startswith("params.") for name in names):
+            return ("reads `params`, which the API server declares only for a policy with a `paramKind`; an "
+                    "exported policy has none")
         if names:
             return f"uses {', '.join(f'`{name}`' for name in names)}, which Kubernetes {target}'s CEL environment lacks"
         found = [line.strip() for line in _ERROR_LINE.findall(message)]
         return f"does not compile in Kubernetes {target}'s CEL environment: {'; '.join(found) or message}"
 
 
-def _environment(compatibility: KubernetesVersion) -> Any:
-    """Kubernetes' base environment at `compatibility`, with a MutatingAdmissionPolicy's variables."""
+def _config(compatibility: KubernetesVersion) -> Any:
+    """The cel-expr-python extensions of Kubernetes' base environment at `compatibility`."""
     extensions = []
     if compatibility >= SETS_FROM:
         extensions.append("  - name: sets\n")
@@ -121,50 +225,4 @@ def _environment(compatibility: KubernetesVersion) -> Any:
         extensions.append("  - name: two-var-comprehensions\n")
     if compatibility >= LISTS_FROM:
         extensions.append(f"  - name: lists\n    version: {LISTS_RUNTIME_VERSION}\n")
-    dyn = cel_runtime.Type.DYN
-    declarations = dict.fromkeys(MUTATING_ADMISSION_POLICY_VARIABLES, cel_runtime.Type.Map(cel_runtime.Type.STRING,
-                                                                                            dyn))
-    declarations["object"] = dyn
-    declarations["oldObject"] = dyn
-    messages = Messages()
-    kubernetes = cel_libraries.declarations(messages, LeakAccount())
-    return cel_runtime.NewEnv(
-        descriptor_pool=messages.pool,
-        config=cel_runtime.NewEnvConfigFromYaml("name: kubernetes\nextensions:\n" + "".join(extensions)),
-        variables=declarations,
-        extensions=[ext_strings.ExtStrings(STRINGS_VERSION), ext_optional.ExtOptional(), kubernetes.extension],
-        functions=kubernetes.functions,
-        function_impls=kubernetes.implementations,
-    )
-
-
-def _calls(compiled: Any) -> set[tuple[str, bool]]:
-    """(function, whether its receiver is checked as a list) of every call in the checked tree."""
-    try:
-        ast = CheckedAst.parse(compiled.serialize())
-        root = ast.root()
-    except AstError:
-        return set()
-    list_typed = _list_typed(ast)
-    found: set[tuple[str, bool]] = set()
-    stack: list[Expr] = [root]
-    while stack:
-        node = stack.pop()
-        if node.kind == "call":
-            target = node.target
-            found.add((node.function, target is not None and target.id in list_typed))
-        stack.extend(node.loop if node.kind == "comprehension" else node.operands)
-    return found
-
-
-def _list_typed(ast: CheckedAst) -> set[int]:
-    """Ids of the nodes the checker typed as lists (cel.expr.Type's `list_type`)."""
-    found: set[int] = set()
-    for number, _, value in ast.checked:
-        if number != _TYPE_MAP or not isinstance(value, bytes):
-            continue
-        entry = {n: v for n, _, v in decode(value)}
-        node, kind = entry.get(1), entry.get(2)
-        if isinstance(node, int) and isinstance(kind, bytes) and any(n == _LIST_TYPE for n, _, _ in decode(kind)):
-            found.add(node)
-    return found
+    return cel_runtime.NewEnvConfigFromYaml("name: kubernetes\nextensions:\n" + "".join(extensions))

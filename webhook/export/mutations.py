@@ -14,7 +14,6 @@ constraint), with parameter expressions inlined as CEL (`cel_text.Cel`).
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from webhook.actions.metadata import APPLIED_ANNOTATION
@@ -26,22 +25,11 @@ T = "variables.placerPod"
 """The pod template (a Pod: the Pod) as the mutation sees it."""
 
 
-@dataclass(frozen=True, slots=True)
-class Dialect:
-    """How a patch operation is written: `JSONPatch{...}` for the API server; a plain map to evaluate the
-    same expression with a CEL runtime that has no JSONPatch type (tests, `placer export --check`)."""
-
-    typed: bool = True
-
-    def op(self, kind: str, path: str, value: str | None = None) -> str:
-        fields = [("op", literal(kind)), ("path", path)] + ([("value", value)] if value is not None else [])
-        if self.typed:
-            return "JSONPatch{" + ", ".join(f"{name}: {text}" for name, text in fields) + "}"
-        return "{" + ", ".join(f"{literal(name)}: dyn({text})" for name, text in fields) + "}"
-
-
-TYPED = Dialect(typed=True)
-PLAIN = Dialect(typed=False)
+def op(kind: str, pointer: str, value: str | None = None) -> str:
+    """CEL for one patch operation: `JSONPatch{op: ..., path: ..., value: ...}`, the type the API server
+    declares for a JSONPatch mutation (staging/src/k8s.io/apiserver/pkg/cel/mutation/jsonpatch.go)."""
+    fields = [("op", literal(kind)), ("path", pointer)] + ([("value", value)] if value is not None else [])
+    return "JSONPatch{" + ", ".join(f"{name}: {text}" for name, text in fields) + "}"
 
 
 def escape(key: str) -> str:
@@ -68,7 +56,7 @@ def optional_list(*tokens: str) -> str:
     return T + "".join(f".?{_member(token)}" for token in tokens) + ".orValue([])"
 
 
-def append(dialect: Dialect, tokens: Sequence[str], item: str) -> str:
+def append(tokens: Sequence[str], item: str) -> str:
     """Ops appending `item` to the list at `tokens`, creating the list and the maps above it when missing."""
     branches: list[tuple[str, str]] = []
     for depth in range(1, len(tokens) + 1):
@@ -76,8 +64,8 @@ def append(dialect: Dialect, tokens: Sequence[str], item: str) -> str:
         value = "[" + item + "]"
         for token in reversed(tokens[depth:]):
             value = "{" + f"{literal(token)}: {value}" + "}"
-        branches.append((f"!({_present(missing)})", dialect.op("add", path(*missing), value)))
-    expression = "[" + dialect.op("add", path(*tokens, "-"), item) + "]"
+        branches.append((f"!({_present(missing)})", op("add", path(*missing), value)))
+    expression = "[" + op("add", path(*tokens, "-"), item) + "]"
     for condition, operation in reversed(branches):
         expression = f"{condition} ? [{operation}] : ({expression})"
     return expression
@@ -87,15 +75,15 @@ def _present(tokens: Sequence[str]) -> str:
     return T + "".join(f".?{_member(token)}" for token in tokens) + ".hasValue()"
 
 
-def put_entries(dialect: Dialect, tokens: Sequence[str], pairs: Mapping[str, Any], *, override: bool) -> str:
+def put_entries(tokens: Sequence[str], pairs: Mapping[str, Any], *, override: bool) -> str:
     """Ops setting the `pairs` missing from the map at `tokens` (with `override`, also those that differ),
     creating the map with all of them when it is missing."""
-    entries = _entries(dialect, tokens, pairs, override=override, guard=None, skip=None)
-    create = dialect.op("add", path(*tokens), literal(dict(pairs)))
+    entries = _entries(tokens, pairs, override=override, guard=None, skip=None)
+    create = op("add", path(*tokens), literal(dict(pairs)))
     return f"!({_present(tokens)}) ? [{create}] : ({entries})"
 
 
-def _entries(dialect: Dialect, tokens: Sequence[str], pairs: Mapping[str, Any], *, override: bool,
+def _entries(tokens: Sequence[str], pairs: Mapping[str, Any], *, override: bool,
              guard: str | None, skip: str | None) -> str:
     """Ops adding each pair the map at `tokens` lacks (`override`: or holds with another value). `guard`: CEL
     that must hold before the map is read (it may be missing); `skip`: CEL list of keys never written."""
@@ -109,23 +97,23 @@ def _entries(dialect: Dialect, tokens: Sequence[str], pairs: Mapping[str, Any], 
             test = f"({test} || {current}[{literal(key)}] != {wanted})"
         if skip is not None:
             test = f"!({literal(key)} in {skip}) && {test}"
-        entries.append(f"({test} ? [{dialect.op('add', path(*tokens, key), wanted)}] : [])")
+        entries.append(f"({test} ? [{op('add', path(*tokens, key), wanted)}] : [])")
     return " + ".join(entries) or "[]"
 
 
-def applied_annotation(dialect: Dialect, rule_id: str, policy_rules: Sequence[str]) -> str:
+def applied_annotation(rule_id: str, policy_rules: Sequence[str]) -> str:
     """Ops adding `policy/rule` to the template's `placer.dev/applied` annotation (creating what is missing),
     the policy's entries kept in rule order after any other policy's."""
     annotations = ("metadata", "annotations")
     current = f"{field(*annotations)}[{literal(APPLIED_ANNOTATION)}]"
     entry = {APPLIED_ANNOTATION: rule_id}
-    create_metadata = dialect.op("add", path("metadata"), literal({"annotations": entry}))
-    create_annotations = dialect.op("add", path(*annotations), literal(entry))
-    add_entry = dialect.op("add", path(*annotations, APPLIED_ANNOTATION), literal(rule_id))
+    create_metadata = op("add", path("metadata"), literal({"annotations": entry}))
+    create_annotations = op("add", path(*annotations), literal(entry))
+    add_entry = op("add", path(*annotations, APPLIED_ANNOTATION), literal(rule_id))
     ours = literal(list(policy_rules))
     ordered = (f"(have.filter(i, !(i in {ours})) + {ours}.filter(i, i in have || i == {literal(rule_id)}))"
                f".join(',')")
-    insert = dialect.op("replace", path(*annotations, APPLIED_ANNOTATION), ordered)
+    insert = op("replace", path(*annotations, APPLIED_ANNOTATION), ordered)
     return (
         f"!({_present(('metadata',))}) ? [{create_metadata}] : "
         f"!({_present(annotations)}) ? [{create_annotations}] : "
@@ -141,34 +129,34 @@ def has_applied_annotation() -> str:
 # -- actions ---------------------------------------------------------------------------------------------
 
 
-def node_selector(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
-    return put_entries(dialect, ("spec", "nodeSelector"), params, override=override)
+def node_selector(params: Mapping[str, Any], override: bool) -> str:
+    return put_entries(("spec", "nodeSelector"), params, override=override)
 
 
-def labels(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
+def labels(params: Mapping[str, Any], override: bool) -> str:
     """Labels never touch the keys the workload's selector reads (`variables.placerProtected`)."""
-    return _metadata_entries(dialect, "labels", params, override, skip="variables.placerProtected")
+    return _metadata_entries("labels", params, override, skip="variables.placerProtected")
 
 
-def annotations(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
-    return _metadata_entries(dialect, "annotations", params, override, skip=None)
+def annotations(params: Mapping[str, Any], override: bool) -> str:
+    return _metadata_entries("annotations", params, override, skip=None)
 
 
-def _metadata_entries(dialect: Dialect, kind: str, params: Mapping[str, Any], override: bool,
+def _metadata_entries(kind: str, params: Mapping[str, Any], override: bool,
                       skip: str | None) -> str:
     """Entries of the template's labels or annotations, key by key (the applied annotation's ops, first in
     the patch, have created `metadata` and `annotations` when they were missing)."""
     tokens = ("metadata", kind)
-    body = _entries(dialect, tokens, params, override=override, guard=_present(tokens), skip=skip)
+    body = _entries(tokens, params, override=override, guard=_present(tokens), skip=skip)
     if kind == "annotations":
         return body
     # No labels at all: no selector can be reading them (a controller's template must carry its selector's
     # labels), so the whole map goes in.
-    whole = dialect.op("add", path("metadata", kind), literal(dict(params)))
+    whole = op("add", path("metadata", kind), literal(dict(params)))
     return f"!({_present(('metadata', kind))}) ? [{whole}] : ({body})"
 
 
-def toleration(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
+def toleration(params: Mapping[str, Any], override: bool) -> str:
     wanted = toleration_from(params)
     same = (
         f"x.?key.orValue('') == {literal(wanted.get('key', ''))} && "
@@ -177,7 +165,7 @@ def toleration(dialect: Dialect, params: Mapping[str, Any], override: bool) -> s
         f"x.?effect.orValue('') == {literal(wanted.get('effect', ''))}"
     )
     return (f"{optional_list('spec', 'tolerations')}.exists(x, {same}) ? [] : "
-            f"({append(dialect, ('spec', 'tolerations'), literal(wanted))})")
+            f"({append(('spec', 'tolerations'), literal(wanted))})")
 
 
 def _requirement(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -199,14 +187,14 @@ def _same_requirement(variable: str, requirement: Mapping[str, Any]) -> str:
             f"{existing}.all(v, v in {values}) && {values}.all(v, v in {existing})")
 
 
-def node_affinity(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
+def node_affinity(params: Mapping[str, Any], override: bool) -> str:
     requirement = _requirement(params)
     wanted = literal(requirement)
     if params["type"] == "preferred":
         term = literal({"weight": params["weight"], "preference": {"matchExpressions": [Cel(wanted)]}})
         preferred = ("spec", "affinity", "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution")
         return (f"{optional_list(*preferred)}.exists(p, p.?preference.?matchExpressions.orValue([])"
-                f".exists(e, {_same_requirement('e', requirement)})) ? [] : ({append(dialect, preferred, term)})")
+                f".exists(e, {_same_requirement('e', requirement)})) ? [] : ({append(preferred, term)})")
     required = ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
                 "nodeSelectorTerms")
     terms = optional_list(*required)
@@ -214,27 +202,27 @@ def node_affinity(dialect: Dialect, params: Mapping[str, Any], override: bool) -
     extended = (f"{{?'matchFields': t.?matchFields, 'matchExpressions': "
                 f"dyn(t.?matchExpressions.orValue([]) + [{wanted}])}}")
     first = literal({"matchExpressions": [Cel(wanted)]})
-    return (f"{terms}.size() == 0 ? ({append(dialect, required, first)}) : "
+    return (f"{terms}.size() == 0 ? ({append(required, first)}) : "
             f"{terms}.all(t, {holds}) ? [] : "
-            f"[{dialect.op('replace', path(*required), f'{terms}.map(t, {holds} ? t : {extended})')}]")
+            f"[{op('replace', path(*required), f'{terms}.map(t, {holds} ? t : {extended})')}]")
 
 
-def scheduler_name(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
+def scheduler_name(params: Mapping[str, Any], override: bool) -> str:
     name = literal(params["schedulerName"])
     current = f"{T}.spec.?schedulerName.orValue({literal(DEFAULT_SCHEDULER)})"
     may = "true" if override else f"{current} == {literal(DEFAULT_SCHEDULER)}"
     return (f"{T}.spec.?schedulerName.orValue('') == {name} || !({may}) ? [] : "
-            f"[{dialect.op('add', path('spec', 'schedulerName'), name)}]")
+            f"[{op('add', path('spec', 'schedulerName'), name)}]")
 
 
-def priority_class(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
+def priority_class(params: Mapping[str, Any], override: bool) -> str:
     """Set the class when unset; drop the integer priority and preemption policy the Priority plugin wrote
     on a bare Pod (the API server rejects a Pod whose class and priority disagree)."""
     name = literal(params["priorityClassName"])
     may = "true" if override else f"!has({T}.spec.priorityClassName)"
     drops = " + ".join(
-        f"(has({T}.spec.{name_}) ? [{dialect.op('remove', path('spec', name_))}] : [])"
+        f"(has({T}.spec.{name_}) ? [{op('remove', path('spec', name_))}] : [])"
         for name_ in ("priority", "preemptionPolicy")
     )
     return (f"{T}.spec.?priorityClassName.orValue('') == {name} || !({may}) ? [] : "
-            f"[{dialect.op('add', path('spec', 'priorityClassName'), name)}] + {drops}")
+            f"[{op('add', path('spec', 'priorityClassName'), name)}] + {drops}")

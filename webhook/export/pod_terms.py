@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.export.cel_text import Cel, dyn_map, literal
+from webhook.export.cel_text import Cel, OptionalEntry, dyn_map, literal
 from webhook.export.helpers import selector_keys
-from webhook.export.mutations import Dialect, append, optional_list
+from webhook.export.mutations import append, optional_list
 
 OWN_PODS = "variables.placerOwnPods"
 REVISION_KEYS = "variables.placerRevisionKeys"
@@ -51,11 +51,10 @@ class PodSelection:
             return empty
         return f"{empty} || {literal(self.written)}.exists(k, k in {selector_keys(self.selector)})"
 
-    def with_keys(self, entries: dict[str, str]) -> dict[str, str]:
+    def with_keys(self, entries: dict[str, str | OptionalEntry]) -> dict[str, str | OptionalEntry]:
         """`entries` (of a `dyn_map`) with `matchLabelKeys` when there are any."""
         if self.written is None:
-            return {**entries, "?'matchLabelKeys'": f"{self.keys}.size() > 0 ? optional.of({self.keys}) : "
-                                                    "optional.none()"}
+            return {**entries, "'matchLabelKeys'": OptionalEntry(f"{self.keys}.size() > 0", self.keys)}
         return {**entries, "'matchLabelKeys'": self.keys} if self.written else dict(entries)
 
 
@@ -71,7 +70,7 @@ def pod_selection(params: Mapping[str, Any]) -> PodSelection:
 
 
 def pod_affinity(kind: str) -> Any:
-    def build(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
+    def build(params: Mapping[str, Any], override: bool) -> str:
         selection = pod_selection(params)
         selector = selection.selector
         key = literal(params["topologyKey"])
@@ -89,7 +88,7 @@ def pod_affinity(kind: str) -> Any:
             tokens = ("spec", "affinity", kind, "preferredDuringSchedulingIgnoredDuringExecution")
             exists = f"{optional_list(*tokens)}.exists(p, {same('p.?podAffinityTerm')})"
             item = dyn_map({"'weight'": literal(params["weight"]), "'podAffinityTerm'": term})
-        return f"{selection.skipped} || {exists} ? [] : ({append(dialect, tokens, item)})"
+        return f"{selection.skipped} || {exists} ? [] : ({append(tokens, item)})"
     return build
 
 
@@ -98,9 +97,9 @@ def pod_affinity_skipped(params: Mapping[str, Any]) -> str:
     return pod_selection(params).skipped
 
 
-def topology_spread(dialect: Dialect, params: Mapping[str, Any], override: bool) -> str:
+def topology_spread(params: Mapping[str, Any], override: bool) -> str:
     selection = pod_selection(params)
-    entries = {
+    entries: dict[str, str | OptionalEntry] = {
         literal("maxSkew"): literal(_integer(params["maxSkew"])),
         literal("topologyKey"): literal(params["topologyKey"]),
         literal("whenUnsatisfiable"): literal(params["whenUnsatisfiable"]),
@@ -113,7 +112,7 @@ def topology_spread(dialect: Dialect, params: Mapping[str, Any], override: bool)
     constraint = dyn_map(selection.with_keys(entries))
     tokens = ("spec", "topologySpreadConstraints")
     return (f"{_spread_exists(params)} || {selection.skipped} ? [] : "
-            f"({append(dialect, tokens, constraint)})")
+            f"({append(tokens, constraint)})")
 
 
 def topology_spread_skipped(params: Mapping[str, Any]) -> str:

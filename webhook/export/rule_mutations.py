@@ -6,7 +6,6 @@ from typing import Any
 
 from webhook.export.cel_text import NotExportable, bind
 from webhook.export.mutations import (
-    Dialect,
     annotations,
     applied_annotation,
     has_applied_annotation,
@@ -48,24 +47,24 @@ EXPRESSION_PARAMETERS = {
 """Parameters whose value a CEL expression may compute in an exported rule: each lands in one field."""
 
 
-def rule_expression(dialect: Dialect, action: str, params: Mapping[str, Any], *, override: bool,
+def rule_expression(action: str, params: Mapping[str, Any], *, override: bool,
                     condition: str | None, rule_id: str, policy_rules: Sequence[str]) -> str:
     """The mutation of one rule: when its condition holds, the action's ops, preceded (when there are any)
     by those naming the rule in the applied annotation."""
     builder = BUILDERS.get(action)
     if builder is None:
         raise NotExportable(f"action {action} is not exported (see the export documentation)")
-    ops = builder(dialect, params, override)
-    body = bind("ops", ops, f"ops.size() > 0 ? ({applied_annotation(dialect, rule_id, policy_rules)}) + ops : ops")
+    ops = builder(params, override)
+    body = bind("ops", ops, f"ops.size() > 0 ? ({applied_annotation(rule_id, policy_rules)}) + ops : ops")
     return f"({condition}) ? {body} : []" if condition else body
 
 
-def matched_rule_expression(dialect: Dialect, condition: str | None, rule_id: str, policy_rules: Sequence[str],
+def matched_rule_expression(condition: str | None, rule_id: str, policy_rules: Sequence[str],
                             *, action: str = "", params: Mapping[str, Any] | None = None) -> str:
     """Run after every rule's mutation: a rule that matched but changed nothing is named in the applied
     annotation too when the template was changed (as Placer lists every rule that applied), unless its
     action was skipped (`SKIPPED`, for the `action` with `params`)."""
-    named = applied_annotation(dialect, rule_id, policy_rules)
+    named = applied_annotation(rule_id, policy_rules)
     guards = [f"({condition})"] if condition else []
     guards.append(has_applied_annotation())
     skipped = SKIPPED.get(action)

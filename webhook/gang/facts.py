@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.gang.native import not_for_native, scheduling_group
+from webhook.gang.native_lifecycle import joins_running
 from webhook.gang.native_operators import operator_manages, pods_per_gang
 from webhook.pods.resources import effective_resources
 from webhook.support.typing import JSONObject, as_map
@@ -46,6 +47,13 @@ class GangFacts:
     the API server serves none, None when not known (no cluster connected)."""
     managed: str | None = None
     """Why the workload's pods must not name a group Placer keeps (`native.not_for_native`), if so."""
+    job_gangs: bool = False
+    """The Job controller keeps a Job's gang from its own `spec.scheduling` (`PolicySnapshot.job_gangs`)."""
+    job_spec: JSONObject | None = None
+    """A Job's spec, a CronJob's job template's: whether its own gang can be handed to the Job controller."""
+    running: str | None = None
+    """Why a native gang must not be added to this object now (its pods already run without one:
+    `native_lifecycle.joins_running`), if so."""
     per_gang: dict[str, int] | None = None
     """Per member template, its pods in one native gang where the workload holds one gang per replica (a
     JobSet's child Jobs: `native_operators.pods_per_gang`); None where the workload is one gang."""
@@ -62,10 +70,12 @@ class GangFacts:
 
 
 def gang_facts(kind: WorkloadKind, obj: JSONObject, fallback_name: str, *, unique_suffix: str = "",
-               native_version: str | None = None) -> GangFacts:
+               native_version: str | None = None, old: JSONObject | None = None,
+               stored: bool = False, job_gangs: bool = False) -> GangFacts:
     """The workload's gang facts. `unique_suffix` (from the request) is appended to a `generateName`: the
     API server has not generated the name yet, and two objects from one `generateName` are two gangs.
-    `native_version`: what the cluster serves of kube-scheduler's PodGroups (see `GangFacts`)."""
+    `native_version`: what the cluster serves of kube-scheduler's PodGroups (see `GangFacts`). `old`: the
+    object before an UPDATE; `stored`: a stored workload judged as its creation (its pods may run)."""
     templates = []
     for slot in kind.templates(obj):
         raw = slot.read(obj)
@@ -90,8 +100,17 @@ def gang_facts(kind: WorkloadKind, obj: JSONObject, fallback_name: str, *, uniqu
     name = metadata.get("name") or request_name(metadata.get("generateName"), unique_suffix) or fallback_name
     owner = controller_owner(obj) if kind.kind == "Pod" else None
     return GangFacts(kind.kind, str(name), owner, kind.members(obj), tuple(templates), native_version,
-                     not_for_native(kind.kind, obj) or operator_manages(kind.kind, obj),
-                     pods_per_gang(kind.kind, obj))
+                     not_for_native(kind.kind, obj) or operator_manages(kind.kind, obj), job_gangs,
+                     _job_spec(kind.kind, obj),
+                     joins_running(kind, obj, old, stored=stored), pods_per_gang(kind.kind, obj))
+
+
+def _job_spec(kind: str, obj: JSONObject) -> JSONObject | None:
+    if kind == "Job":
+        return as_map(obj.get("spec"))
+    if kind == "CronJob":
+        return as_map(as_map(as_map(obj.get("spec")).get("jobTemplate")).get("spec"))
+    return None
 
 
 def request_name(generate_name: Any, suffix: str) -> str:

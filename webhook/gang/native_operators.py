@@ -27,9 +27,11 @@ Shapes (`SHAPES`):
 |---|---|---|
 | JobSet | one per child Job (`<group>-<replicatedJob>-<index>`) | the Job's pods (`parallelism` <= `completions`) |
 | LeaderWorkerSet (once a workload row) | one per group (`<group>-<groupIndex>`) | `leaderWorkerTemplate.size` |
-| PyTorchJob, TFJob, MPIJob | one per job | every replica of every type |
-| RayCluster, RayJob | one per cluster: head and worker groups | 1 + `replicas` (or `minReplicas`) x `numOfHosts` |
-| SparkApplication | one per application | driver + executors (`instances`, or dynamic allocation's start) |
+| PyTorchJob, TFJob, MPIJob | one per job | every replica of every type (MPI `WaitForWorkersReady`: workers) |
+| RayCluster, RayJob | one per cluster: head and workers | 1 + `replicas` x `numOfHosts` (autoscaler: `minReplicas`) |
+| SparkApplication | one per application | the executors (`instances`; dynamic allocation: `minExecutors`) |
+
+Who is counted, and why, is `webhook.gang.native_members`.
 
 A whole Ray cluster is one gang, not one per worker group: the head is what the workers join (a worker group
 without its head runs nothing), and KubeRay's own gang integration makes one Volcano PodGroup for the head and
@@ -40,8 +42,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.gang.native import NATIVE, pod_group_name
-from webhook.gang.pod_groups import MIN_MEMBER_ANNOTATION, POD_GROUP_API_ANNOTATION, POD_GROUP_LABEL
+from webhook.gang.native import NATIVE, POD_GROUP_API_ANNOTATION, RUN_ANNOTATION, pod_group_name
+from webhook.gang.native_members import counted_pods, never_counted
+from webhook.gang.pod_groups import MIN_MEMBER_ANNOTATION, POD_GROUP_LABEL
 from webhook.support.typing import JSONObject, as_map
 from webhook.workloads import WorkloadKind, controller_reference
 from webhook.workloads.builtin import job_pods
@@ -49,10 +52,13 @@ from webhook.workloads.slots import int_at, read_path
 
 GROUP_ANNOTATION = "placer.dev/native-pod-group"
 """On an operator's member template, so on each pod it makes: the gang's PodGroup name (or its prefix)."""
-PER_ANNOTATION = "placer.dev/native-pod-group-per"
+PER_ANNOTATION = RUN_ANNOTATION
 """Beside `GROUP_ANNOTATION` where a resource holds several gangs: `job`, one per JobSet child Job."""
 PER_JOB = "job"
 PER_GROUP = "group"
+PER_RUN = "run"
+"""On a CronJob's job template: each run (a Job) names a PodGroup of its own at its creation
+(`webhook.engine.native_pods`), kept by the controller and owned by that Job."""
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
@@ -80,10 +86,10 @@ SHAPES: dict[tuple[str, str], Shape] = {
         Shape("leaderworkerset.x-k8s.io", "LeaderWorkerSet", PER_GROUP, "one PodGroup per leader and its workers"),
         Shape("kubeflow.org", "PyTorchJob", None, "one PodGroup for every replica of the job"),
         Shape("kubeflow.org", "TFJob", None, "one PodGroup for every replica of the job"),
-        Shape("kubeflow.org", "MPIJob", None, "one PodGroup for the launcher and workers"),
+        Shape("kubeflow.org", "MPIJob", None, "one PodGroup for the launcher and workers that start together"),
         Shape("ray.io", "RayCluster", None, "one PodGroup for the head and every worker group"),
         Shape("ray.io", "RayJob", None, "one PodGroup for its cluster's head and every worker group"),
-        Shape("sparkoperator.k8s.io", "SparkApplication", None, "one PodGroup for the driver and executors"),
+        Shape("sparkoperator.k8s.io", "SparkApplication", None, "one PodGroup for the executors"),
     )
 }
 
@@ -123,16 +129,19 @@ def operator_manages(kind: str, obj: Mapping[str, Any]) -> str | None:
     if kind == "LeaderWorkerSet" and spec.get("startupPolicy") == "LeaderReady":
         return ("startupPolicy LeaderReady creates the workers once the leader is Ready, so a gang of the leader "
                 "and its workers would wait forever; use LeaderCreated")
-    return None
+    return never_counted(kind, obj)
 
 
 def pods_per_gang(kind: str, obj: Mapping[str, Any]) -> dict[str, int] | None:
     """Per member template, how many of its pods one native gang holds, where a resource holds several gangs
-    (a JobSet's child Job runs one replicated job's pods; an LWS group one leader and `size - 1` workers);
-    None where the resource is one gang. What "can this gang ever fit" must count, not the whole resource."""
+    (a JobSet's child Job runs one replicated job's pods; an LWS group one leader and `size - 1` workers) or
+    where its one gang counts only the pods made together (a Spark application's executors); None where the
+    resource is one gang of every member. What "can this gang ever fit" must count, not the whole resource."""
     shape = shape_named(kind)
-    if shape is None or shape.per is None:
+    if shape is None:
         return None
+    if shape.per is None:  # one gang, of the pods made together (`webhook.gang.native_members`)
+        return counted_pods(kind, obj)
     if shape.per == PER_JOB:
         jobs = read_path(obj, ("spec", "replicatedJobs"))
         counts = {}
@@ -163,6 +172,14 @@ def template_marks(shape: Shape, group: str) -> dict[str, str]:
     return marks
 
 
+def run_marks(group: str, minimum: int | None) -> dict[str, str]:
+    """The annotations a CronJob's pod template gets: each Job made from it names a group of its own."""
+    marks = {GROUP_ANNOTATION: group, PER_ANNOTATION: PER_RUN}
+    if minimum is not None:
+        marks[MIN_MEMBER_ANNOTATION] = str(minimum)
+    return marks
+
+
 def job_group(base: str, replicated_job: str, index: int | str) -> str:
     """The PodGroup of one JobSet child Job (the child Job's own name when `base` is the JobSet's)."""
     return pod_group_name(f"{base}-{replicated_job}-{index}")
@@ -179,6 +196,8 @@ def member_group(pod: Mapping[str, Any]) -> tuple[str | None, str]:
     if not isinstance(base, str) or not base:
         return None, ""
     per = annotations.get(PER_ANNOTATION)
+    if per == PER_RUN:
+        return None, ""  # named on the template by its Job's own admission; nothing to add to the Pod
     if per is None:
         return pod_group_name(base), f"{GROUP_ANNOTATION} of its template: one PodGroup per workload"
     labels = as_map(metadata.get("labels"))
@@ -222,8 +241,14 @@ def wanted_groups(kind: WorkloadKind, obj: JSONObject, base: str, fixed: int | N
         if size is None or size < 1 or groups_wanted is None:
             return []
         return [(pod_group_name(f"{base}-{index}"), size) for index in range(groups_wanted)]
-    size = fixed if fixed is not None else kind.members(obj)
+    size = fixed if fixed is not None else native_size(kind, obj)
     return [(pod_group_name(base), size)] if size is not None and size > 0 else []
+
+
+def native_size(kind: WorkloadKind, obj: JSONObject) -> int | None:
+    """The pods an operator resource's one native gang counts (`counted_pods`, else every member)."""
+    counted = counted_pods(kind.kind, obj)
+    return sum(counted.values()) if counted is not None else kind.members(obj)
 
 
 def _lws_groups(obj: JSONObject) -> int | None:

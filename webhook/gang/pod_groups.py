@@ -23,15 +23,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.gang.native import NATIVE, pod_group_body
+from webhook.gang.native import NATIVE, POD_GROUP_API_ANNOTATION, pod_group_body, pods_still_to_run
 from webhook.support.names import dns1123_subdomain_error
 from webhook.support.typing import JSONObject, as_map
 from webhook.workloads import WorkloadKind
 
 POD_GROUP_LABEL = "placer.dev/pod-group"
 MIN_MEMBER_ANNOTATION = "placer.dev/pod-group-min-member"
-POD_GROUP_API_ANNOTATION = "placer.dev/pod-group-api"
-"""Which PodGroup the workload wants: absent for scheduler-plugins' (coscheduling), `native` for kube-scheduler's."""
+"""`POD_GROUP_API_ANNOTATION` (`webhook.gang.native`): which PodGroup the workload wants: absent for
+scheduler-plugins' (coscheduling), `native` for kube-scheduler's, `job` for the one the Job controller keeps."""
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "placer"
 API_VERSION = "scheduling.x-k8s.io/v1alpha1"
@@ -95,9 +95,11 @@ def desired_pod_group(kind: WorkloadKind, obj: Mapping[str, Any]) -> DesiredPodG
         return f"group {group} cannot name a PodGroup: {problem}"
     fixed = as_map(metadata.get("annotations")).get(MIN_MEMBER_ANNOTATION)
     size = int(fixed) if isinstance(fixed, str) and fixed.isdigit() else kind.members(dict(obj))
+    flavour = NATIVE if as_map(metadata.get("annotations")).get(POD_GROUP_API_ANNOTATION) == NATIVE else "coscheduling"
+    if size is not None and flavour == NATIVE:  # finished pods leave kube-scheduler's count
+        size = pods_still_to_run(kind.kind, obj, size)
     if size is None or size < 1:
         return f"{kind.kind} runs no pods now: no PodGroup needed"
     owner = {"apiVersion": f"{kind.group}/{kind.versions[0]}", "kind": kind.kind, "name": name, "uid": uid,
              "controller": True}
-    flavour = NATIVE if as_map(metadata.get("annotations")).get(POD_GROUP_API_ANNOTATION) == NATIVE else "coscheduling"
     return DesiredPodGroup(str(namespace), str(group), size, owner, flavour)

@@ -13,20 +13,20 @@ from typing import Any
 from webhook.actions.base import ActionSpec
 from webhook.actions.parameters import parse_parameters
 from webhook.actions.registry import action_specs
+from webhook.policy import expression_types as types
 from webhook.policy.cel import environment as cel
 from webhook.policy.cel.libraries.leaks import LeakAccount
-from webhook.policy.errors import PolicyError
-from webhook.policy.exemptions import ENFORCEMENTS, parse_exemptions
+from webhook.policy.errors import DocumentPath, ErrorSink, Locate, PolicyError
+from webhook.policy.exemptions import ENFORCED_NEEDS_NAMESPACES, ENFORCEMENTS, parse_exemptions
 from webhook.policy.fields.field_check import FieldChecks
 from webhook.policy.model import ConditionBatch, Inlined, Policy, Rule, Variable
 from webhook.policy.reads import Reads, reads_of
+from webhook.policy.selector_fields import parse_selector
 from webhook.support.names import (
     dns1123_label_error,
     dns1123_subdomain_error,
-    label_value_error,
     qualified_name_error,
 )
-from webhook.support.selectors import OPERATORS, LabelSelector, SelectorRequirement
 
 API_VERSION = "placer.dev/v1alpha1"
 KIND = "SchedulingPolicy"
@@ -56,9 +56,10 @@ class PolicyCompiler:
         self.environment = cel.new_environment(self.leaks)
         self.actions = action_specs()
 
-    def compile(self, document: Mapping[str, Any], source: str) -> CompileResult:
-        """Compile one SchedulingPolicy document; return the policy, or every error found in it."""
-        errors = _ErrorSink(source)
+    def compile(self, document: Mapping[str, Any], source: str, locate: Locate | None = None) -> CompileResult:
+        """Compile one SchedulingPolicy document; return the policy, or every error found in it. `locate`: the
+        file's places of the document's values, for errors that name the file's line and column."""
+        errors = ErrorSink(source, locate=locate)
         metadata = document.get("metadata")
         name = metadata.get("name") if isinstance(metadata, dict) else None
         if not isinstance(name, str) or not name:
@@ -78,15 +79,16 @@ class PolicyCompiler:
             errors.add(f"unknown field (known: {', '.join(sorted(_SPEC_FIELDS))})", field=f"spec.{unknown}")
 
         priority = _priority(spec.get("priority", DEFAULT_PRIORITY), errors)
-        selector = _namespace_selector(spec.get("namespaceSelector"), errors)
+        selector = parse_selector(spec.get("namespaceSelector"), errors)
         failure_policy = spec.get("failurePolicy", "Ignore")
         if failure_policy not in ("Ignore", "Fail"):
             errors.add(f"must be Ignore or Fail, not {failure_policy!r}", field="spec.failurePolicy")
         enforcement = spec.get("enforcement", "Advisory")
         if enforcement not in ENFORCEMENTS:
             errors.add(f"must be Advisory or Enforced, not {enforcement!r}", field="spec.enforcement")
-        exemptions = parse_exemptions(spec.get("exemptions"), errors.add,
-                                      lambda raw, where: _namespace_selector(raw, errors, where))
+        exemptions = parse_exemptions(spec.get("exemptions"), errors.add)
+        if enforcement == "Enforced" and spec.get("namespaceSelector") is None:
+            errors.add(ENFORCED_NEEDS_NAMESPACES, field="spec.namespaceSelector")
         variables = self._variables(spec.get("variables"), errors)
         rules = self._rules(spec.get("rules"), variables, errors)
         if errors.items:
@@ -143,7 +145,7 @@ class PolicyCompiler:
             return None  # each condition compiled alone; the engine then evaluates them one by one
         return ConditionBatch(program, tuple(name for name, _ in conditions))
 
-    def _variables(self, raw: Any, errors: "_ErrorSink") -> dict[str, Variable]:
+    def _variables(self, raw: Any, errors: ErrorSink) -> dict[str, Variable]:
         variables: dict[str, Variable] = {}
         if raw is None:
             return variables
@@ -157,22 +159,24 @@ class PolicyCompiler:
                 continue
             name = item["name"]
             where = f"variables.{name}"
+            at = ("spec", "variables", index)
             if not _IDENTIFIER.match(name):
-                errors.add("name must be a CEL identifier", field=where)
+                errors.add("name must be a CEL identifier", field=where, path=(*at, "name"))
                 continue
             if name in variables:
-                errors.add("duplicate variable name", field=where)
+                errors.add("duplicate variable name", field=where, path=(*at, "name"))
                 continue
-            program = self._program(item.get("expression"), where, errors)
+            program = self._program(item.get("expression"), where, errors, variables, path=(*at, "expression"))
             if program is None:
                 continue
             for reference in program.reads_variables - set(variables):
                 position = cel.variable_reference_position(program.source, reference)
-                errors.add(f"{position}: variables.{reference} is not declared before it", field=where)
+                errors.add(f"{position}: variables.{reference} is not declared before it", field=where,
+                           path=(*at, "expression"), text=program.source)
             variables[name] = Variable(name, program)
         return variables
 
-    def _rules(self, raw: Any, variables: Mapping[str, Variable], errors: "_ErrorSink") -> list[Rule]:
+    def _rules(self, raw: Any, variables: Mapping[str, Variable], errors: ErrorSink) -> list[Rule]:
         if not isinstance(raw, list) or not raw:
             errors.add("at least one rule is required", field="spec.rules")
             return []
@@ -186,7 +190,7 @@ class PolicyCompiler:
             if not isinstance(name, str) or not name:
                 errors.add("name is required", field=f"spec.rules[{index}]")
                 continue
-            rule_errors = errors.for_rule(name)
+            rule_errors = errors.for_rule(name, index)
             problem = dns1123_label_error(name)
             if problem:
                 rule_errors.add(problem, field="name")
@@ -199,7 +203,7 @@ class PolicyCompiler:
         return rules
 
     def _rule(
-        self, name: str, item: Mapping[str, Any], variables: Mapping[str, Variable], errors: "_ErrorSink"
+        self, name: str, item: Mapping[str, Any], variables: Mapping[str, Variable], errors: ErrorSink
     ) -> Rule | None:
         count = len(errors.items)
         for unknown in sorted(set(item) - _RULE_FIELDS):
@@ -210,8 +214,8 @@ class PolicyCompiler:
             errors.add(f"unknown action {item.get('action')!r} (known: {known})", field="action")
         condition = None
         if item.get("condition") is not None:
-            condition = self._program(item["condition"], "condition", errors)
-            if condition is not None and condition.returns not in ("bool", "dyn"):
+            condition = self._program(item["condition"], "condition", errors, variables, expect=types.CONDITION)
+            if condition is not None and condition.returns not in ("bool", "dyn") and self.fields.types() is None:
                 errors.add(f"must return bool, not {condition.returns}", field="condition")
         override = item.get("override", False)
         if not isinstance(override, bool):
@@ -220,7 +224,7 @@ class PolicyCompiler:
         if not isinstance(raw_parameters, dict):
             errors.add("must be a map", field="parameters")
             raw_parameters = {}
-        expressions = self._parameter_expressions(item.get("parameterExpressions"), action, errors)
+        expressions = self._parameter_expressions(item.get("parameterExpressions"), action, variables, errors)
         parameters: dict[str, Any] = {}
         if action is not None:
             parameters, problems = parse_parameters(action, raw_parameters, deferred=frozenset(expressions))
@@ -265,7 +269,7 @@ class PolicyCompiler:
         return Inlined(inlined_condition, inlined_expressions)
 
     def _parameter_expressions(
-        self, raw: Any, action: ActionSpec | None, errors: "_ErrorSink"
+        self, raw: Any, action: ActionSpec | None, variables: Mapping[str, Variable], errors: ErrorSink
     ) -> dict[str, cel.Program]:
         if raw is None:
             return {}
@@ -283,46 +287,34 @@ class PolicyCompiler:
                 if problem:
                     errors.add(f"key {problem}", field=where)
                     continue
-            program = self._program(source, where, errors)
+            expect = types.parameter(action, str(parameter)) if action is not None else None
+            program = self._program(source, where, errors, variables, expect=expect)
             if program is not None:
                 programs[str(parameter)] = program
         return programs
 
-    def _program(self, source: Any, where: str, errors: "_ErrorSink") -> cel.Program | None:
+    def _program(self, source: Any, where: str, errors: ErrorSink, variables: Mapping[str, Variable], *,
+                 expect: types.Expected | None = None, path: DocumentPath | None = None) -> cel.Program | None:
+        """Compile, field-check and type-check one expression; every error is placed on its character."""
         if not isinstance(source, str) or not source.strip():
-            errors.add("must be a non-empty CEL expression string", field=where)
+            errors.add("must be a non-empty CEL expression string", field=where, path=path)
             return None
         try:
             program = cel.compile_expression(self.environment, source, keep_tree=True)
         except cel.CelCompileError as error:
-            errors.add(str(error), field=where)
+            errors.add(str(error), field=where, path=path, text=source)
             return None
-        for problem in self.fields.problems(program):
-            errors.add(problem, field=where)  # the policy does not load; the program still stands for its name
+        problems = self.fields.problems(program)
+        check = self.fields.types()
+        if check is not None and not problems:
+            sources = {name: variable.program.source for name, variable in variables.items()}
+            problems = types.type_errors(check, self.environment, source, sources, expect)
+        for problem in problems:  # the policy does not load; the program still stands for its name
+            errors.add(problem, field=where, path=path, text=source)
         return dataclasses.replace(program, tree=None, offsets={}, compiled_text="")
 
 
-class _ErrorSink:
-    """Collects located errors; a rule's sink shares the policy's list."""
-
-    def __init__(
-        self, source: str, policy: str | None = None, rule: str | None = None, items: list[PolicyError] | None = None
-    ) -> None:
-        self.source, self.policy, self.rule = source, policy, rule
-        self._items = items if items is not None else []
-
-    @property
-    def items(self) -> tuple[PolicyError, ...]:
-        return tuple(self._items)
-
-    def add(self, message: str, *, field: str | None = None) -> None:
-        self._items.append(PolicyError(self.source, message, self.policy, self.rule, field))
-
-    def for_rule(self, rule: str) -> "_ErrorSink":
-        return _ErrorSink(self.source, self.policy, rule, self._items)
-
-
-def _priority(value: Any, errors: _ErrorSink) -> int:
+def _priority(value: Any, errors: ErrorSink) -> int:
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
@@ -331,48 +323,8 @@ def _priority(value: Any, errors: _ErrorSink) -> int:
     return value
 
 
-def _namespace_selector(raw: Any, errors: _ErrorSink, where: str = "spec.namespaceSelector") -> LabelSelector | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, dict) or not set(raw) <= {"matchLabels", "matchExpressions"}:
-        errors.add("must be a label selector with matchLabels and/or matchExpressions", field=where)
-        return None
-    labels = raw.get("matchLabels") or {}
-    pairs: list[tuple[str, str]] = []
-    if not isinstance(labels, dict):
-        errors.add("must be a map", field=f"{where}.matchLabels")
-        labels = {}
-    for key, value in labels.items():
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-        problem = qualified_name_error(str(key)) or label_value_error(text)
-        if problem:
-            errors.add(problem, field=f"{where}.matchLabels.{key}")
-        pairs.append((str(key), text))
-    requirements: list[SelectorRequirement] = []
-    expressions = raw.get("matchExpressions") or []
-    if not isinstance(expressions, list):
-        errors.add("must be a list", field=f"{where}.matchExpressions")
-        expressions = []
-    for index, item in enumerate(expressions):
-        field = f"{where}.matchExpressions[{index}]"
-        if not isinstance(item, dict) or not isinstance(item.get("key"), str):
-            errors.add("needs key and operator", field=field)
-            continue
-        operator, values = item.get("operator"), item.get("values") or []
-        if operator not in OPERATORS:
-            errors.add(f"operator must be In, NotIn, Exists or DoesNotExist, not {operator!r}", field=field)
-            continue
-        if not isinstance(values, list) or (operator in ("In", "NotIn")) != bool(values):
-            errors.add(
-                f"operator {operator} {'needs' if operator in ('In', 'NotIn') else 'takes no'} values", field=field
-            )
-            continue
-        requirements.append(SelectorRequirement(item["key"], operator, frozenset(str(v) for v in values)))
-    return LabelSelector(tuple(pairs), tuple(requirements))
-
-
 def _needed_variables(
-    programs: list[cel.Program], variables: Mapping[str, Variable], errors: _ErrorSink
+    programs: list[cel.Program], variables: Mapping[str, Variable], errors: ErrorSink
 ) -> frozenset[str]:
     """Variables the programs read, with the variables those read, transitively (for lazy evaluation)."""
     needed: set[str] = set()
@@ -383,7 +335,8 @@ def _needed_variables(
             continue
         if name not in variables:
             position = cel.variable_reference_position(program.source, name)
-            errors.add(f"{position}: undeclared variable variables.{name}", field="condition")
+            errors.add(f"{position}: undeclared variable variables.{name}", field="condition",
+                       text=program.source)
             continue
         needed.add(name)
         pending.extend((dependency, variables[name].program) for dependency in variables[name].program.reads_variables)

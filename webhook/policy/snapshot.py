@@ -119,6 +119,9 @@ class PolicySnapshot:
     """Whether the API server serves PodGroups, as the cluster controller last found (None: not known)."""
     native_gang_version: str | None = None
     """The kube-scheduler PodGroup version it serves (`webhook.gang.native`), "" for none, None: not known."""
+    job_gangs: bool = False
+    """The Job controller keeps a Job's gang from the Job's own `spec.scheduling` (1.37+, feature gate
+    WorkloadWithJob): native gang rules write that field on Jobs instead of a PodGroup of Placer's."""
     enforces: bool = field(init=False, default=False)
     """Some policy is Enforced: a Pod Placer would pass (made from a template it mutated) is checked again."""
     reads_claims: bool = field(init=False, default=False)
@@ -162,10 +165,11 @@ class PolicySnapshot:
         default_priority_class: str | None = None,
         pod_groups_served: bool | None = None,
         native_gang_version: str | None = None,
+        job_gangs: bool = False,
     ) -> "PolicySnapshot":
         ordered = tuple(sorted(policies, key=lambda policy: policy.order_key))
         return cls(ordered, namespaces, tuple(errors), environment, ready, default_priority_class, pod_groups_served,
-                   native_gang_version)
+                   native_gang_version, job_gangs)
 
     def namespace(self, name: str) -> NamespaceInfo:
         """The known namespace, or one with no labels (a policy selecting on labels will not match)."""

@@ -18,12 +18,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from webhook.admission.pipeline import Admission, admit
+from webhook.admission.pipeline import Admission, Entry, admit
 from webhook.admission.sibling_cache import SiblingCache
 from webhook.admission.validation import validate_policy_review
 from webhook.cluster.client.discovery import read_served_apis
 from webhook.cluster.client.namespace_lookup import NamespaceLookup
 from webhook.cluster.reports.background import readiness_detail
+from webhook.engine.exemption_seal import Seals
 from webhook.engine.request import AdmissionRequest
 from webhook.placement.claims import ClaimLookup
 from webhook.placement.feasibility import PlacementCheck
@@ -159,29 +160,35 @@ def create_app(
     placement: PlacementCheck | None = None,
     claims: ClaimLookup | None = None,
     ledger: ShareLedger | None = None,
+    seals: Seals | None = None,
     after_review: Callable[[], None] | None = None,
 ) -> PlacerApp:
     """Build the application around a snapshot holder that a policy source keeps current."""
     table = workloads or default_workload_table()
     policy_compiler = compiler or PolicyCompiler()
     admission_log = AdmissionLog()
-    siblings = SiblingCache()
 
-    def mutate(review: AdmissionRequest, started: float, deadline: float | None) -> Any:
-        admission = admit(
-            review,
-            holder.current,
-            table,
-            opt_in=settings.opt_in,
-            deadline=deadline,
-            resolve_namespace=namespaces.resolve if namespaces is not None else None,
-            placement=placement,
-            claims=claims,
-            ledger=ledger,
-            siblings=siblings,
-        )
-        return AfterResponse(admission.response, _record(metrics, admission_log, admission,
-                                                         time.monotonic() - started))
+    def answer(entry: Entry) -> Callable[[AdmissionRequest, float, float | None], Any]:
+        siblings = SiblingCache()  # one per entry: the fail-closed one may answer a review otherwise
+
+        def mutate(review: AdmissionRequest, started: float, deadline: float | None) -> Any:
+            admission = admit(
+                review,
+                holder.current,
+                table,
+                opt_in=settings.opt_in,
+                deadline=deadline,
+                resolve_namespace=namespaces.resolve if namespaces is not None else None,
+                placement=placement,
+                claims=claims,
+                ledger=ledger,
+                entry=entry,
+                seals=seals,
+                siblings=siblings,
+            )
+            return AfterResponse(admission.response, _record(metrics, admission_log, admission,
+                                                             time.monotonic() - started))
+        return mutate
 
     def validate(review: AdmissionRequest, _started: float, _deadline: float | None) -> Any:
         return validate_policy_review(review, policy_compiler)
@@ -209,7 +216,8 @@ def create_app(
         payload, content_type = metrics.render()
         return 200, content_type, payload
 
-    reviews = ReviewEndpoints({"/mutate": mutate, "/validate": validate}, DecodeBudget())
+    reviews = ReviewEndpoints({"/mutate": answer("mutate"), "/enforce": answer("enforce"), "/validate": validate},
+                              DecodeBudget())
     pages = {"/healthz": healthz, "/readyz": readyz, "/metrics": prometheus}
     return PlacerApp(reviews, pages, limit=settings.max_body_bytes, read_timeout=settings.read_timeout,
                      after_review=after_review)

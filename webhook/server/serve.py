@@ -32,8 +32,19 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_SECONDS = 10
 """How long a stopping worker may take to answer the requests it holds before it is killed."""
-RESPAWN_INTERVAL_SECONDS = 3.5
-"""How long a new worker has to load its policies before the one it replaces is stopped."""
+RESPAWN_INTERVAL_SECONDS = 6.0
+"""How long a new worker has to load its policies before the one it replaces is stopped; longer than
+granian's crash-loop window, so that a fresh worker dying during a replacement costs its own requests only.
+
+granian 2.8 stops the whole server when a worker dies within 5.5 s of being started (the main loop in
+granian/server/common.py; the window is not an option) and measures that when its main loop next looks,
+which during a `SIGHUP` replacement is only once every worker has been replaced (it replaces them one after
+the other, waiting `respawn_interval` after starting each new one). With 3.5 s, a new worker killed in its
+first seconds (an OOM kill) was found 3.5-5.5 s after its start and taken for a crash loop: every worker
+stopped and `placer serve` exited 1. With more than 5.5 s, any worker started by a replacement is older
+than the window by the time granian looks, so its death is replaced like any other; a worker granian
+starts to replace a dead one (without waiting) and that dies within 5.5 s again is still a crash loop
+(`tests/e2e/test_worker_deaths.py`)."""
 EVENT_LOOP = Loops.asyncio
 """The workers' event loop, named rather than left to granian's `auto`, which takes rloop, else uvloop, when
 either happens to be installed: the suite tests the standard loop, and rloop 0.5.0 measured no faster here
@@ -86,9 +97,17 @@ def serve(settings: Settings) -> None:
     controller = ControllerProcess(settings) if settings.cluster_state is not None else None
     metrics = os.environ.get(MULTIPROC_ENV)
     versions = ClusterVersionWatch(settings.cluster_state) if settings.cluster_state is not None else None
-    respawns = RespawnWatch(settings.workers, others=controller.pids if controller is not None else set)
+    respawns = RespawnWatch(settings.workers, interval=RESPAWN_INTERVAL_SECONDS,
+                            others=controller.pids if controller is not None else set)
     supervisor = Supervisor(controller, CertificateWatch(settings.tls_cert, settings.tls_key, settings.client_ca),
                             Path(metrics) if metrics else None, versions, respawns)
     server.on_startup(supervisor.start)
     server.on_shutdown(supervisor.stop)
-    server.serve(target_loader=functools.partial(build_worker_app, settings), wrap_loader=False)
+    try:
+        server.serve(target_loader=functools.partial(build_worker_app, settings), wrap_loader=False)
+    except SystemExit as stopped:
+        if stopped.code:  # granian stops with an error only when a worker died and it would not replace it
+            log.error("placer serve stops: workers die as soon as they start (a crash loop): a worker died "
+                      "within 5.5 s of being started to replace one that had died; the container's restart "
+                      "starts them again")
+        raise

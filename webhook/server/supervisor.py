@@ -5,7 +5,7 @@
 - the metrics files of exited workers, folded into the totals (`metrics_files`);
 - the API server's Kubernetes minor (with `--kube`): workers that check policies against another get
   replaced (`version_watch`);
-- and, every 50 ms in a thread of its own, granian's worker replacements: the worker about to be stopped
+- and, every 0.2 s in a thread of its own, granian's worker replacements: the worker about to be stopped
   closes its connections after its responses first (`respawn_drain`).
 
 granian runs the workers: it starts them, replaces one that dies, recycles them past their lifetime or memory

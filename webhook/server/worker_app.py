@@ -15,6 +15,8 @@ from webhook.cluster.client.api import KubeApi
 from webhook.cluster.client.connection import ConnectionSetupError, connect
 from webhook.cluster.client.discovery import read_served_apis
 from webhook.cluster.client.namespace_lookup import NamespaceLookup
+from webhook.cluster.client.owner_lookup import OwnerLookup
+from webhook.engine.exemption_seal import ExemptionKeyError, Seals, read_key
 from webhook.placement.claims import ClaimLookup
 from webhook.placement.feasibility import PlacementCheck
 from webhook.policy.cel.libraries.leaks import LeakAccount
@@ -74,8 +76,27 @@ def build_worker_app(settings: Settings) -> PlacerApp:
         placement=placement,
         claims=claims,
         ledger=shares,
+        seals=_seals(settings),
         after_review=LeakRecycling(compiler.leaks),
     )
+
+
+def _seals(settings: Settings) -> Seals | None:
+    """With `--exemption-key`: the key, and, with `--kube`, the API reads of a Pod's controller owner."""
+    if settings.exemption_key is None:
+        return None
+    try:
+        key = read_key(settings.exemption_key)
+    except ExemptionKeyError as error:  # checked by `placer serve` before the workers start; a file gone since
+        log.error("exemption seals are off: %s", error)
+        return None
+    if settings.cluster_state is None:
+        return Seals(key)
+    try:
+        return Seals(key, OwnerLookup(KubeApi(connect(settings.kubeconfig))))
+    except ConnectionSetupError as error:
+        log.error("pods of sealed workloads cannot be checked against their owner: %s", error)
+        return Seals(key)
 
 
 def _namespace_lookup(settings: Settings, metrics: Metrics) -> NamespaceLookup | None:

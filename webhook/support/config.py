@@ -41,8 +41,10 @@ class Settings:
     cluster_state: Path | None = None
     """The state directory the cluster controller writes and workers read; None without `--kube`."""
     webhook_configuration: str | None = None
-    """The MutatingWebhookConfiguration whose `/mutate` rules the controller keeps to what the policies can act
-    on (`webhook.cluster.registration`); None: left as installed."""
+    """The MutatingWebhookConfiguration whose rules the controller keeps to what the policies can act on
+    (`webhook.cluster.registration`); None: left as installed."""
+    exemption_key: Path | None = None
+    """The file holding the key of exemption seals (`--exemption-key`); None: exemptions stay with the request."""
     max_body_bytes: int = MAX_BODY_BYTES
     read_timeout: float = READ_TIMEOUT_SECONDS
     """Seconds a client has to send a request's body once its head has come, before it is answered 408 and cut off."""

@@ -74,15 +74,24 @@ def kubeflow_templates(field: str) -> Callable[[JSONObject], list[TemplateSlot]]
 
 
 def _ray_workers(group: Any) -> int | None:
+    """The worker pods KubeRay runs for a group: `replicas` kept within `minReplicas` (default 0) and
+    `maxReplicas` (default unbounded), times `numOfHosts`; none for a suspended group (ray-project/kuberay
+    ray-operator/controllers/ray/utils/util.go, `GetWorkerGroupDesiredReplicas`)."""
     if not isinstance(group, dict):
         return 0
     if group.get("suspend") is True:
         return 0
+    low = int_at(group, "minReplicas", default=0)
+    high = int_at(group, "maxReplicas", default=None)
     replicas = int_at(group, "replicas", default=None)
-    if replicas is None:
-        replicas = int_at(group, "minReplicas", default=0)
+    if low is None:
+        return None
+    if replicas is None or replicas < low:
+        replicas = low
+    elif high is not None and replicas > high:
+        replicas = high
     hosts = int_at(group, "numOfHosts")
-    return None if replicas is None or hosts is None else replicas * hosts
+    return None if hosts is None else replicas * hosts
 
 
 def ray_cluster_slots(cluster_spec: Any, prefix: tuple[str, ...]) -> list[TemplateSlot]:

@@ -146,19 +146,39 @@ def executor_count(obj: JSONObject) -> int | None:
     instances = int_at(obj, "spec", "executor", "instances", default=None)
     if instances is None:
         instances = _conf_int(conf, "spark.executor.instances")
-    dynamic = read_path(obj, ("spec", "dynamicAllocation"))
-    enabled = (
-        dynamic.get("enabled") is True
-        if isinstance(dynamic, dict)
-        else (str(conf.get("spark.dynamicAllocation.enabled", "")).lower() == "true")
-    )
-    if not enabled:
+    if not dynamic_allocation(obj):
         return 1 if instances is None else instances
-    starts = [instances or 0]
-    for key in ("minExecutors", "initialExecutors"):
-        value = int_at(dynamic, key, default=None)
-        starts.append(value if value is not None else _conf_int(conf, f"spark.dynamicAllocation.{key}") or 0)
-    return max(starts)
+    return max(instances or 0, _dynamic_setting(obj, "minExecutors") or 0,
+               _dynamic_setting(obj, "initialExecutors") or 0)
+
+
+def dynamic_allocation(obj: JSONObject) -> bool:
+    """Whether Spark adds and removes executors as its tasks need (`spec.dynamicAllocation.enabled`, or
+    `spark.dynamicAllocation.enabled` when the application has no `dynamicAllocation`)."""
+    dynamic = read_path(obj, ("spec", "dynamicAllocation"))
+    if isinstance(dynamic, dict):
+        return dynamic.get("enabled") is True
+    conf = as_map(read_path(obj, ("spec", "sparkConf")))
+    return str(conf.get("spark.dynamicAllocation.enabled", "")).lower() == "true"
+
+
+def lasting_executors(obj: JSONObject) -> int:
+    """The executors that exist together for the whole run once they are asked for: every one without dynamic
+    allocation (`executor_count`: the driver asks for all of them at once, and replaces a lost one while the
+    others run), `minExecutors` with it. Spark's ExecutorAllocationManager removes idle executors down to
+    `minExecutors` and never below (apache/spark core/src/main/scala/org/apache/spark/
+    ExecutorAllocationManager.scala, `minNumExecutors`), then asks for new ones a few at a time: a gang of more
+    than `minExecutors` could wait for executors that are never asked for again. 0: no executor lasts."""
+    if not dynamic_allocation(obj):
+        return executor_count(obj) or 0
+    return _dynamic_setting(obj, "minExecutors") or 0
+
+
+def _dynamic_setting(obj: JSONObject, key: str) -> int | None:
+    value = int_at(obj, "spec", "dynamicAllocation", key, default=None)
+    if value is not None:
+        return value
+    return _conf_int(as_map(read_path(obj, ("spec", "sparkConf"))), f"spark.dynamicAllocation.{key}")
 
 
 def _conf_int(conf: JSONObject, key: str) -> int | None:

@@ -85,6 +85,11 @@ class KubeApi:
         """GET one object or list; `timeout` (seconds, connect and read) overrides the client's for this call."""
         return self._request("GET", path, query, timeout=timeout)
 
+    def get_text(self, path: str) -> str:
+        """GET a plain-text document: the API server's `/metrics` (Prometheus text format)."""
+        response = self._send("GET", path, query=None, read_timeout=self._timeouts.read, accept="text/plain")
+        return bytes(response.data or b"").decode(errors="replace")
+
     def create(self, path: str, body: Mapping[str, Any], query: Mapping[str, str] | None = None) -> dict[str, Any]:
         return self._request("POST", path, query, body)
 
@@ -186,12 +191,13 @@ class KubeApi:
         content_type: str = JSON,
         stream: bool = False,
         connect_timeout: float | None = None,
+        accept: str = JSON,
     ) -> Any:
         if self._closed:
             raise TransportError(f"{method} {path}: the client is closed")
         connect = self._timeouts.connect
         url = self._connection.server + path + (f"?{urlencode(query)}" if query else "")
-        headers = {"Accept": JSON, "User-Agent": f"placer/{__version__}"}
+        headers = {"Accept": accept, "User-Agent": f"placer/{__version__}"}
         token = self._connection.authorization()
         if token:
             headers["Authorization"] = token

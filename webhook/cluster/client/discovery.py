@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from webhook.cluster.client.api import ApiError
+from webhook.cluster.client.api import ApiError, TransportError
 from webhook.policy.fields.versions import DEFAULT, server_version
 from webhook.policy.state.shards import write_atomically
 from webhook.support.json_bytes import encode_json
@@ -34,6 +34,11 @@ from webhook.support.json_bytes import encode_json
 log = logging.getLogger(__name__)
 
 WATCHED_GROUPS = ("resource.k8s.io", "scheduling.k8s.io", "admissionregistration.k8s.io")
+WATCHED_FEATURES = ("WorkloadWithJob",)
+"""Gates read from the API server's `/metrics` (`kubernetes_feature_enabled{name=...}`, registered by
+kube-apiserver: kubernetes/kubernetes `cmd/kube-apiserver/app/server.go`, `AddMetrics`): whether the Job
+API keeps a Job's own gang (`spec.scheduling`, `webhook.gang.native`)."""
+_FEATURE = re.compile(r'^kubernetes_feature_enabled\{name="([^"]+)",stage="[^"]*"\} (\d+(?:\.\d+)?)$')
 """The groups Placer's features depend on: DRA claims, native gang scheduling, exported admission policies."""
 APIS_FILE = "apis.json"
 _MINOR = re.compile(r"\d+")
@@ -43,6 +48,9 @@ class DiscoveryClient(Protocol):
     """`webhook.cluster.client.api.KubeApi`'s GET: a dict, or raises ApiError (404 for what is not served)."""
 
     def get(self, path: str, query: Mapping[str, str] | None = None, *, timeout: float | None = None) -> dict[str, Any]:
+        ...
+
+    def get_text(self, path: str) -> str:
         ...
 
 
@@ -72,6 +80,9 @@ class ServedApis:
     minor: int = 0
     groups: Mapping[str, ServedGroup] = field(default_factory=dict)
     known: bool = False
+    features: Mapping[str, bool] = field(default_factory=dict)
+    """Feature gates of the API server that features depend on (`WATCHED_FEATURES`), as its `/metrics` says;
+    a gate missing here is not known (the metrics could not be read)."""
 
     @property
     def minor_version(self) -> str:
@@ -123,6 +134,7 @@ class ServedApis:
             "major": self.major,
             "minor": self.minor,
             "known": self.known,
+            "features": dict(self.features),
             "groups": {
                 name: {
                     "versions": list(group.versions),
@@ -146,8 +158,10 @@ class ServedApis:
             )
             for name, group in data.get("groups", {}).items()
         }
+        features = data.get("features")
         return cls(str(data.get("gitVersion") or ""), int(data.get("major") or 0), int(data.get("minor") or 0),
-                   groups, bool(data.get("known")))
+                   groups, bool(data.get("known")),
+                   {str(k): bool(v) for k, v in features.items()} if isinstance(features, dict) else {})
 
     def summary(self) -> str:
         """One line for logs: `v1.36.2; resource.k8s.io v1; scheduling.k8s.io v1, v1alpha2`."""
@@ -158,9 +172,11 @@ class ServedApis:
         return "; ".join(parts)
 
 
-def discover(api: DiscoveryClient, groups: Iterable[str] = WATCHED_GROUPS, *, timeout: float = 10.0) -> ServedApis:
+def discover(api: DiscoveryClient, groups: Iterable[str] = WATCHED_GROUPS, *, timeout: float = 10.0,
+             features: Iterable[str] = ()) -> ServedApis:
     """Read `/version` and the discovery of `groups`. A group the server does not serve (404) is left out;
-    any other failure raises (ApiError, TransportError): the caller keeps what it had and tries again."""
+    any other failure raises (ApiError, TransportError): the caller keeps what it had and tries again.
+    `features`: gates read from `/metrics` (`read_features`)."""
     version = api.get("/version", timeout=timeout)
     served: dict[str, ServedGroup] = {}
     for group in groups:
@@ -183,7 +199,25 @@ def discover(api: DiscoveryClient, groups: Iterable[str] = WATCHED_GROUPS, *, ti
             kinds[served_version] = _kinds(resources)
         served[group] = ServedGroup(versions, preferred, kinds)
     major, minor = _number(version.get("major")), _number(version.get("minor"))
-    return ServedApis(str(version.get("gitVersion") or ""), major, minor, served, known=True)
+    gates = read_features(api, tuple(features)) if features else {}
+    return ServedApis(str(version.get("gitVersion") or ""), major, minor, served, known=True, features=gates)
+
+
+def read_features(api: DiscoveryClient, names: tuple[str, ...]) -> dict[str, bool]:
+    """The gates among `names` the API server's `/metrics` reports (`kubernetes_feature_enabled` 1 or 0); none
+    when the metrics cannot be read (RBAC without `get` on the `/metrics` URL, or no such endpoint): not known,
+    and what depends on them stays off."""
+    try:
+        text = api.get_text("/metrics")
+    except (ApiError, TransportError) as error:
+        log.info("the API server's /metrics cannot be read (%s): feature gates %s not known", error, ", ".join(names))
+        return {}
+    found: dict[str, bool] = {}
+    for line in text.splitlines():
+        match = _FEATURE.match(line) if line.startswith("kubernetes_feature_enabled{") else None
+        if match and match.group(1) in names:
+            found[match.group(1)] = float(match.group(2)) == 1.0
+    return found
 
 
 def _kinds(resources: Mapping[str, Any]) -> dict[str, ServedResource]:
@@ -245,7 +279,7 @@ class DiscoveryRefresh:
             return False
         self._next = now + (self._interval if self.served.known else self._retry)
         try:
-            found = discover(self._api)
+            found = discover(self._api, features=WATCHED_FEATURES)
         except Exception as error:  # the API server is away: keep what was known, try again later
             log.warning("API discovery failed (%s); keeping: %s", error, self.served.summary())
             return False

@@ -179,33 +179,39 @@ class Reflector:
         """Events (or lists) the sink failed to apply, each tried again."""
 
     def run(self, stop: threading.Event) -> None:
-        """List and watch until `stop` is set; never raises."""
+        """List and watch until `stop` is set; never raises. Once `stop` is set, a failure (the stream closed
+        under the watch as its process or test shuts down) ends the thread quietly: nothing is logged after
+        the stop, when the log's stream may be gone already."""
         while not stop.is_set():
             try:
                 if self.resource_version is None:
                     self._list()
                 self._watch(stop)
-            except Expired as expired:
-                log.info("%s: %s; listing again", self._resource.kind, expired)
-                self.resource_version = None
-            except SinkFailed as failed:
-                wait = self._backoff.delay()
-                log.error("%s: %s (%s); trying again in %.1fs from resourceVersion %s", self._resource.kind,
-                          failed, failed.__cause__, wait, self.resource_version or "(a new list)")
-                self.sink_failures += 1
-                stop.wait(wait)
-            except ApiError as error:
-                wait = error.retry_after if error.retry_after is not None else self._backoff.delay()
-                log.warning("%s: API server error %s; retrying in %.1fs", self._resource.kind, error, wait)
-                stop.wait(wait)
-            except TransportError as error:
-                wait = self._backoff.delay()
-                log.warning("%s: %s; retrying in %.1fs", self._resource.kind, error, wait)
-                stop.wait(wait)
-            except Exception:  # a surprise must not end the watch: the snapshot would silently go stale
-                wait = self._backoff.delay()
-                log.exception("%s: unexpected failure; retrying in %.1fs", self._resource.kind, wait)
-                stop.wait(wait)
+            except Exception as error:
+                if stop.is_set():
+                    return
+                self._failed(error, stop)
+
+    def _failed(self, error: Exception, stop: threading.Event) -> None:
+        if isinstance(error, Expired):
+            log.info("%s: %s; listing again", self._resource.kind, error)
+            self.resource_version = None
+            return
+        if isinstance(error, SinkFailed):
+            wait = self._backoff.delay()
+            log.error("%s: %s (%s); trying again in %.1fs from resourceVersion %s", self._resource.kind,
+                      error, error.__cause__, wait, self.resource_version or "(a new list)")
+            self.sink_failures += 1
+        elif isinstance(error, ApiError):
+            wait = error.retry_after if error.retry_after is not None else self._backoff.delay()
+            log.warning("%s: API server error %s; retrying in %.1fs", self._resource.kind, error, wait)
+        elif isinstance(error, TransportError):
+            wait = self._backoff.delay()
+            log.warning("%s: %s; retrying in %.1fs", self._resource.kind, error, wait)
+        else:  # a surprise must not end the watch: the snapshot would silently go stale
+            wait = self._backoff.delay()
+            log.error("%s: unexpected failure; retrying in %.1fs", self._resource.kind, wait, exc_info=error)
+        stop.wait(wait)
 
     def _list(self) -> None:
         store: dict[str, Any] = {}

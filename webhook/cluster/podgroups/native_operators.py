@@ -177,6 +177,8 @@ class WhenResourceServed(Reflector):
             try:
                 version = self.served_version()
             except (ApiError, TransportError) as error:
+                if stop.is_set():
+                    return  # stopping: nothing is logged after the stop (`Reflector.run`)
                 log.warning("%s: discovery failed (%s); asking again in %.0fs", self.kind, error, self.recheck)
                 version = None
             if version is not None:

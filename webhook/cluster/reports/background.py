@@ -7,11 +7,12 @@ compressed, with a digest of it and the results of its last judgement. Work foll
 - a workload event whose projection did not change (status, resourceVersion, managedFields) costs nothing;
   one that did marks that workload;
 - a policy change (the state the workers serve, `ClusterStateSource`) marks the workloads of the namespaces
-  the old or new version of the changed policies selects; a namespace whose labels changed marks its own
-  (namespaces are compared every 30 s);
+  the old or new version of the changed policies selects; a namespace whose projection changed (the
+  controller's namespace sink tells `namespace_changed` once its shard is written) marks its own;
 - every `period` seconds every workload is judged again (a safety net for what no event tells).
 Only the leader judges and writes, in a thread of its own (the controller's loop never waits for it); a
-namespace's report is written only when its content changed (`reports.ReportWriter`).
+workload's report is written only when its content changed, at a bounded rate (`writer.ReportWriter`), and
+the cluster report at most every `CLUSTER_REPORT_INTERVAL` seconds.
 
 Without the report CRDs (wgpolicyk8s.io/v1alpha2 not served) nothing is watched: reports are off, said once
 in the log and in `/readyz` details (`readiness_detail`), and the CRDs are looked for again every 30 s.
@@ -21,35 +22,31 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.cluster.client.reflector import Reflector, Resource
-from webhook.cluster.reports.compliance import RuleResult, Verdict, evaluate
-from webhook.cluster.reports.reports import (
-    API_VERSION,
-    GROUP,
-    ReportWriter,
-    RuleCounts,
-    cluster_report,
-    namespace_report,
-    rule_counts,
-)
-from webhook.cluster.reports.workload_book import KindSink, WorkloadBook
+from webhook.cluster.reports.compliance import Verdict, evaluate
+from webhook.cluster.reports.reports import API_VERSION, GROUP, RuleTally, counted, report_key, workload_report
+from webhook.cluster.reports.results import RuleResult
+from webhook.cluster.reports.workload_book import KindSink, Record, WorkloadBook
+from webhook.cluster.reports.writer import ReportWriter
 from webhook.engine.value_drift import ValueCheck
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import PolicySnapshot
 from webhook.policy.state.cluster_state import ClusterStateSource
+from webhook.policy.state.shards import shard_of
+from webhook.support.typing import JSONObject
 from webhook.workloads import WorkloadKind, all_kinds, default_workload_table
 
 log = logging.getLogger(__name__)
 
 PERIOD = 600.0
 """Seconds between two full judgements of every workload."""
-NAMESPACE_SCAN = 30.0
-"""Seconds between two comparisons of every namespace's labels with those its workloads were judged with."""
+CLUSTER_REPORT_INTERVAL = 10.0
+"""Seconds between two writes of the ClusterPolicyReport while counts keep changing."""
 LOOK_AGAIN = 30.0
 """Seconds between two looks for the report CRDs while they are not served (one discovery GET each)."""
 STATE_FILE = "reports.json"
@@ -112,8 +109,11 @@ class BackgroundReports:
         leading: Callable[[], bool],
         exhausted: Callable[[], bool] = lambda: False,
         period: float = PERIOD,
+        cluster_interval: float = CLUSTER_REPORT_INTERVAL,
+        writer: ReportWriter | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         clock: Callable[[], float] = time.time,
+        seal_key: bytes | None = None,
     ) -> None:
         """`snapshot()`: the policies as the workers serve them, and whether they changed since last asked.
         `exhausted()`: whether Kubernetes CEL library calls have leaked this process's budget (the library
@@ -122,6 +122,8 @@ class BackgroundReports:
         self._api = api
         self._state_directory = state_directory
         self._snapshot = snapshot
+        self._seal_key = seal_key
+        """The key of exemption seals: a sealed workload is exempt, as its admission found (`exempt_results`)."""
         self._leading = leading
         self._exhausted = exhausted
         self.restart = False
@@ -129,18 +131,19 @@ class BackgroundReports:
         self._monotonic = monotonic
         self._clock = clock
         self.book = WorkloadBook()
-        self.writer = ReportWriter(api)
+        self.writer = writer or ReportWriter(api, monotonic=monotonic)
+        self._cluster_interval = cluster_interval
         self.enabled = False
         self.reflectors: list[Reflector] = []
         self.threads: list[threading.Thread] = []
         self._policies: dict[str, Policy] = {}
-        self._labels: dict[str, Mapping[str, str]] = {}
-        self._counts: dict[str, RuleCounts] = {}
-        """Per namespace, what the cluster report needs of its report."""
+        self.tally = RuleTally()
+        self._workload_of: dict[tuple[str, str], tuple[str, str]] = {}
+        """Per report key: the workload (namespace, book key) it is about."""
+        self._next_cluster_report = 0.0
         self._values: ValueCheck | None = None
         """The snapshot's rules comparing the values in their places, made again when the snapshot changes."""
         self._next_full = 0.0
-        self._next_scan = 0.0
         self.judged = 0
         """Workloads judged so far (for the benchmark and tests)."""
 
@@ -159,7 +162,11 @@ class BackgroundReports:
             try:
                 if self._leading():
                     self.round()
+                elif self.writer.seeded:  # another replica writes now: what this one knows goes stale
+                    self.writer.forget_all()
             except Exception:  # a bad round must not end reporting
+                if stop.is_set():
+                    return  # stopping: the API went away under the round; nothing is logged after the stop
                 log.exception("background evaluation round failed")
             if self._exhausted():
                 log.warning("background evaluation: Kubernetes CEL library calls leaked this process's budget; "
@@ -204,40 +211,82 @@ class BackgroundReports:
             log.warning("cannot record the reports' state in %s: %s", path, error)
 
     def round(self) -> int:
-        """Judge what changed and write the reports whose content changed; the number of workloads judged."""
+        """Judge what changed and offer the reports whose content changed, then write what the budget allows;
+        the number of workloads judged."""
+        if not self.writer.seeded:
+            self.writer.seed()  # leading (again): what is there already is not written again
+            self._mark_all()
         snapshot, changed = self._snapshot()
         if changed:
             self._policy_change(snapshot)
         now = self._monotonic()
-        if now >= self._next_scan:
-            self._next_scan = now + NAMESPACE_SCAN
-            self._namespace_changes(snapshot)
         if now >= self._next_full:
             self._next_full = now + self._period
             self.book.mark(None)
         dirty = self.book.take_dirty()
-        if not dirty:
-            return 0
+        if dirty:
+            self._judge(dirty, snapshot)
+        if (self.tally.changed and now >= self._next_cluster_report) or not self.writer.knows(None):
+            self._next_cluster_report = now + self._cluster_interval
+            self.tally.changed = False
+            self.writer.mark(None)
+        self.writer.flush(self._build)
+        return len(dirty)
+
+    def _build(self, key: tuple[str, str] | None) -> JSONObject | None:
+        """A report as it should be now: the cluster's, or a workload's (None when no rule matches it)."""
+        if key is None:
+            return self.tally.report()
+        workload = self._workload_of.get(key)
+        if workload is None:
+            return None
+        with self.book.lock:
+            record = self.book.by_namespace.get(workload[0], {}).get(workload[1])
+        if record is None or not record.results:
+            return None
+        return workload_report(Verdict(record.workload, record.results), record.found)
+
+    def _judge(self, dirty: set[tuple[str, str]], snapshot: PolicySnapshot) -> None:
         workloads = default_workload_table()
         if self._values is None or self._values.source is not snapshot:
             self._values = ValueCheck(snapshot)
         values = self._values
-        touched: set[str] = set()
         shared: dict[RuleResult, RuleResult] = {}
         """One copy of each distinct result this round (workloads of one template share their messages)."""
         for namespace, key in dirty:
-            touched.add(namespace)
+            previous = self.book.take_previous(namespace, key)
             with self.book.lock:
                 record = self.book.by_namespace.get(namespace, {}).get(key)
-            if record is None:
-                continue
-            results = tuple(shared.setdefault(result, result)
-                            for result in evaluate(record.unpacked(), snapshot, workloads, values).results)
-            if results != record.results:
-                record.results, record.found = results, self._clock()
-            self.judged += 1
-        self._write(touched, snapshot)
-        return len(dirty)
+            before = previous.results if previous is not None else record.results if record is not None else None
+            changed = False
+            if record is not None:
+                results = tuple(shared.setdefault(result, result)
+                                for result in evaluate(record.unpacked(), snapshot, workloads, values,
+                                                          seal_key=self._seal_key).results)
+                if results != record.results:
+                    record.results, record.found, changed = results, self._clock(), True
+                self.judged += 1
+            self._account(namespace, key, previous, record, before=before, changed=changed)
+
+    def _account(self, namespace: str, key: str, previous: Record | None, record: Record | None, *,
+                 before: tuple[RuleResult, ...] | None, changed: bool) -> None:
+        """Count the workload's results instead of those it had (`before`), and mark its report if they
+        changed or it is not (or no longer) as it should be; `previous` is the record it replaced, if any."""
+        self.tally.move(namespace, counted(before or ()), counted(record.results or ()) if record else ())
+        report = report_key(record.workload) if record is not None else None
+        if previous is not None and report_key(previous.workload) != report:  # gone, or re-created (a new uid)
+            self._workload_of.pop(report_key(previous.workload), None)
+            self.writer.forget(report_key(previous.workload))  # the garbage collector deletes it with the workload
+        if record is None or report is None:
+            return
+        self._workload_of[report] = (namespace, key)
+        if changed or self.writer.knows(report) != bool(record.results):
+            self.writer.mark(report)
+
+    def _mark_all(self) -> None:
+        """Every judged workload's report, after a list of those there (a new leader's first round)."""
+        for report in list(self._workload_of):
+            self.writer.mark(report)
 
     def _policy_change(self, snapshot: PolicySnapshot) -> None:
         """Mark the workloads of every namespace a changed policy (old or new version) selects."""
@@ -253,41 +302,14 @@ class BackgroundReports:
             return
         with self.book.lock:
             namespaces = list(self.book.by_namespace)
-        self.book.mark(name for name in namespaces
+        # In shard order: a namespace is read from its shard, and a reader keeps a quarter of the shards parsed.
+        self.book.mark(name for name in sorted(namespaces, key=shard_of)
                        if any(policy.applies_to_namespace(snapshot.namespace(name).labels) for policy in versions))
 
-    def _namespace_changes(self, snapshot: PolicySnapshot) -> None:
-        with self.book.lock:
-            namespaces = list(self.book.by_namespace)
-        relabelled = []
-        for name in namespaces:
-            labels = snapshot.namespace(name).labels
-            if self._labels.get(name) != labels:
-                self._labels[name] = labels
-                relabelled.append(name)
-        if relabelled:
-            self.book.mark(relabelled)
-
-    def _write(self, namespaces: set[str], snapshot: PolicySnapshot) -> None:
-        changed = False
-        for namespace in sorted(namespaces):
-            with self.book.lock:
-                records = dict(self.book.by_namespace.get(namespace, {}))
-            judged = [(Verdict(record.workload, record.results), record.found)
-                      for record in records.values() if record.results]
-            report = namespace_report(namespace, judged)
-            if not report["results"] and namespace not in self._counts:
-                continue  # nothing to say, and nothing said before
-            if not records and namespace not in snapshot.namespaces:  # the namespace is gone, its report too
-                changed |= self._counts.pop(namespace, None) is not None
-                self.writer.forget(namespace)
-                continue
-            self._counts[namespace] = rule_counts(report)
-            changed |= self.writer.write(namespace, report)
-        if changed or not self.writer.written(None):
-            self.writer.write(None, cluster_report(self._counts))
-
-
+    def namespace_changed(self, names: Iterable[str]) -> None:
+        """Namespaces whose labels or annotations changed, once their shards are written (from the namespace
+        watch's thread): their workloads are judged again, against the namespaces as the workers see them."""
+        self.book.mark(names)
 
 class ServedPolicies:
     """The policies and namespaces exactly as this replica's workers serve them (the state directory)."""

@@ -31,10 +31,12 @@ it is `fail` (the message says what differs; the patch replaces it), the workloa
 import json
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
-from typing import Literal
 
 from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.admission.pipeline import admit
+from webhook.cluster.reports.exempt_results import exempt_policies, judged_as_exempt
+from webhook.cluster.reports.results import RESULTS, Result, RuleResult
+from webhook.engine.exemption_seal import Seals
 from webhook.engine.mutate import RuleTrace
 from webhook.engine.request import AdmissionRequest
 from webhook.engine.value_drift import Ledger, ValueCheck, ValueDifference
@@ -43,8 +45,6 @@ from webhook.policy.snapshot import PolicySnapshot
 from webhook.support.typing import JSONObject, JSONPatch, as_map
 from webhook.workloads import WorkloadTable, controller_reference
 
-Result = Literal["pass", "fail", "error", "skip"]
-RESULTS: tuple[Result, ...] = ("pass", "fail", "error", "skip")
 SERVER_SET_METADATA = (
     "uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink",
     "deletionTimestamp", "deletionGracePeriodSeconds",
@@ -52,14 +52,6 @@ SERVER_SET_METADATA = (
 """ObjectMeta fields the API server sets and a CREATE never carries (ObjectMeta in the API reference:
 https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/object-meta/ — "Read-only", "Populated
 by the system")."""
-
-
-@dataclass(frozen=True, slots=True)
-class RuleResult:
-    policy: str
-    rule: str
-    result: Result
-    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +86,9 @@ class Verdict:
     """JSON Patch (RFC 6902) on the stored object that brings it in step: empty unless some result fails."""
     skipped: str | None = None
     """Why the workload as a whole is left alone, when it is."""
+    refused: str | None = None
+    """An Enforced policy would refuse the workload if it were created now (its message): no patch brings it in
+    step (any write of it is refused too); its refusing rules' results are `fail`."""
 
     @property
     def drifted(self) -> bool:
@@ -117,11 +112,12 @@ def as_create(stored: JSONObject) -> JSONObject:
 
 
 def evaluate(stored: JSONObject, snapshot: PolicySnapshot, workloads: WorkloadTable,
-             values: ValueCheck | None = None) -> Verdict:
+             values: ValueCheck | None = None, *, seal_key: bytes | None = None) -> Verdict:
     """Run the admission engine on `stored` as its CREATE and classify each matching rule.
 
     `snapshot` must know the workload's namespace (its labels decide which policies select it). `values`:
-    `ValueCheck(snapshot)`, made once for many workloads judged against the same snapshot."""
+    `ValueCheck(snapshot)`, made once for many workloads judged against the same snapshot. `seal_key`: the key
+    of exemption seals (`placer serve --exemption-key`), to honour a sealed workload as its admission did."""
     workload = reference_of(stored)
     policies = [policy for policy in snapshot.policies
                 if policy.applies_to_namespace(snapshot.namespace(workload.namespace).labels)]
@@ -133,22 +129,31 @@ def evaluate(stored: JSONObject, snapshot: PolicySnapshot, workloads: WorkloadTa
     kind = workloads.lookup(workload.api_version.rpartition("/")[0], workload.kind)
     ledger = Ledger(kind, create)
     checking = (values if values is not None and values.source is snapshot else ValueCheck(snapshot)).judging(ledger)
-    admission = admit(_request(create, workload), checking, workloads)
+    admission = admit(_request(create, workload), checking, workloads,
+                      seals=Seals(seal_key) if seal_key is not None else None)
     mutation = admission.mutation
     if admission.result == "error":
         return Verdict(workload, _for_every_rule(policies, "error", "internal error evaluating the policies"))
     if mutation.passed_through is not None:
         return _skipped(workload, policies, mutation.passed_through)
-    results = list(_rule_results(mutation.traces, mutation.patch, _unique(ledger.found), ledger.adding))
+    exempt = exempt_policies(policies, workload.namespace, create, kind, seal_key)
+    changes = _changes(mutation.patch)
+    results = list(_rule_results(mutation.traces, changes, _unique(ledger.found), ledger.adding,
+                                 refused=mutation.refused))
     if mutation.refused and mutation.denial is not None:
-        # An Enforced policy would refuse this workload if it were created now: it runs outside the boundary.
-        enforced = _enforced(policies)
-        kept = [result for result in results if result.policy not in {policy.name for policy in enforced}]
-        return Verdict(workload, (*kept, *_for_every_rule(enforced, "fail", mutation.denial)), [])
+        # An Enforced policy would refuse this workload if it were created now: each refusing rule is `fail` with
+        # its refusal; the other rules are judged on their own, and no patch can bring the workload in step.
+        if not any(result.refused for result in results):  # a Pod naming its node: no rule refuses it
+            results.extend(RuleResult(policy.name, "", "fail", mutation.denial, refused=True)
+                           for policy in policies if policy.enforced and policy.name not in exempt)
+        judged = judged_as_exempt(results, exempt)
+        return Verdict(workload, judged, [], refused=mutation.denial if any(r.refused for r in judged
+                                                                           if r.result == "fail") else None)
     if mutation.denial is not None and not any(result.result == "error" for result in results):
         results.append(RuleResult("", "", "error", mutation.denial))
-    failing = any(result.result == "fail" for result in results)
-    return Verdict(workload, tuple(results), list(mutation.patch) if failing else [])
+    judged = judged_as_exempt(results, exempt)
+    failing = any(result.result == "fail" for result in judged)
+    return Verdict(workload, judged, list(mutation.patch) if failing and changes else [])
 
 
 def _skipped(workload: WorkloadRef, policies: Iterable[Policy], reason: str) -> Verdict:
@@ -159,10 +164,6 @@ def _for_every_rule(policies: Iterable[Policy], result: Result, message: str) ->
     return tuple(RuleResult(policy.name, rule.name, result, message) for policy in policies for rule in policy.rules)
 
 
-def _enforced(policies: Iterable[Policy]) -> list[Policy]:
-    return [policy for policy in policies if policy.enforced]
-
-
 def _unique(found: list[ValueDifference]) -> list[ValueDifference]:
     """Each difference once (the engine may pass over a template more than once)."""
     unique: dict[tuple[str, str, str, str, bool], ValueDifference] = {}
@@ -171,27 +172,37 @@ def _unique(found: list[ValueDifference]) -> list[ValueDifference]:
     return list(unique.values())
 
 
-def _rule_results(traces: Iterable[RuleTrace], patch: JSONPatch, values: list[ValueDifference],
-                  adding: Set[tuple[str, str]]) -> Iterable[RuleResult]:
-    """One result per (policy, rule) that matched: error beats fail beats skip beats pass. `values`: what
-    differs in the rules' places; `adding`: the rules that also add what a template lacks."""
+def _rule_results(traces: Iterable[RuleTrace], changes: JSONPatch, values: list[ValueDifference],
+                  adding: Set[tuple[str, str]], *, refused: bool = False) -> Iterable[RuleResult]:
+    """One result per (policy, rule) that matched, each judged on its own: error beats a refusal beats fail
+    beats skip beats pass. `changes`: the workload's patch without Placer's marks (a rule whose changes leave
+    nothing in it changes nothing: `pass`); `values`: what differs in the rules' places; `adding`: the rules
+    that also add what a template lacks; `refused`: an Enforced policy refuses the workload (no patch)."""
     grouped: dict[tuple[str, str], list[RuleTrace]] = {}
     for trace in traces:
         grouped.setdefault((trace.policy, trace.rule), []).append(trace)
     for (policy, rule), rule_traces in grouped.items():
         outcomes = {trace.outcome for trace in rule_traces}
         errors = [trace for trace in rule_traces if trace.outcome == "error"]
-        changed = [trace for trace in rule_traces if trace.outcome == "applied" and trace.changed]
+        denied = [trace for trace in rule_traces if trace.outcome == "denied"]
+        changed = [trace for trace in rule_traces if trace.outcome == "applied" and trace.changed
+                   and (changes or refused)]
         replaced = [item for item in values if (item.policy, item.rule) == (policy, rule) and item.placers]
         kept = [item for item in values if (item.policy, item.rule) == (policy, rule) and not item.placers]
         if errors:
             yield RuleResult(policy, rule, "error", "; ".join(_detail(trace) for trace in errors))
+        elif denied:
+            yield RuleResult(policy, rule, "fail", "refused (enforcement: Enforced): " + "; ".join(
+                _detail(trace) for trace in denied), refused=True)
+        elif changed and refused:
+            yield RuleResult(policy, rule, "fail", "applying the rule now would change the workload; no patch is "
+                             "given while an Enforced policy refuses it")
         elif changed and replaced:
             also = "; it also adds what the workload lacks (see the patch)" if (policy, rule) in adding else ""
             yield RuleResult(policy, rule, "fail", f"{_value_prefix(policy, rule)}" + "; ".join(
                 f"{item.describe()} (written by Placer)" for item in replaced) + also)
         elif changed:
-            yield RuleResult(policy, rule, "fail", _drift_message(changed, patch))
+            yield RuleResult(policy, rule, "fail", _drift_message(changed, changes))
         elif "applied" in outcomes and kept:
             yield RuleResult(policy, rule, "pass", "the workload keeps its own value: " + "; ".join(
                 item.describe() for item in kept))
@@ -216,6 +227,12 @@ def _detail(trace: RuleTrace) -> str:
     template = trace.template
     where = f"template {template}: " if template else ""
     return where + (trace.detail or trace.outcome)
+
+
+def _changes(patch: JSONPatch) -> JSONPatch:
+    """The operations of a patch that change the workload: all but Placer's own `placer.dev/applied` mark."""
+    return [op for op in patch if not (str(op.get("path")).endswith("placer.dev~1applied")
+                                       or (str(op.get("path")).endswith("/annotations") and _only_applied(op)))]
 
 
 def _drift_message(changed: list[RuleTrace], patch: JSONPatch) -> str:
@@ -256,4 +273,5 @@ def _request(obj: JSONObject, workload: WorkloadRef) -> AdmissionRequest:
         dry_run=True,
         object=obj,
         old_object=None,
+        stored=True,
     )

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.cluster.reports.compliance import RuleResult, WorkloadRef, as_create, reference_of
+from webhook.cluster.reports.compliance import WorkloadRef, as_create, reference_of
+from webhook.cluster.reports.results import RuleResult
 from webhook.workloads import WorkloadKind
 
 
@@ -46,6 +47,9 @@ class WorkloadBook:
     by_namespace: dict[str, dict[str, Record]] = field(default_factory=dict)
     dirty: set[tuple[str, str]] = field(default_factory=set)
     """(namespace, key) to judge again."""
+    previous: dict[tuple[str, str], Record] = field(default_factory=dict)
+    """The record as last judged of each workload replaced or dropped since (what its report and the cluster
+    report's counts still say), until the evaluation takes it (`take_previous`)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     wake: threading.Event = field(default_factory=threading.Event)
 
@@ -56,6 +60,8 @@ class WorkloadBook:
             known = records.get(key)
             if known is not None and known.digest == digest:
                 return  # nothing the engine reads changed
+            if known is not None:
+                self.previous.setdefault((namespace, key), known)
             records[key] = Record(reference_of(dict(obj)), packed, digest)
             self.dirty.add((namespace, key))
         self.wake.set()
@@ -63,7 +69,9 @@ class WorkloadBook:
     def drop(self, namespace: str, key: str) -> None:
         with self.lock:
             records = self.by_namespace.get(namespace)
-            if records is not None and records.pop(key, None) is not None:
+            gone = records.pop(key, None) if records is not None else None
+            if gone is not None:
+                self.previous.setdefault((namespace, key), gone)
                 self.dirty.add((namespace, key))
         self.wake.set()
 
@@ -73,7 +81,7 @@ class WorkloadBook:
         with self.lock:
             for namespace, records in self.by_namespace.items():
                 for key in [key for key in records if key.startswith(prefix) and key not in objects]:
-                    del records[key]
+                    self.previous.setdefault((namespace, key), records.pop(key))
                     self.dirty.add((namespace, key))
         for key, (namespace, obj) in objects.items():
             self.put(namespace, key, obj)
@@ -87,6 +95,10 @@ class WorkloadBook:
             for namespace, records in chosen.items():
                 self.dirty.update((namespace, key) for key in records)
         self.wake.set()
+
+    def take_previous(self, namespace: str, key: str) -> Record | None:
+        with self.lock:
+            return self.previous.pop((namespace, key), None)
 
     def take_dirty(self) -> set[tuple[str, str]]:
         with self.lock:

@@ -89,7 +89,9 @@ MUTATING_ADMISSION_POLICY_VARIABLES = ("object", "oldObject", "request", "namesp
 """What a MutatingAdmissionPolicy's expressions see (`placer export` writes expressions for that)."""
 
 
-def new_environment(leaks: LeakAccount | None = None, *, names: Sequence[str] = VARIABLE_NAMES) -> Any:
+def new_environment(leaks: LeakAccount | None = None, *, names: Sequence[str] = VARIABLE_NAMES,
+                    declared: Mapping[str, Any] | None = None, messages: Messages | None = None,
+                    extensions: Sequence[Any] = ()) -> Any:
     """Create the CEL environment: Placer's variables; the strings, optional and bindings extensions; the
     runtime's built-in `sets`, `lists` and two-variable comprehensions (`all(i, v, ...)`, `transformList`);
     and Kubernetes' libraries, their calls counted by `leaks` (a fresh account, without a budget, if None).
@@ -98,6 +100,8 @@ def new_environment(leaks: LeakAccount | None = None, *, names: Sequence[str] = 
     the other variables are maps of `dyn`, so that expressions type-check against objects of any shape and
     numeric comparisons across int and double (`resources.limits['cpu'] > 2`) are resolved at evaluation.
     `names`: the variables declared (MUTATING_ADMISSION_POLICY_VARIABLES: those of an exported policy).
+    `declared`, `messages` and `extensions`: for the load-time type check (`webhook.policy.fields.type_check`),
+    variables of declared types, the descriptor pool holding their messages, and more declarations.
     """
     dyn = cel.Type.DYN
     map_of_dyn = cel.Type.Map(cel.Type.STRING, dyn)
@@ -106,15 +110,16 @@ def new_environment(leaks: LeakAccount | None = None, *, names: Sequence[str] = 
     declarations["oldObject"] = dyn  # null on CREATE
     if "resources" in names:
         declarations["resources"] = cel.Type.Map(cel.Type.STRING, map_of_dyn)
-    extensions = "".join(f"  - name: {name}\n" for name in BUILTIN_EXTENSIONS)
-    messages = Messages()
+    declarations.update(declared or {})
+    builtin = "".join(f"  - name: {name}\n" for name in BUILTIN_EXTENSIONS)
+    messages = messages if messages is not None else Messages()
     kubernetes = cel_libraries.declarations(messages, leaks if leaks is not None else LeakAccount())
     return cel.NewEnv(
         descriptor_pool=messages.pool,
-        config=cel.NewEnvConfigFromYaml(f"name: placer\nextensions:\n{extensions}"),
+        config=cel.NewEnvConfigFromYaml(f"name: placer\nextensions:\n{builtin}"),
         variables=declarations,
         extensions=[ext_strings.ExtStrings(), ext_optional.ExtOptional(), ext_bindings.ExtBindings(),
-                    kubernetes.extension],
+                    kubernetes.extension, *extensions],
         functions=kubernetes.functions,
         function_impls=kubernetes.implementations,
     )
@@ -200,6 +205,12 @@ def _source_compile_error(environment: Any, source: str) -> RuntimeError | None:
 def referenced_variables(source: str) -> list[str]:
     """The policy variable names an expression reads as `variables.x` or `variables['x']`, in order."""
     return [dotted or indexed for dotted, indexed in _VARIABLE_REFERENCE.findall(source)]
+
+
+def variable_references(source: str) -> list[tuple[int, int, str]]:
+    """Each `variables.x` / `variables['x']` of `source`: its start and end offsets, and the name."""
+    return [(match.start(), match.end(), match.group(1) or match.group(2))
+            for match in _VARIABLE_REFERENCE.finditer(source)]
 
 
 def inline_variables(source: str, expressions: Mapping[str, str]) -> str:

@@ -34,6 +34,7 @@ from webhook.policy.fields.schemas import (
     SchemaSet,
     step,
 )
+from webhook.policy.fields.type_check import TypeCheck
 from webhook.policy.fields.variable_shapes import roots
 from webhook.policy.fields.versions import DEFAULT, newer_than
 from webhook.workloads import all_kinds
@@ -72,6 +73,16 @@ class FieldChecks:
         self.enabled = enabled
         self._roots: dict[str, dict[str, list[tuple[str, Alternative]]]] = {}
         self._sets: dict[str, SchemaSet] = {}
+        self._types: TypeCheck | None = None
+
+    def types(self) -> TypeCheck | None:
+        """The type check of the target's expressions (`type_check`), built on first use; None when the
+        checks are off."""
+        if not self.enabled:
+            return None
+        if self._types is None:
+            self._types = TypeCheck(self.schemas(self.version), self._roots_of(self.version))
+        return self._types
 
     def schemas(self, version: str) -> SchemaSet:
         """The target's schemas, or another version's: published, with the kinds only the cluster knows

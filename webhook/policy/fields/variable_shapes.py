@@ -11,6 +11,7 @@ publishes no OpenAPI for it (it is never served), so its fields are listed here.
 
 from collections.abc import Iterable, Mapping
 
+from webhook.policy.fields.operator_schemas import OPERATOR_KINDS
 from webhook.policy.fields.schemas import KindKey, Schema, SchemaSet, unknown_kind_schema
 
 _STRING: Schema = {"type": "string"}
@@ -72,13 +73,19 @@ def roots(schemas: SchemaSet, kinds: Iterable[tuple[str, str, tuple[str, ...]]],
           crds: Mapping[KindKey, Schema], served: frozenset[tuple[str, str]] | None) -> dict[str, Labelled]:
     """The schemas of every variable. `kinds`: (group, kind, versions) Placer admits; `crds`: kinds read
     from CRD files; `served`: with a cluster, the (group, version) it serves (a kind of any other is never
-    admitted there, so it is not seen), else None (offline: a kind whose schema is unknown is dynamic)."""
+    admitted there, so it is not seen), else None (offline: an operator kind is described by
+    `operator_schemas`, a version no operator serves is not seen, any other kind whose schema is unknown is
+    dynamic)."""
     objects: Labelled = []
+    described = {(group, kind) for group, _, kind in OPERATOR_KINDS}
     for group, kind, versions in kinds:
         for version in versions:
             key = (group, version, kind)
             schema = crds.get(key) or schemas.kinds.get(key)
             if schema is None and served is not None and (group, version) not in served:
+                continue
+            schema = schema or OPERATOR_KINDS.get(key)
+            if schema is None and served is None and (group, kind) in described:
                 continue
             objects.append((kind, schema if schema is not None else unknown_kind_schema()))
     namespace = schemas.kinds.get(NAMESPACE_KIND)

@@ -1,12 +1,13 @@
 """Reading Kubernetes manifests: multi-document YAML, safely, with the line each document starts on."""
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from webhook.policy.snapshot import NamespaceInfo
+from webhook.policy.sources.yaml_positions import Positions
 
 try:  # the C loader is an order of magnitude faster; both are safe loaders
     from yaml import CSafeLoader as SafeLoader
@@ -15,13 +16,20 @@ except ImportError:  # pragma: no cover - depends on how PyYAML was built
 
 
 class ManifestError(ValueError):
-    """The text is not valid YAML; the message has line and column."""
+    """The text is not valid YAML; the message has line and column, and so has `place`."""
+
+    def __init__(self, message: str, place: tuple[int, int] | None = None, problem: str | None = None) -> None:
+        super().__init__(message)
+        self.place = place
+        self.problem = problem if problem is not None else message
 
 
 @dataclass(frozen=True, slots=True)
 class Document:
     line: int
     content: Any
+    positions: Positions | None = field(default=None, compare=False, repr=False)
+    """Where each value is written in the file (None for an item of a `kind: List`)."""
 
 
 def read_documents(text: str) -> list[Document]:
@@ -35,11 +43,12 @@ def read_documents(text: str) -> list[Document]:
                 break
             content = loader.construct_document(node)
             if content is not None:
-                documents.append(Document(node.start_mark.line + 1, content))
+                documents.append(Document(node.start_mark.line + 1, content, Positions.of_node(node, text)))
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise ManifestError(f"{where}{error.problem or error}") from None
+        place = (mark.line + 1, mark.column + 1) if mark is not None else None
+        raise ManifestError(f"{where}{error.problem or error}", place, str(error.problem or error)) from None
     except yaml.YAMLError as error:
         raise ManifestError(str(error)) from None
     finally:

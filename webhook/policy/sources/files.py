@@ -133,11 +133,13 @@ class FilePolicySource:
             documents = list(expand_lists(read_documents(path.read_text(encoding="utf-8"))))
         except (OSError, UnicodeDecodeError, ManifestError) as error:
             # Keep the last good content: a half-written file must not drop policies that were serving.
+            place = error.place if isinstance(error, ManifestError) else None
+            problem = error.problem if isinstance(error, ManifestError) and place is not None else str(error)
             return _FileState(
                 fingerprint,
                 previous.policies,
                 previous.namespaces,
-                [PolicyError(source, f"cannot read: {error}")],
+                [PolicyError(source, f"cannot read: {problem}", place=place)],
                 default_priority_class=previous.default_priority_class,
                 kept_last_good=True,
             )
@@ -149,7 +151,8 @@ class FilePolicySource:
             state.default_priority_class = global_default_class_from(document.content) or state.default_priority_class
             if not is_policy(document.content):
                 continue
-            result = self._compiler.compile(document.content, source)
+            locate = document.positions.place if document.positions is not None else None
+            result = self._compiler.compile(document.content, source, locate)
             state.errors.extend(result.errors)
             if result.policy is not None:
                 state.policies[result.policy.name] = result.policy

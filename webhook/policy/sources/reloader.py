@@ -34,6 +34,8 @@ class SourceContent:
     """Whether the cluster serves PodGroups (the cluster source; None elsewhere)."""
     native_gang_version: str | None = None
     """The kube-scheduler PodGroup version the cluster serves, "" for none (the cluster source; None elsewhere)."""
+    job_gangs: bool = False
+    """The cluster's Job controller keeps Jobs' gangs from their own field (the cluster source)."""
 
 
 class PolicySource(Protocol):
@@ -57,7 +59,9 @@ def combine(contents: Iterable[SourceContent], environment: Any) -> PolicySnapsh
     default_class: str | None = None
     pod_groups_served: bool | None = None
     native_gang_version: str | None = None
+    job_gangs = False
     for content in contents:
+        job_gangs = job_gangs or content.job_gangs
         if pod_groups_served is None:
             pod_groups_served = content.pod_groups_served
         if native_gang_version is None:
@@ -82,6 +86,7 @@ def combine(contents: Iterable[SourceContent], environment: Any) -> PolicySnapsh
         default_priority_class=default_class,
         pod_groups_served=pod_groups_served,
         native_gang_version=native_gang_version,
+        job_gangs=job_gangs,
     )
 
 

@@ -90,6 +90,8 @@ class ClusterState:
     """Whether the API server serves PodGroups, when a serving policy asks for them (else None)."""
     native_gang_version: str | None = None
     """The kube-scheduler PodGroup version the API server serves, "" for none, None when not known."""
+    job_gangs: bool = False
+    """The Job controller keeps Jobs' gangs from their own `spec.scheduling` (`PolicySnapshot.job_gangs`)."""
 
 
 def write_state(directory: Path, state: ClusterState) -> None:
@@ -106,6 +108,7 @@ def write_state(directory: Path, state: ClusterState) -> None:
         "defaultPriorityClass": state.default_priority_class,
         "podGroupsServed": state.pod_groups_served,
         "nativeGangVersion": state.native_gang_version,
+        "jobGangs": state.job_gangs,
     }
     directory.mkdir(parents=True, exist_ok=True)
     write_atomically(policies_path(directory), encode_json(payload))
@@ -129,6 +132,7 @@ def read_state(directory: Path) -> ClusterState:
         default_priority_class=default_class if isinstance(default_class, str) else None,
         pod_groups_served=served if isinstance(served, bool) else None,
         native_gang_version=native if isinstance(native, str) else None,
+        job_gangs=payload.get("jobGangs") is True,
     )
 
 
@@ -188,4 +192,5 @@ class ClusterStateSource:
             default_priority_class=state.default_priority_class,
             pod_groups_served=state.pod_groups_served,
             native_gang_version=state.native_gang_version,
+            job_gangs=state.job_gangs,
         )

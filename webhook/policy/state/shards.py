@@ -103,6 +103,11 @@ class ShardWriter:
     def __len__(self) -> int:
         return sum(len(shard) for shard in self._shards)
 
+    def changed_by(self, entries: Mapping[str, Entry]) -> list[str]:
+        """The names whose entry `replace(entries)` would change, add or drop."""
+        found = [name for name, entry in entries.items() if self._shards[shard_of(name)].get(name) != entry]
+        return found + [name for shard in self._shards for name in shard if name not in entries]
+
     def replace(self, entries: Mapping[str, Entry]) -> int:
         """Make the shards hold exactly `entries` (a list, or a list again after 410 Gone); returns shards written.
         Every shard is tried; the first write that failed is raised afterwards."""
