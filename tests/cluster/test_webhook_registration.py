@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.harness import CRDS, KUBECONFIG_ENV, MUTATING, POLICIES, address_towards, wait_until
-from tests.conftest import REPO
+from tests.cluster.harness import CRDS, MUTATING, POLICIES, address_towards, wait_until
+from tests.conftest import KUBECONFIG_ENV, REPO
 from tests.e2e.server import RunningServer, running_server
 from webhook.cluster.client.api import ApiError, KubeApi, Timeouts
 from webhook.cluster.client.connection import ClusterConnection, connect
