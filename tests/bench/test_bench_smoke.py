@@ -227,7 +227,7 @@ def test_through_the_api_server_each_round_is_compared_with_its_own_no_webhook_r
     from tests.bench.bench_apiserver import summarise as summarise_apiserver  # noqa: PLC0415
 
     def row(p50: float, p99: float, rate: float) -> dict[str, Any]:
-        return {"p50": p50, "p99": p99, "rate": rate, "requests": 100, "errors": 0}
+        return {"p50": p50, "p99": p99, "rate": rate, "requests": 100, "errors": 0, "error_kinds": {}}
 
     measured = {  # round 2 is a slow round for every path alike
         "no webhook": [row(2.0, 5.0, 1000), row(4.0, 9.0, 500), row(2.2, 5.5, 900)],
@@ -283,7 +283,7 @@ def test_through_the_api_server_placer_is_compared_round_by_round_with_the_go_we
     from tests.bench.bench_apiserver import summarise as summarise_apiserver  # noqa: PLC0415
 
     def row(p50: float, rate: float) -> dict[str, Any]:
-        return {"p50": p50, "p99": p50 * 2, "rate": rate, "requests": 100, "errors": 0}
+        return {"p50": p50, "p99": p50 * 2, "rate": rate, "requests": 100, "errors": 0, "error_kinds": {}}
 
     measured = {
         "no webhook": [row(2.0, 1000), row(4.0, 500), row(2.2, 900)],

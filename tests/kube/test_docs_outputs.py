@@ -102,16 +102,22 @@ def printed_row(crd_file: str, report: dict[str, Any]) -> list[str]:
 def test_the_reports_of_the_worked_example_are_what_the_page_shows(
         apiserver: FakeApiServer, api: KubeApi, tmp_path: Path) -> None:
     """The page's `kubectl get policyreports` and `clusterpolicyreports` rows (before `--apply`): the reports
-    the controller writes for web.yaml, others.yaml and policy.yaml, read through the CRDs' printer columns."""
+    the controller writes for web.yaml, others.yaml and policy.yaml (one PolicyReport per workload, named by
+    its uid, which the page shows as any uid), read through the CRDs' printer columns."""
     apiserver.reports_served = True
     put_examples(apiserver, "web.yaml", "others.yaml", "policy.yaml")
-    with running(api, tmp_path / "state"):
-        namespace = wait_for(lambda: (apiserver.other.get(f"{REPORTS_API}/namespaces/team-a/policyreports")
-                                      or {}).get("placer"), timeout=30, what="the namespace's PolicyReport")
-        cluster = wait_for(lambda: (apiserver.other.get(f"{REPORTS_API}/clusterpolicyreports") or {}).get("placer"),
-                           timeout=30, what="the ClusterPolicyReport")
     page = DOCS / "reports-and-drift.md"
-    for command, crd_file, report in (("kubectl get policyreports -n team-a", "policyreports.yaml", namespace),
-                                      ("kubectl get clusterpolicyreports", "clusterpolicyreports.yaml", cluster)):
-        _header, row = shown_output(page, command).splitlines()
-        assert row.split()[:-1] == printed_row(crd_file, report), command
+    shown = [row.split()[1:-1] for row in shown_output(page, "kubectl get policyreports -n team-a").splitlines()[1:]]
+    _header, cluster_row = shown_output(page, "kubectl get clusterpolicyreports").splitlines()
+
+    def rows() -> list[list[str]]:
+        reports = (apiserver.other.get(f"{REPORTS_API}/namespaces/team-a/policyreports") or {}).values()
+        return sorted(printed_row("policyreports.yaml", report)[1:] for report in reports)
+
+    def cluster() -> list[str] | None:
+        report = (apiserver.other.get(f"{REPORTS_API}/clusterpolicyreports") or {}).get("placer")
+        return printed_row("clusterpolicyreports.yaml", report) if report else None
+
+    with running(api, tmp_path / "state", apiserver):
+        wait_for(lambda: rows() == sorted(shown), timeout=30, what=f"the page's rows {sorted(shown)}")
+        wait_for(lambda: cluster() == cluster_row.split()[:-1], timeout=30, what="the page's ClusterPolicyReport")
