@@ -111,11 +111,13 @@ def test_the_reports_of_the_worked_example_are_what_the_page_shows(
     _header, cluster_row = shown_output(page, "kubectl get clusterpolicyreports").splitlines()
 
     def rows() -> list[list[str]]:
-        reports = (apiserver.other.get(f"{REPORTS_API}/namespaces/team-a/policyreports") or {}).values()
+        with apiserver.condition:  # the controller's threads write the store meanwhile
+            reports = list((apiserver.other.get(f"{REPORTS_API}/namespaces/team-a/policyreports") or {}).values())
         return sorted(printed_row("policyreports.yaml", report)[1:] for report in reports)
 
     def cluster() -> list[str] | None:
-        report = (apiserver.other.get(f"{REPORTS_API}/clusterpolicyreports") or {}).get("placer")
+        with apiserver.condition:
+            report = (apiserver.other.get(f"{REPORTS_API}/clusterpolicyreports") or {}).get("placer")
         return printed_row("clusterpolicyreports.yaml", report) if report else None
 
     with running(api, tmp_path / "state", apiserver):
