@@ -3,9 +3,10 @@
     python -m tests.bench [--iterations 1000] [--duration 10] [--soak 200000]
 
 1. engine: µs per admission in-process, by rule count and object size, and the engine's phases;
-2. direct: Placer's /mutate (2 and 50 rules, the captured Pod review and the 8.5 KB Deployment) beside a
-   minimal RSGI app on the same server (granian) and TLS (the stack's floor), at 1, 8 and 32 connections, with
-   req/s, p50/p99, CPU seconds per 1,000 requests and worker RSS (wrk when installed);
+2. direct: Placer's /mutate (2 and 50 rules, the captured Pod review and the 8.5 KB Deployment; 2 rules and
+   1,000 sibling Pods of one ReplicaSet) beside a minimal RSGI app on the same server (granian) and TLS (the
+   stack's floor), at 1, 8 and 32 connections, with req/s, p50/p99, CPU seconds per 1,000 requests and worker
+   RSS (wrk when installed);
 3. server: `placer serve` over TLS under keep-alive load from separate processes, /mutate and /healthz at
    1, 8 and 32 connections, and the RSS of each worker;
 4. soak (with --soak N): N admissions with worker RSS sampled along the way.

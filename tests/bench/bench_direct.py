@@ -1,7 +1,7 @@
 """The direct table: what Placer's `/mutate` costs beside the stack's floor, on the same server (granian) and TLS.
 
     python -m tests.bench.bench_direct [--duration 5] [--connections 1,8,32] [--workers 2]
-                                       [--cases floor,floor-busy,2,50] [--rounds 1] [--busy-us 450]
+                                       [--cases floor,floor-busy,go,2,50,siblings] [--rounds 1] [--busy-us 450]
 
 Cases, each served by its own server and loaded at each connection count (keep-alive TLS, one request in
 flight per connection, `wrk` when installed — Debian's package — else tests.bench.loadgen):
@@ -14,6 +14,10 @@ flight per connection, `wrk` when installed — Debian's package — else tests.
 - Placer with 2 rules (a node selector from a namespace label, a GPU toleration), the captured Pod review
   (3.1 KB, what the API server sends for such a Pod);
 - Placer with 50 rules, the same Pod review, and the 8.5 KB Deployment of bench_engine;
+- `siblings`: Placer with 2 rules, the Pods of one ReplicaSet scaling to 1,000 (tests.bench.siblings: a request
+  uid and a managedFields time of their own each) sent in turn, so that all but the first are answered
+  from the sibling cache (webhook/admission/sibling_cache.py). The captured Pod of the other cases is a bare
+  Pod, which has no siblings: each of its reviews is decided;
 - `go`: the floor of any webhook answering Placer's patch: bench_apiserver's Go reference webhook (Go's HTTP/1.1
   server and TLS, tests/bench/go_reference) answering the Pod review with the patch Placer answers it with 2
   rules (its worker CPU: the Go process's). Left out, with the reason, when `go` is not on PATH.
@@ -53,6 +57,7 @@ from tests.bench.bench_engine import deployment, policies
 from tests.bench.bench_server import NAMESPACES, rss_mb
 from tests.bench.loadgen import load
 from tests.bench.reference_webhook import NoGo, build
+from tests.bench.siblings import replicaset_pods
 from tests.conftest import fixture_request
 from tests.e2e.server import free_port, running_server
 from webhook.commands.certs import issue
@@ -74,6 +79,8 @@ spec:
 """
 NAMESPACE_WITH_POOL = NAMESPACES.replace("team: ml}", "team: ml, node-pool: ml}")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+SIBLINGS = 1000
+"""The `siblings` case: Pods of one ReplicaSet as it scales to this many (tests.bench.siblings), sent in turn."""
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -130,7 +137,7 @@ def floor_server(workdir: Path, certs: Any, workers: int, busy_us: int | None = 
 @contextlib.contextmanager
 def placer_server(workdir: Path, certs: Any, rules: int, workers: int) -> Iterator[tuple[str, list[int]]]:
     policy_dir = workdir / f"policies-{rules}"
-    policy_dir.mkdir()
+    policy_dir.mkdir(exist_ok=True)  # the siblings case serves the 2 rules too
     texts = [TWO_RULES] if rules == 2 else policies(rules)
     for index, text in enumerate(texts):
         (policy_dir / f"policy-{index}.yaml").write_text(text)
@@ -175,10 +182,20 @@ def go_server(binary: Path, workdir: Path, certs: Any, patch: list[dict[str, Any
         process.wait(timeout=15)
 
 
+def request_bodies(body: Path) -> bytes | list[bytes]:
+    """A body file's request body, or, from a `.jsonl` file, one body a line, sent in turn."""
+    return body.read_bytes().splitlines() if body.suffix == ".jsonl" else body.read_bytes()
+
+
 def wrk(url: str, body: Path, connections: int, duration: float) -> dict[str, Any]:
     script = body.with_suffix(".lua")
-    script.write_text(f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
-                      f'wrk.body = io.open("{body}", "rb"):read("*a")\n')
+    head = 'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+    if body.suffix == ".jsonl":  # each thread sends the bodies in turn, one a line
+        script.write_text(head + f'bodies = {{}}\nfor line in io.lines("{body}") do bodies[#bodies + 1] = line end\n'
+                          'sent = 0\nrequest = function()\n  sent = sent + 1\n'
+                          '  return wrk.format(nil, nil, nil, bodies[(sent % #bodies) + 1])\nend\n')
+    else:
+        script.write_text(head + f'wrk.body = io.open("{body}", "rb"):read("*a")\n')
     seconds = f"{max(1, round(duration))}s"
     output = subprocess.run(["wrk", "-t", str(min(connections, 2)), "-c", str(connections), "-d", seconds,
                              "--latency", "-s", str(script), url], capture_output=True, text=True, check=True).stdout
@@ -200,7 +217,7 @@ def measure(url: str, pids: list[int], body: Path, connections: int, duration: f
     if use_wrk:
         result = wrk(url, body, connections, duration)
     else:
-        result = load(url, body.read_bytes(), connections=connections, duration=duration, ca=ca,
+        result = load(url, request_bodies(body), connections=connections, duration=duration, ca=ca,
                       processes=min(2, connections))
     spent = cpu_seconds(pids) - before
     busy, stolen, counted = (after - start for after, start in zip(machine_cpu(), machine_before, strict=True))
@@ -213,9 +230,9 @@ def measure(url: str, pids: list[int], body: Path, connections: int, duration: f
 
 
 def run(duration: float, connections: list[int], workers: int, *, quiet: bool = False,
-        big: bool = True, only: frozenset[str] = frozenset({"floor", "2", "50"}), busy_us: int = 450
+        big: bool = True, only: frozenset[str] = frozenset({"floor", "2", "50", "siblings"}), busy_us: int = 450
         ) -> list[dict[str, Any]]:
-    """Every case in `only` (floor, floor-busy, 2, 50), loaded at each connection count; one row each."""
+    """Every case in `only` (floor, floor-busy, go, 2, 50, siblings), loaded at each connection count; one row each."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="placer-direct-") as tmp:
         workdir = Path(tmp)
@@ -224,12 +241,15 @@ def run(duration: float, connections: list[int], workers: int, *, quiet: bool = 
         pod.write_text(json.dumps(fixture_request("pod-bare-create-dryrun")))
         deployment_body = workdir / "deployment.json"
         deployment_body.write_text(json.dumps(deployment(8_500)))
+        siblings = workdir / "replicaset-pods.jsonl"
+        siblings.write_bytes(b"\n".join(replicaset_pods(SIBLINGS)) + b"\n")
         cases: list[tuple[str, str, int | tuple[int | None], list[Path]]] = [
             ("floor (minimal RSGI)", "floor", (None,), [pod]),
             (f"floor, {busy_us} µs busy", "floor-busy", (busy_us,), [deployment_body]),
             ("go, 2-rule patch", "go", 0, [pod]),
             ("placer, 2 rules", "2", 2, [pod]),
-            ("placer, 50 rules", "50", 50, [pod, deployment_body] if big else [pod])]
+            ("placer, 50 rules", "50", 50, [pod, deployment_body] if big else [pod]),
+            (f"placer, 2 rules, {SIBLINGS:,} siblings", "siblings", 2, [siblings])]
         for label, name, setup, bodies in cases:
             if name not in only:
                 continue
@@ -250,11 +270,18 @@ def run(duration: float, connections: list[int], workers: int, *, quiet: bool = 
                     measure(url + "/mutate?timeout=10s", pids, body, 4, 1.0, str(certs.ca_cert))  # warm-up
                     for count in connections:
                         row = measure(url + "/mutate?timeout=10s", pids, body, count, duration, str(certs.ca_cert))
-                        rows.append({"case": label, "body": f"{body.stem} {body.stat().st_size / 1024:.1f} KB",
+                        rows.append({"case": label, "body": body_label(body),
                                      "connections": count, **row})
                         if not quiet:
                             print_row(rows[-1])
     return rows
+
+
+def body_label(body: Path) -> str:
+    bodies = request_bodies(body)
+    if isinstance(bodies, list):
+        return f"{body.stem} {sum(map(len, bodies)) / len(bodies) / 1024:.1f} KB"
+    return f"{body.stem} {len(bodies) / 1024:.1f} KB"
 
 
 HEADER = (f"{'case':32} {'body':22} {'conns':>5} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU s/1k':>9} "
@@ -313,10 +340,10 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--connections", default="1,8,32")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--cases", default="floor,2,50",
+    parser.add_argument("--cases", default="floor,2,50,siblings",
                         help="which of: floor, floor-busy (the floor spending --busy-us of Python per request, "
                              "with the Deployment), go (the Go webhook answering Placer's 2-rule patch), 2 (rules), "
-                             "50 (rules)")
+                             "50 (rules), siblings (2 rules, the Pods of one ReplicaSet in turn)")
     parser.add_argument("--busy-us", type=int, default=450,
                         help="the Python work per request of the floor-busy case, µs (about what Placer's 50 rules "
                              "add to the floor for the Deployment)")

@@ -99,8 +99,9 @@ async def _read_chunks(reader: asyncio.StreamReader) -> None:
         await reader.readexactly(size + 2)  # the chunk and its CRLF
 
 
-async def _connection(host: str, port: int, request: bytes, context: ssl.SSLContext, server_name: str | None,
-                      until: float, limit: int | None, latencies: list[float], counters: dict[str, int]) -> None:
+async def _connection(host: str, port: int, requests: list[bytes], context: ssl.SSLContext,
+                      server_name: str | None, until: float, limit: int | None, latencies: list[float],
+                      counters: dict[str, int]) -> None:
     reader: asyncio.StreamReader | None = None
     writer: asyncio.StreamWriter | None = None
     while time.monotonic() < until and (limit is None or counters["sent"] < limit):
@@ -109,6 +110,7 @@ async def _connection(host: str, port: int, request: bytes, context: ssl.SSLCont
                 reader, writer = await asyncio.open_connection(host, port, ssl=context,
                                                                server_hostname=server_name or host)
             assert reader is not None
+            request = requests[counters["sent"] % len(requests)]  # the process's requests in turn
             counters["sent"] += 1
             started = time.perf_counter()
             writer.write(request)
@@ -131,21 +133,23 @@ async def _connection(host: str, port: int, request: bytes, context: ssl.SSLCont
         writer.close()
 
 
-async def _run(url: str, body: bytes | None, connections: int, duration: float, limit: int | None,
+async def _run(url: str, bodies: list[bytes] | None, connections: int, duration: float, limit: int | None,
                client: Client) -> tuple[list[float], dict[str, int], float]:
-    host, port, request = build_request(url, body, client.headers)
+    built = [build_request(url, body, client.headers) for body in (bodies or [None])]
+    host, port = built[0][0], built[0][1]
+    requests = [request for _, _, request in built]
     context = client.context()
     latencies: list[float] = []
     counters = {"sent": 0, "errors": 0}
     started = time.monotonic()
     until = started + duration
     await asyncio.gather(*(
-        _connection(host, port, request, context, client.server_name, until, limit, latencies, counters)
+        _connection(host, port, requests, context, client.server_name, until, limit, latencies, counters)
         for _ in range(connections)))
     return latencies, counters, time.monotonic() - started
 
 
-Job = tuple[str, bytes | None, int, float, int | None, Client]
+Job = tuple[str, list[bytes] | None, int, float, int | None, Client]
 Outcome = tuple[list[float], dict[str, int], float]
 
 
@@ -158,15 +162,18 @@ def percentile(samples: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] if ordered else float("nan")
 
 
-def load(url: str, body: bytes | None, *, connections: int, duration: float, ca: str | None = None,
+def load(url: str, body: bytes | list[bytes] | None, *, connections: int, duration: float, ca: str | None = None,
          processes: int = 1, limit: int | None = None, client: Client | None = None) -> dict[str, Any]:
-    """Run the load (in `processes` child processes) and return the summary. `client`, when given, is how
-    to reach the server (`ca` is then ignored)."""
+    """Run the load (in `processes` child processes) and return the summary. `body`: one request body, or
+    several sent in turn (each process its own share of them: a stream of sibling Pods, say). `client`, when
+    given, is how to reach the server (`ca` is then ignored)."""
     processes = max(1, min(processes, connections))
     shares = [connections // processes + (1 if i < connections % processes else 0) for i in range(processes)]
     per_limit = None if limit is None else -(-limit // processes)
     reach = client or Client(ca=ca)
-    jobs = [(url, body, share, duration, per_limit, reach) for share in shares]
+    bodies = None if body is None else [body] if isinstance(body, bytes) else body
+    jobs: list[Job] = [(url, bodies if bodies is None or len(bodies) < processes else bodies[index::processes],
+                        share, duration, per_limit, reach) for index, share in enumerate(shares)]
     with multiprocessing.get_context("spawn").Pool(processes) as pool:
         results = pool.map(_worker, jobs)
     latencies = [value for result in results for value in result[0]]

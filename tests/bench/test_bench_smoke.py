@@ -47,13 +47,24 @@ def test_server_benchmark_loads_mutate_and_healthz_from_another_process() -> Non
 
 def test_direct_benchmark_measures_the_floor_and_placer_side_by_side() -> None:
     rows = run_direct(duration=1, connections=[1], workers=1, quiet=True, big=False)
-    assert [row["case"] for row in rows] == ["floor (minimal RSGI)", "placer, 2 rules", "placer, 50 rules"]
+    assert [row["case"] for row in rows] == ["floor (minimal RSGI)", "placer, 2 rules", "placer, 50 rules",
+                                             "placer, 2 rules, 1,000 siblings"]
+    assert rows[-1]["body"].startswith("replicaset-pods ")
     for row in rows:
         assert row["requests"] > 0 and row["errors"] == 0, row
         assert row["p50_ms"] <= row["p99_ms"], row
         assert row["cpu_s_per_1000"] > 0 and len(row["rss_mb"]) == 1, row
         # the whole machine spent at least what the worker did: the load generator and the kernel add to it
         assert row["machine_cpu_s_per_1000"] >= row["cpu_s_per_1000"] * 0.9 and 0 <= row["steal_pct"] <= 100, row
+
+
+def test_the_review_path_benchmark_answers_every_review_decided_or_from_a_sibling() -> None:
+    from tests.bench.bench_review_path import measure  # noqa: PLC0415
+
+    for siblings in (False, True):  # each review answered 200 (else the run stops), the profile printed
+        row = measure(2, 50, siblings=siblings, profile=siblings)
+        assert row["us"] > 0 and row["range"][0] <= row["us"] <= row["range"][1], row
+    assert "tottime" in row["profile"] and "sibling_cache" in row["profile"]
 
 
 def test_the_busy_floor_spends_about_the_python_work_it_is_given_per_request() -> None:

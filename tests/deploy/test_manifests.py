@@ -51,6 +51,7 @@ from webhook.cluster.controller import LEASE_NAME, ClusterController
 from webhook.cluster.health.health_round import HealthRound
 from webhook.cluster.health.recent_counts import RecentCounts, ReplicaWindow
 from webhook.cluster.health.replica_reports import COUNTS_KEY, ReplicaPublisher, encode_window
+from webhook.cluster.registration import MUTATING_PATH, WebhookRegistration
 from webhook.commands.certs import issue
 from webhook.commands.cli import _parser
 from webhook.policy.cel import environment as placer_cel
@@ -241,6 +242,12 @@ def test_the_deployment_is_highly_available_restricted_and_probed(
         deployment["spec"]["template"]["metadata"]["labels"])
     env = {e["name"] for e in container["env"]}
     assert {"POD_NAME", "POD_NAMESPACE"} <= env, "the Lease holder identity and namespace"
+    # the controller keeps the rules of the configuration deploy/ installs, and may write no other one
+    mutating = one(objects, "MutatingWebhookConfiguration")
+    assert args.webhook_configuration == mutating["metadata"]["name"] == "placer"
+    grants = {(verb, name) for group, resource, verb, name in _granted(objects)
+              if resource == "mutatingwebhookconfigurations"}
+    assert grants == {("get", "placer"), ("update", "placer")}
 
 
 def _serve_args(args: list[str]) -> Any:
@@ -287,6 +294,8 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
     apiserver.put(JOBS, marked_job("native", parallelism=2, policy=NATIVE_GANG))  # kube-scheduler's PodGroup
     elector = LeaseElector(api, namespace="placer-system", name=LEASE_NAME, identity="x", lease_seconds=3)
     serve_discovery(apiserver, "gates-on")  # a v1.36 API server: resource.k8s.io/v1 served, DRA watched
+    mutating = one(rendered["base"], "MutatingWebhookConfiguration")
+    apiserver.put_readable(MUTATING_PATH, mutating)  # the controller narrows its rules (registration)
     apiserver.other.setdefault("/apis/jobset.x-k8s.io", {})["v1alpha2"] = JOBSET_DISCOVERY  # JobSet's CRD
     apiserver.other.setdefault("/apis/leaderworkerset.x-k8s.io", {})["v1"] = LWS_DISCOVERY  # and LWS's
     # the rule counts: this replica's Lease written twice (created, then updated), a gone replica's deleted
@@ -298,8 +307,10 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
     counts = RecentCounts(lambda: dict(totals), dict)
     publisher = ReplicaPublisher(api, namespace="placer-system", replica="x", counts=counts, interval=0.1)
     health = HealthRound(api, namespace="placer-system", publisher=publisher, interval=0.1)
+    args = _serve_args(one(rendered["base"], "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"])
+    registration = WebhookRegistration(api, args.webhook_configuration, match_conditions=True)
     controller = ClusterController(api, tmp_path / "state.json", compiler=PolicyCompiler(), elector=elector,
-                                   election_interval=0.1, health=health,
+                                   election_interval=0.1, health=health, registration=registration,
                                    served=discover(api))
     stop = threading.Event()
     thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
@@ -314,6 +325,8 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
     wait_for(lambda: [m for m, p, _ in apiserver.requests if p == NAMESPACES + "/team-a" and m == "PATCH"],
              what="the enforce label")
     wait_for(lambda: "placer-rule-counts-gone" not in apiserver.leases, what="the gone replica's counts deleted")
+    wait_for(lambda: [m for m, p, _ in apiserver.requests if p.startswith(MUTATING_PATH) and m == "PUT"],
+             what="the webhook registration narrowed")
     totals[("p", "r", "applied")] = 2.0
     wait_for(lambda: [m for m, p, _ in apiserver.requests if p.endswith("placer-rule-counts-x") and m == "PUT"],
              what="this replica's counts updated")
@@ -369,7 +382,8 @@ def _verb(method: str, path: str, query: dict[str, str]) -> tuple[str, str, str,
     verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
     if verb is None:
         verb = "get" if name else ("watch" if query.get("watch") else "list")
-    named = verb in ("get", "update") and group == "coordination.k8s.io" and name == LEASE_NAME
+    named = verb in ("get", "update") and (
+        (group == "coordination.k8s.io" and name == LEASE_NAME) or resource == "mutatingwebhookconfigurations")
     return group, resource, verb, name if named else None  # the replicas' count Leases have names of their own
 
 

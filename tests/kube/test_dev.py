@@ -20,6 +20,7 @@ from tests.conftest import REPO, fixture_request
 from tests.e2e.server import free_port
 from tests.kube.fake_apiserver import DEPLOYMENTS, NAMESPACES, POLICIES, REPORTS_API, FakeApiServer, wait_for
 from webhook.cluster.client.api import ApiError, KubeApi
+from webhook.cluster.registration import covered
 from webhook.commands.dev.manifests import (
     CRD_PATH,
     MUTATING_PATH,
@@ -116,6 +117,10 @@ def test_dev_manifests_keep_deploy_base_webhooks_and_change_only_client_config()
         [CRD_NAME, *REPORT_CRDS]
 
 
+def rules_of(apiserver: FakeApiServer) -> list[Any]:
+    return [webhook.get("rules") for webhook in apiserver.other[MUTATING_PATH]["placer-dev"]["webhooks"]]
+
+
 def test_a_loopback_api_server_needs_no_flag_and_the_users_policies_survive_the_stop(
         apiserver: FakeApiServer, kubeconfig: Path, api: KubeApi, tmp_path: Path) -> None:
     """The first hour: no --host (the API server is on 127.0.0.1, as a local kube-apiserver is), reports on
@@ -141,6 +146,9 @@ def test_a_loopback_api_server_needs_no_flag_and_the_users_policies_survive_the_
         assert review["response"]["allowed"] is True
         assert "patch" not in review["response"]  # no example policies unless asked
 
+        # No policy yet: placer-dev is narrowed to nothing (as the deployed Placer keeps `placer`'s rules)
+        wait_for(lambda: rules_of(apiserver) == [[], []], timeout=30, what="placer-dev narrowed")
+
         # The API server calls the validating webhook it was given: a broken policy is refused, a good one kept.
         with pytest.raises(ApiError) as refused:
             api.create(POLICIES, policy("broken", condition="replicas > 1"))
@@ -151,6 +159,10 @@ def test_a_loopback_api_server_needs_no_flag_and_the_users_policies_survive_the_
         wait_for(lambda: "placer-status-writer" in apiserver.leases, timeout=30, what="the Lease")
         wait_for(lambda: (apiserver.other.get(CLUSTER_REPORTS) or {}).get("placer"), timeout=60,
                  what="the ClusterPolicyReport")
+        # its rules kept to what the policies act on, as the deployed Placer keeps `placer`'s: gpu-pool's
+        installed = [covered(webhook["rules"]) for webhook in mutating["webhooks"]]
+        wait_for(lambda: [covered(rules) for rules in rules_of(apiserver)] == installed, timeout=30,
+                 what="placer-dev widened for gpu-pool (every kind)")
     finally:
         output = stop(dev)
     assert dev.returncode == 0, output

@@ -184,6 +184,10 @@ class ActionSpec:
     whether what it adds is keyed by that selector: a pod (anti-)affinity term with another selector is
     added again, a spread (keyed by topologyKey) is not. The engine needs this to know when another pass
     over labels an earlier rule added can change what the action writes."""
+    per_pod: bool = False
+    """What the action writes can depend on which pod this is (its name or its request's uid: gang groups
+    named after them) or on cluster state no object carries (live pod counts, volumes): a review such a rule
+    may run on is never answered from a sibling Pod's (`webhook.admission.sibling_cache`)."""
 
     def param(self, name: str) -> Param | None:
         return next((param for param in self.params if param.name == name), None)

@@ -152,5 +152,6 @@ SPECS = (
             Param("createPodGroup", "enum", default="false", choices=BOOLEAN),
         ),
         cross_check=_cross_check,
+        per_pod=True,
     ),
 )

@@ -137,5 +137,6 @@ SPECS = (
             Param("spotTolerations", "tolerations"),
         ),
         cross_check=check_custom,
+        per_pod=True,
     ),
 )

@@ -88,5 +88,6 @@ SPECS = (
             Param("strict", "enum", default="false", choices=BOOLEAN),
             Param("weight", "integer", default=100, minimum=1, maximum=100),
         ),
+        per_pod=True,
     ),
 )

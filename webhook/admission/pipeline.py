@@ -3,9 +3,10 @@
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 from webhook.admission.review import build_response
+from webhook.admission.sibling_cache import SiblingCache, response_for
 from webhook.engine.enforcement import ENFORCE_LABEL
 from webhook.engine.exemption_seal import Seals
 from webhook.engine.mutate import INJECT_LABEL, Mutation, mutate
@@ -57,6 +58,7 @@ def admit(
     ledger: ShareLedger | None = None,
     entry: Entry = "mutate",
     seals: Seals | None = None,
+    siblings: SiblingCache | None = None,
 ) -> Admission:
     """Decide one admission. Fails open: only a policy with `failurePolicy: Fail` or `enforcement: Enforced`
     can deny, except for a request of the fail-closed webhook entry (`entry="enforce"`: its namespace is
@@ -67,11 +69,12 @@ def admit(
 
     `ledger`: the live pod counts of each workload by capacity class (`spot-share`); None means no counts,
     and each Pod is decided as the first of its workload, with a warning saying so. It is released once the
-    admission is decided, whatever the outcome (`ShareLedger.release`)."""
+    admission is decided, whatever the outcome (`ShareLedger.release`). `siblings`: answers a sibling Pod's
+    review decided, reused where nothing the answer depends on differs (`sibling_cache`)."""
     try:
         return _admit(request, snapshot, workloads, opt_in=opt_in, deadline=deadline,
                       resolve_namespace=resolve_namespace, placement=placement, claims=claims, ledger=ledger,
-                      entry=entry, seals=seals)
+                      entry=entry, seals=seals, siblings=siblings)
     finally:
         if ledger is not None:
             _release(ledger)
@@ -97,6 +100,7 @@ def _admit(
     ledger: ShareLedger | None,
     entry: Entry,
     seals: Seals | None,
+    siblings: SiblingCache | None,
 ) -> Admission:
     closed = entry == "enforce" and _handled(request, workloads)
     if closed and not snapshot.ready:
@@ -109,6 +113,37 @@ def _admit(
                                 "Enforced policy Placer has loaded selects it (one not loaded yet, or just removed)")
     if opt_in == "label-or-annotation" and not _opted_in(namespace or snapshot.namespace(request.namespace)):
         return Admission(request, _respond(request), "skipped", Mutation(passed_through="namespace not opted in"))
+    key = siblings.key(request, snapshot) if siblings is not None else None
+    if key is None or siblings is None:
+        return _decide(request, snapshot, workloads, namespace, deadline=deadline, placement=placement,
+                       claims=claims, ledger=ledger, seals=seals, closed=closed)
+    nodes_version = placement.nodes_version if placement is not None else None
+    kept = siblings.answer(key, namespace, nodes_version)
+    if kept is not None:
+        return Admission(request, response_for(request, kept), cast(Result, kept.result), kept.mutation,
+                         kept.unplaceable, kept.over_capacity)
+    nodes = nodes_version() if nodes_version is not None else None  # before deciding: a change meanwhile is newer
+    admission = _decide(request, snapshot, workloads, namespace, deadline=deadline, placement=placement,
+                        claims=claims, ledger=ledger, seals=seals, closed=closed)
+    siblings.keep(key, request, response=admission.response, result=admission.result, mutation=admission.mutation,
+                  unplaceable=admission.unplaceable, over_capacity=admission.over_capacity, namespace=namespace,
+                  nodes=nodes)
+    return admission
+
+
+def _decide(
+    request: AdmissionRequest,
+    snapshot: PolicySnapshot,
+    workloads: WorkloadTable,
+    namespace: NamespaceInfo | UnknownNamespace | None,
+    *,
+    deadline: float | None,
+    placement: PlacementCheck | None,
+    claims: ClaimLookup | None,
+    ledger: ShareLedger | None,
+    seals: Seals | None,
+    closed: bool,
+) -> Admission:
     try:
         placements = _claims(claims, snapshot, request)
         devices = _devices(claims, snapshot, request, workloads)

@@ -49,6 +49,7 @@ from webhook.cluster.projections import (
     node_entry,
     volume_projection,
 )
+from webhook.cluster.registration import WebhookRegistration
 from webhook.cluster.reports.background import BackgroundReports
 from webhook.cluster.spot.spot_ledger import PODS, PodShareSink
 from webhook.engine.configuration import gang_not_enforced, pod_groups_not_served
@@ -114,11 +115,14 @@ class ClusterController:
         discovery: DiscoveryRefresh | None = None,
         health: HealthRound | None = None,
         background: BackgroundReports | None = None,
+        registration: WebhookRegistration | None = None,
     ) -> None:
         """`health`: where this replica publishes its rule counts and the leader reads every replica's (None:
         the status says nothing of counts, `Healthy` is Unknown unless the configuration says otherwise).
-        `background`: judges existing workloads into PolicyReports, in a thread of its own (None: no reports)."""
+        `background`: judges existing workloads into PolicyReports, in a thread of its own (None: no reports).
+        `registration`: keeps the webhook configuration to what the serving policies act on (None: as installed)."""
         self.background = background
+        self.registration = registration
         self._api = api
         self.served = served or ServedApis()
         self._discovery = discovery
@@ -271,8 +275,7 @@ class ClusterController:
         if self._inputs is None or any(a is not b for a, b in zip(self._inputs, inputs, strict=True)):
             self._publish(policies, priority_classes)
             self._inputs = inputs
-        wanted = any(good.pod_group_findings for _, good in self._last_good.values())
-        served = self.pod_group_api.check(wanted)
+        served = self.pod_group_api.check(any(good.pod_group_findings for _, good in self._last_good.values()))
         discovered = self._discovery.served if self._discovery is not None else self.served
         native, jobs = native_version_of(discovered), job_gangs_of(discovered)
         if (served, native, jobs) != (self._pod_groups_served, self._native_gang_version, self._job_gangs):
@@ -280,25 +283,27 @@ class ClusterController:
             self._publish(policies, priority_classes)  # workers warn and write by them: tell them
         if self._health is not None:
             self._health.publish()
-        if self._elector is None:
-            self.pod_groups.reconcile()  # no election (--no-status): every replica keeps them, idempotently
-            self.operator_pod_groups.reconcile()
-            return
-        now = self._monotonic()
-        if now >= self._next_election:
-            self._next_election = now + self._election_interval
-            if not self._elector.try_acquire_or_renew():
-                self._status.forget()
-                self.enforce_labels.forget()
-                if self._health is not None:
-                    self._health.not_leading()
+        if self._elector is not None:
+            now = self._monotonic()
+            if now >= self._next_election:
+                self._next_election = now + self._election_interval
+                if not self._elector.try_acquire_or_renew():
+                    self._status.forget()
+                    self.enforce_labels.forget()
+                    if self._health is not None:
+                        self._health.not_leading()
+                    return
+            if not self._elector.is_leader:
                 return
-        if self._elector.is_leader:
             self._report(policies)
-            self.pod_groups.reconcile()
-            self.operator_pod_groups.reconcile()
-            self._enforced = enforced_selectors(good.document for _, good in self._last_good.values() if good.document)
+        self.pod_groups.reconcile()  # the leader; without an election (--no-status) every replica, idempotently
+        self.operator_pod_groups.reconcile()
+        documents = [good.document for _, good in self._last_good.values() if good.document]
+        if self._elector is not None:  # the fail-closed labels: only ever the leader's
+            self._enforced = enforced_selectors(documents)
             self.enforce_labels.reconcile(self._enforced)
+        if self.registration is not None:
+            self.registration.reconcile(documents)
 
     def follow_labels(self) -> None:
         """Between rounds, on a namespace event: the leader puts the fail-closed label right on the namespaces

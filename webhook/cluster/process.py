@@ -26,11 +26,13 @@ from webhook.cluster.controller import LEASE_NAME, ClusterController
 from webhook.cluster.health.health_round import HealthRound
 from webhook.cluster.health.recent_counts import RecentCounts
 from webhook.cluster.health.replica_reports import PUBLISH_INTERVAL, ReplicaPublisher
+from webhook.cluster.registration import WebhookRegistration, match_conditions_served
 from webhook.cluster.reports.background import BackgroundReports, ServedPolicies
 from webhook.engine.exemption_seal import ExemptionKeyError, read_key
 from webhook.policy.cel.libraries.leaks import LeakAccount
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.fields.field_check import FieldChecks
+from webhook.policy.sources.files import FilePolicySource
 from webhook.support.config import CEL_LEAK_BUDGET_MIB
 from webhook.support.logs import configure_logging
 from webhook.support.metrics import MULTIPROC_ENV
@@ -63,6 +65,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", type=Path)
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--no-status", action="store_true", help="never write policy status (no leader election)")
+    parser.add_argument("--webhook-configuration", metavar="NAME",
+                        help="the MutatingWebhookConfiguration whose rules to keep to what the policies act on")
+    parser.add_argument("--policies", action="append", default=[], metavar="PATH",
+                        help="the file policies the workers serve too (what the registration must cover)")
     parser.add_argument("--exemption-key", type=Path, help="key of exemption seals, honoured by the reports")
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
@@ -89,9 +95,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     background = BackgroundReports(api, args.state, ServedPolicies(args.state, judging),
                                    leading=lambda: elector is None or elector.is_leader,
                                    exhausted=judging.leaks.exhausted, seal_key=seal_key)
+    registration = None
+    if args.webhook_configuration:
+        registration = WebhookRegistration(
+            api, args.webhook_configuration, match_conditions=match_conditions_served(served.major, served.minor),
+            files=FilePolicySource(args.policies, compiler=compiler) if args.policies else None)
     controller = ClusterController(api, args.state, compiler=compiler, elector=elector, served=served,
                                    discovery=discovery, background=background,
-                                   health=None if args.no_status else _health_round(api, connection.namespace))
+                                   health=None if args.no_status else _health_round(api, connection.namespace),
+                                   registration=registration)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

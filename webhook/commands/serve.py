@@ -40,6 +40,10 @@ def add_parser(commands: Any) -> None:
     serve.add_argument(
         "--kubeconfig", metavar="FILE", help="default: in-cluster credentials, else $KUBECONFIG, else ~/.kube/config"
     )
+    serve.add_argument(
+        "--webhook-configuration", metavar="NAME",
+        help="with --kube: keep this MutatingWebhookConfiguration's rules to what the policies can act on",
+    )
     serve.add_argument("--bind", metavar="HOST:PORT", default="127.0.0.1:8443")
     serve.add_argument("--tls-cert", metavar="FILE")
     serve.add_argument("--tls-key", metavar="FILE")
@@ -99,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
             return 2
     default_tls = args.tls_cert is None and args.tls_key is None
     kube = args.kube if args.kube is not None else in_cluster()
+    if args.webhook_configuration and not kube:
+        print("placer serve: --webhook-configuration needs --kube (the controller keeps it)", file=sys.stderr)
+        return 2
     # The controller process writes the cluster's policies and namespaces here; every worker reads them here.
     cluster_state = Path(tempfile.mkdtemp(prefix="placer-cluster-")) if kube else None
     settings = Settings(
@@ -118,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         opt_in=args.opt_in,
         kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
         cluster_state=cluster_state,
+        webhook_configuration=args.webhook_configuration,
         exemption_key=exemption_key,
     )
     if default_tls and ensure_dev_certificates(DEFAULT_CERTS):

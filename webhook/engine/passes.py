@@ -74,8 +74,10 @@ class Run:
         self.policies = policies
         self.mutation = mutation
         self.deadline = deadline
-        self.request_cel = request.as_cel()
-        self.namespace_cel = namespace.as_cel()
+        observed = snapshot.observed  # a variable no expression reads is never built (nor converted)
+        self.request_cel = request.as_cel() if "request" in observed else {}
+        self.namespace_cel = namespace.as_cel() if "namespaceObject" in observed else {}
+        self.reads_workload = "workload" in observed
         obj = request.object or {}
         self.gang = lazy(lambda: gang_facts(kind, obj, request.name or "", unique_suffix=uid_suffix(request.uid),
                                             native_version=snapshot.native_gang_version,
@@ -177,8 +179,9 @@ class Run:
             if not patch:
                 break
             passes.append(patch)
-            if not self._another_pass_may_change(slots, Changes([pointer_tokens(op["path"]) for op in patch])):
-                break
+            if not self.sensitive or not self._another_pass_may_change(
+                    slots, Changes([pointer_tokens(op["path"]) for op in patch])):
+                break  # no rule reads what a pass writes (nor derives a selector from it): a fixed point
             current = apply_sharing(current, patch)
             patch = []
         else:
@@ -250,7 +253,7 @@ class Run:
             "oldObject": self.request.old_object,
             "request": self.request_cel,
             "namespaceObject": self.namespace_cel,
-            "workload": workload_variable(self.request, self.kind, obj),
+            "workload": workload_variable(self.request, self.kind, obj) if self.reads_workload else {},
             "pod": pod,
             "resources": resources,
             "variables": {},
@@ -280,7 +283,11 @@ class Run:
                 if batched is False:  # most rules, on most objects: nothing else to do
                     outcomes[key] = "not-matched"
                     if key not in traces:
-                        traces[key] = RuleTrace(policy.name, rule.name, slot.name, "not-matched", "condition is false")
+                        trace = rule.not_matched.get(slot.name)
+                        if trace is None:
+                            trace = rule.not_matched[slot.name] = RuleTrace(
+                                policy.name, rule.name, slot.name, "not-matched", "condition is false")
+                        traces[key] = trace
                     continue
                 if batched and not rule.parameter_expressions:
                     # matched by its batch, which read any variable written in: nothing else to evaluate

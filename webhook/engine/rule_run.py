@@ -83,10 +83,29 @@ def run_rule(
             if result.error is not None:
                 return fail(f"parameterExpressions.{name}: {result.error}")
             computed[name] = result.value
-        parameters, problems = parse_parameters(rule.action, computed)
+        parameters, problems = checked_parameters(rule, computed)
         if problems:
             return fail("; ".join(f"parameters.{name}: {message}" for name, message in problems))
     return act(policy, rule, parameters, template, slot.name, mutation=mutation, context=context)
+
+
+CHECKED_KEPT = 64
+"""Checked parameter sets kept per rule; past this, the rule's are dropped and checked afresh."""
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def checked_parameters(rule: Rule, computed: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """`parse_parameters` of the rule's computed parameters, once per set of values for scalar ones (the
+    normalised parameters are never changed by an action, as the static ones are not)."""
+    if not all(isinstance(value, _SCALARS) for value in computed.values()):
+        return parse_parameters(rule.action, computed)
+    key = tuple((name, type(value), value) for name, value in computed.items())  # True is not 1 here
+    found = rule.checked.get(key)
+    if found is None:
+        if len(rule.checked) >= CHECKED_KEPT:
+            rule.checked.clear()
+        found = rule.checked[key] = parse_parameters(rule.action, computed)
+    return found
 
 
 def act(

@@ -43,6 +43,12 @@ class PlacementCheck:
         self._answers: NodeAnswers[Fit] = NodeAnswers(CACHED_ANSWERS)
         """Per set of placement constraints: one node that fits, or (none fits) why every node does not."""
 
+    def nodes_version(self) -> int:
+        """A number that grows whenever the nodes change (one stat of the nodes directory): what an answer
+        holding these findings was decided on (`webhook.admission.sibling_cache`)."""
+        self._nodes.current()
+        return self._nodes.version
+
     def findings(self, mutation: Mutation, snapshot: PolicySnapshot) -> Findings:
         """What to warn about: templates Placer left with no node, and gangs the nodes can never hold."""
         if not mutation.placed:

@@ -42,6 +42,12 @@ class Rule:
     pass_sensitive: bool = field(init=False, compare=False, repr=False)
     """What the rule does may change when a pass writes to the template: it reads the template or the
     object, or derives a selector from labels a rule may add (the engine's fixed point looks at these)."""
+    checked: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Computed parameters already checked, by their values (`webhook.engine.rule_run`): a rule computing
+    `namespaceObject.metadata.labels['node-pool']` computes the same few values over and over."""
+    not_matched: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Per template name, the engine's trace of this rule not matching (`webhook.engine.passes`): the same every
+    time, and most rules on most objects end so (a trace is never changed once made)."""
 
     def __post_init__(self) -> None:
         fallback = self.action.own_pods != "never" and "labelSelector" not in self.raw_parameters

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from webhook.admission.pipeline import Admission, Entry, admit
+from webhook.admission.sibling_cache import SiblingCache
 from webhook.admission.validation import validate_policy_review
 from webhook.cluster.client.discovery import read_served_apis
 from webhook.cluster.client.namespace_lookup import NamespaceLookup
@@ -168,6 +169,8 @@ def create_app(
     admission_log = AdmissionLog()
 
     def answer(entry: Entry) -> Callable[[AdmissionRequest, float, float | None], Any]:
+        siblings = SiblingCache()  # one per entry: the fail-closed one may answer a review otherwise
+
         def mutate(review: AdmissionRequest, started: float, deadline: float | None) -> Any:
             admission = admit(
                 review,
@@ -181,6 +184,7 @@ def create_app(
                 ledger=ledger,
                 entry=entry,
                 seals=seals,
+                siblings=siblings,
             )
             return AfterResponse(admission.response, _record(metrics, admission_log, admission,
                                                              time.monotonic() - started))

@@ -32,6 +32,9 @@ class ControllerProcess:
             *(["--kubeconfig", str(settings.kubeconfig)] if settings.kubeconfig else []),
             *(["--exemption-key", str(settings.exemption_key)] if settings.exemption_key else []),
         ]
+        if settings.webhook_configuration:  # kept to what the policies act on: the file ones count as well
+            self._command += ["--webhook-configuration", settings.webhook_configuration,
+                              *(f"--policies={path}" for path in settings.policies)]
         self._monotonic = monotonic
         self._max_delay = max_delay
         self._process: subprocess.Popen[bytes] | None = None

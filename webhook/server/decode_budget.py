@@ -81,11 +81,15 @@ class DecodeBudget:
     def in_use(self) -> int:
         return self._in_use
 
+    def is_small(self, body: bytes) -> bool:
+        """Small whatever it holds: nearly every request (any under 12 KB) needs no reservation."""
+        return len(body) * _MOST_PER_BYTE * COST_FACTOR < min(self.limits.small, self.limits.worker_total)
+
     @contextmanager
     def reserve(self, body: bytes, deadline: float | None) -> Iterator[None]:
         """Hold the body's share of the budget while it is decoded and used; DecodeRefused if it cannot."""
-        if len(body) * _MOST_PER_BYTE * COST_FACTOR < min(self.limits.small, self.limits.worker_total):
-            yield  # small whatever it holds: nearly every request (any under 12 KB)
+        if self.is_small(body):
+            yield
             return
         cost = estimate(body) * COST_FACTOR
         if cost > self.limits.worker_total:

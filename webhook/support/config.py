@@ -40,6 +40,9 @@ class Settings:
     kubeconfig: Path | None = None
     cluster_state: Path | None = None
     """The state directory the cluster controller writes and workers read; None without `--kube`."""
+    webhook_configuration: str | None = None
+    """The MutatingWebhookConfiguration whose rules the controller keeps to what the policies can act on
+    (`webhook.cluster.registration`); None: left as installed."""
     exemption_key: Path | None = None
     """The file holding the key of exemption seals (`--exemption-key`); None: exemptions stay with the request."""
     max_body_bytes: int = MAX_BODY_BYTES

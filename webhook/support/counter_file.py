@@ -12,7 +12,7 @@ prometheus_client keeps its counters); a forked child opens its own.
 
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 
@@ -20,7 +20,10 @@ from prometheus_client.mmap_dict import MmapedDict, mmap_key
 class CounterFile:
     """One counter family (name, help, label names) whose samples only this process writes, in `directory`."""
 
-    def __init__(self, directory: str, name: str, documentation: str, labelnames: tuple[str, ...]) -> None:
+    def __init__(self, directory: str, name: str, documentation: str, labelnames: tuple[str, ...], *,
+                 process_id: Callable[[], int] | None = None) -> None:
+        self._process_id = process_id
+        """This process's id (`metrics.ProcessId` answers from memory); None: `os.getpid()`, a system call."""
         self._directory = directory
         self._name = name
         self._documentation = documentation
@@ -54,7 +57,7 @@ class CounterFile:
                 self._file = None
 
     def _file_of_this_process(self) -> MmapedDict:
-        pid = os.getpid()
+        pid = self._process_id() if self._process_id is not None else os.getpid()
         if self._file is None or pid != self._pid:  # first use, or a fork: the parent's file is not ours
             if self._file is not None:
                 self._file.close()  # type: ignore[no-untyped-call]  # this process's copy of the parent's map

@@ -82,8 +82,9 @@ class JsonLineHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def write_line(self, line: str) -> None:
         with self.lock:  # type: ignore[union-attr]
             try:
-                self.stream.write(line + self.terminator)
-                self.flush()
+                stream = self.stream
+                stream.write(line + self.terminator)
+                stream.flush()  # not `self.flush()`, which takes the lock held here again (5 % of a cached review)
             except Exception:
                 self.handleError(logging.makeLogRecord({"msg": line}))
 

@@ -99,7 +99,8 @@ class Metrics:
             RULE_EVALUATIONS, RULE_EVALUATIONS_HELP, list(RULE_EVALUATION_LABELS), registry=registry
         )
         self._rule_file = (
-            CounterFile(os.environ[MULTIPROC_ENV], RULE_EVALUATIONS, RULE_EVALUATIONS_HELP, RULE_EVALUATION_LABELS)
+            CounterFile(os.environ[MULTIPROC_ENV], RULE_EVALUATIONS, RULE_EVALUATIONS_HELP, RULE_EVALUATION_LABELS,
+                        process_id=ProcessId())
             if self.multiprocess else None
         )
         """Under `placer serve`, where the ~50 rule counts of each admission are written (see counter_file)."""

@@ -3,9 +3,10 @@
 A dev cluster (kind, minikube, a VM, a local or lab API server) has no image of Placer and no Service for it;
 what it needs is the CRDs and the two webhook configurations with `clientConfig.url` pointing at this machine
 and a `caBundle` that signs the certificate served there (`manifests`). With `--kube` they are installed,
-`placer serve --kube` runs, the API server is asked which of this machine's addresses it reaches Placer at
-(`reach`), and on exit (Ctrl-C, SIGTERM) what the session made is removed again, webhooks first, and never
-a CRD that holds the user's objects (`install`).
+`placer serve --kube` runs (keeping the `placer-dev` rules to what the policies, the cluster's and
+`--policies`, can act on: `webhook.cluster.registration`), the API server is asked which of this machine's
+addresses it reaches Placer at (`reach`), and on exit (Ctrl-C, SIGTERM) what the session made is removed
+again, webhooks first, and never a CRD that holds the user's objects (`install`).
 """
 
 import argparse
@@ -185,7 +186,8 @@ class DevSession:
         with ExitStack() as stack:
             policies = args.policies or [stack.enter_context(tempfile.TemporaryDirectory(prefix="placer-dev-"))]
             command = [sys.executable, "-m", "webhook", "serve", "--kube", "--bind", f"{args.address}:{args.port}",
-                       "--tls-cert", str(issued.cert), "--tls-key", str(issued.key), "--log-level", args.log_level]
+                       "--tls-cert", str(issued.cert), "--tls-key", str(issued.key), "--log-level", args.log_level,
+                       "--webhook-configuration", DEV_NAME]  # its rules kept as the deployed Placer keeps `placer`'s
             command += [f"--policies={path}" for path in policies]
             if kubeconfig is not None:
                 command += ["--kubeconfig", str(kubeconfig)]

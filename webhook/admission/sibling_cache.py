@@ -1,0 +1,210 @@
+"""Answers for sibling Pods: a review whose answer a sibling's review already decided is answered from it.
+
+The Pods of one ReplicaSet (or Job, DaemonSet...) reach the webhook as one object over and over: the
+controller makes each from the same template, the API server has not generated its name yet (`generateName`
+only) and sends it with a request uid of its own and, in `managedFields`, the time the controller wrote it;
+nothing else differs (tests/fixtures/requests/pod-rs-owned-generatename-create-real.json). Every other
+input of the answer is the same for all of them: the snapshot of policies, the namespace as the rules read
+it, and the nodes the placement warnings are checked against.
+
+So an answer is kept under a key made of the whole review less those two fields (the request uid, and
+`metadata.managedFields` unless some expression can read it): the review re-encoded, compared whole (a
+digest of it cost more than the comparison: 3.4 µs for a 2.6 KB Pod). A review with the same key is answered
+with the same response, log fields and rule counts, under its own uid. Only the time a review takes is its own.
+Nothing is reused across what a key does not hold:
+
+- the policy snapshot: a new one drops every answer;
+- the namespace: an answer holds the namespace it was decided for, and answers only a review whose
+  namespace is the same (resolved for each review as before);
+- the nodes: an answer whose placement warnings were checked holds the nodes' version, and answers only
+  while it holds (`PlacementCheck.nodes_version`).
+
+Never kept, so each is decided afresh (never for rules that read names, uids or counts):
+
+- any review under a snapshot whose expressions can read a name or uid (`request.name`, `request.uid`,
+  `object.metadata.name`/`generateName`/`uid`, `workload.name`, or those objects whole), or with a rule whose
+  action depends on which pod this is or on state no object carries (`ActionSpec.per_pod`: gangs named
+  after the pod or its request, spot-share's live counts, volume pins);
+- a Pod that claims devices through DRA (`spec.resourceClaims`): `resources` counts what its claims get,
+  read from the cluster's state for each review;
+- any review while some policy is Enforced: what its checks of a controller's Pod read is the Pod's own
+  word and its owner's (`webhook.engine.enforcement`), not only what a key holds;
+- anything but the CREATE of a Pod that a controller owns (nothing else has siblings: a key would cost a
+  review about a tenth more for nothing); a Pod that names a native gang group of an operator's template;
+  an answer cut short by the deadline; an internal error.
+
+Memory is bounded: at most `entries` answers, and `answer_bytes` in all as `Kept.size` estimates them, the
+least recently used going first; a review of more than `largest` bytes is never kept.
+"""
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import orjson
+
+from webhook.engine.outcome import DEADLINE_WARNING, Mutation
+from webhook.engine.request import AdmissionRequest
+from webhook.gang.native_operators import member_group
+from webhook.policy.cel.field_reads import FieldTree
+from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, UnknownNamespace
+from webhook.support.typing import JSONObject
+from webhook.workloads import controller_reference
+
+IDENTITY = frozenset({"name", "generateName", "uid"})
+"""Keys of `metadata` (and of `request`) that differ from one sibling Pod to the next."""
+TRACE_BYTES = 200
+"""About what one rule trace kept costs (the object, its strings shared with the policy)."""
+KEPT_RESULTS = frozenset({"patched", "unchanged", "denied", "skipped"})
+
+Namespace = NamespaceInfo | UnknownNamespace | None
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """One decided answer: the response less its uid, and what the log line and metrics say of it."""
+
+    response: JSONObject
+    """The AdmissionReview's `response` without `uid`."""
+    result: str
+    mutation: Mutation
+    unplaceable: int
+    over_capacity: int
+    namespace: Namespace
+    nodes: int | None
+    """The nodes' version the placement warnings were checked against; None when none were checked."""
+    size: int
+    """What keeping it costs, about: its key, patch, warnings and rule traces (each trace `TRACE_BYTES`)."""
+
+
+class SiblingCache:
+    """One worker's answers by review key (see the module docstring)."""
+
+    def __init__(self, *, entries: int = 512, answer_bytes: int = 8 * 2**20, largest: int = 256 * 2**10) -> None:
+        self.entries = entries
+        self.answer_bytes = answer_bytes
+        self.largest = largest
+        self._answers: dict[bytes, Kept] = {}
+        self._bytes = 0
+        self._snapshot: PolicySnapshot | None = None
+        self._usable = False
+        self._strip_managed_fields = True
+
+    def key(self, request: AdmissionRequest, snapshot: PolicySnapshot) -> bytes | None:
+        """The review's key, or None when its answer must be decided afresh."""
+        if snapshot is not self._snapshot:
+            self._adopt(snapshot)
+        obj = request.object
+        if (not self._usable or request.kind != "Pod" or request.group or request.operation != "CREATE"
+                or obj is None or request.old_object is not None or controller_reference(obj) is None):
+            return None  # only a controller's Pods have siblings; anything else would pay for a key in vain
+        spec = obj.get("spec")
+        if isinstance(spec, dict) and spec.get("resourceClaims"):
+            return None  # `resources` counts the devices its claims get: cluster state no key holds
+        if self._strip_managed_fields:
+            metadata = obj.get("metadata")
+            if isinstance(metadata, dict) and "managedFields" in metadata:
+                obj = {**obj, "metadata": {key: value for key, value in metadata.items() if key != "managedFields"}}
+        fields = request.fields  # the review decoded leaves its uid out of these; a request built elsewhere may not
+        if "uid" in fields:
+            fields = {key: value for key, value in fields.items() if key != "uid"}
+        try:
+            review = orjson.dumps((request.api_version, fields, obj))
+        except (orjson.JSONEncodeError, TypeError):
+            return None  # a value only the standard encoder writes (a lone surrogate): decided each time
+        return review if len(review) <= self.largest else None
+
+    def answer(self, key: bytes, namespace: Namespace, nodes_version: Callable[[], int] | None) -> Kept | None:
+        """The answer kept under `key`, if it was decided for this namespace and these nodes."""
+        kept = self._answers.get(key)
+        if kept is None:
+            return None
+        if kept.namespace != namespace or (
+                kept.nodes is not None and (nodes_version is None or nodes_version() != kept.nodes)):
+            self._drop(key)
+            return None
+        if len(self._answers) > 1:  # the most recently used last: the first ones go first
+            self._answers[key] = self._answers.pop(key)
+        return kept
+
+    def keep(self, key: bytes, request: AdmissionRequest, *, response: JSONObject, result: str, mutation: Mutation,
+             unplaceable: int, over_capacity: int, namespace: Namespace, nodes: int | None) -> None:
+        """Keep a decided answer for the review `key` was made of, unless it must not be reused."""
+        if (result not in KEPT_RESULTS or DEADLINE_WARNING in mutation.warnings or mutation.gang is not None
+                or mutation.share is not None or mutation.volume_outcomes
+                or (request.object is not None and member_group(request.object)[1])):
+            return
+        body = response.get("response")
+        if not isinstance(body, dict) or body.get("uid") != request.uid:
+            return
+        rest = {name: value for name, value in body.items() if name != "uid"}
+        # what the log line and metrics read of the answer; not the templates it placed (a copy of the object)
+        said = Mutation(warnings=mutation.warnings, applied=mutation.applied, traces=mutation.traces,
+                        denial=mutation.denial, refused=mutation.refused, passed_through=mutation.passed_through)
+        size = (len(key) + len(str(rest.get("patch", ""))) + sum(len(warning) for warning in said.warnings)
+                + TRACE_BYTES * len(said.traces))
+        if size > self.answer_bytes // 8:
+            return  # one answer may not push out most of the others
+        self._drop(key)
+        while self._answers and (len(self._answers) >= self.entries or self._bytes + size > self.answer_bytes):
+            self._drop(next(iter(self._answers)))
+        self._answers[key] = Kept(rest, result, said, unplaceable, over_capacity, namespace,
+                                  nodes if mutation.placed else None, size)
+        self._bytes += size
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+    def _drop(self, key: bytes) -> None:
+        kept = self._answers.pop(key, None)
+        if kept is not None:
+            self._bytes -= kept.size
+
+    def _adopt(self, snapshot: PolicySnapshot) -> None:
+        """A new snapshot: every answer goes, and whether its answers can be kept at all is decided once."""
+        self._answers.clear()
+        self._bytes = 0
+        self._snapshot = snapshot
+        self._usable = memoisable(snapshot)
+        self._strip_managed_fields = not reads_managed_fields(snapshot.observed)
+
+
+def response_for(request: AdmissionRequest, kept: Kept) -> JSONObject:
+    """The kept answer as this review's response: its uid first, as `review.build_response` writes it."""
+    return {"apiVersion": request.api_version, "kind": "AdmissionReview",
+            "response": {"uid": request.uid, **kept.response}}
+
+
+def memoisable(snapshot: PolicySnapshot) -> bool:
+    """Whether any answer under this snapshot may be reused for a sibling (see the module docstring)."""
+    if snapshot.reads_shares or snapshot.enforces:
+        return False
+    if any(rule.action.per_pod for policy in snapshot.policies for rule in policy.rules):
+        return False
+    return not reads_identity(snapshot.observed)
+
+
+def reads_identity(observed: Mapping[str, FieldTree]) -> bool:
+    """Whether some expression can observe a name or uid of the request, the object or the workload."""
+    request = observed.get("request")
+    if request is not None and (request.whole or not IDENTITY.isdisjoint(request.keys)):
+        return True
+    workload = observed.get("workload")
+    if workload is not None and (workload.whole or "name" in workload.keys):
+        return True
+    return any(_metadata_keys(observed.get(name), IDENTITY) for name in ("object", "oldObject"))
+
+
+def reads_managed_fields(observed: Mapping[str, FieldTree]) -> bool:
+    return any(_metadata_keys(observed.get(name), ("managedFields",)) for name in ("object", "oldObject"))
+
+
+def _metadata_keys(tree: FieldTree | None, keys: Iterable[str]) -> bool:
+    """Whether `tree` (what is observed of an object) can see any of `keys` of its metadata."""
+    if tree is None:
+        return False
+    if tree.whole or tree.each is not None:
+        return True
+    metadata = tree.keys.get("metadata")
+    if metadata is None:
+        return False
+    return metadata.whole or metadata.each is not None or any(key in metadata.keys for key in keys)
