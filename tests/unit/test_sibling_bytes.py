@@ -1,6 +1,7 @@
 """Sibling Pods recognised from their bytes (webhook.admission.sibling_bytes): answered as a decoded sibling
 is, only when the review is the decided one's bytes but for its request uid and managedFields times."""
 
+import dataclasses
 import logging
 from typing import Any
 from unittest import mock
@@ -180,3 +181,8 @@ def test_a_shape_is_the_bytes_between_the_holes() -> None:
     assert shape(other, plain_holes(other, times=True) or []) == (between, offsets)
     assert proven(body, holes, parse(body), parse)
     assert plain_holes(body.replace(b'"uid":"7c1c', b'"uid":"7c\\"c', 1), times=True) is None
+
+
+def test_with_uid_changes_only_the_uid() -> None:
+    request = parse(wire(1))
+    assert request.with_uid("other") == dataclasses.replace(request, uid="other")

@@ -144,7 +144,7 @@ class SiblingCache:
         if found is None or found.offsets != offsets:
             return None
         start, end = holes[0]
-        return found.key, replace(found.request, uid=body[start:end].decode("ascii"))
+        return found.key, found.request.with_uid(body[start:end].decode("ascii"))
 
     def answer(self, key: bytes, namespace: Namespace, nodes_version: Callable[[], int] | None) -> Kept | None:
         """The answer kept under `key`, if it was decided for this namespace and these nodes."""
