@@ -17,7 +17,11 @@ namespaces are made for the run, and deleted after it:
   answering the same patch as Placer: a minimal Go webhook (tests/bench/reference_webhook.py), started here
   beside Placer and registered for namespaces of its own, answering with no patch or with the patch Placer
   answered in `2 rules` and `50 rules` (read off the cluster; a create through each must give the Pod
-  Placer gave). Skipped, with the reason, when `go` is not on PATH.
+  Placer gave). Skipped, with the reason, when `go` is not on PATH;
+- `Python floor, no patch`, `… 2-rule patch`, `… 50-rule patch`: the floor of a Python webhook, the direct
+  benchmark's floor app on granian with Placer's settings (tests/bench/floor_app.py), registered and checked
+  as the Go webhook is and answering the same patches: what of Placer's distance to the Go webhook belongs to
+  the Python stack, and what to Placer.
 
 The Pod of tests/fixtures/manifests/pod-bare.yaml (a GPU limit) is POSTed with `?dryRun=All`, the same body
 every time, over keep-alive TLS with the kubeconfig's credentials, by the asyncio load generator in separate
@@ -25,7 +29,8 @@ processes: at 1 connection for p50 / p99, at 8 for creates/s. The paths are meas
 times; the summary gives each path's medians and, against `no webhook` in the same round, what the webhook
 adds to p50 and p99 and the create rate's ratio. Before measuring, one create in each namespace checks that
 the path is what it says (patched only in `2 rules` and `50 rules`). The summary also compares Placer with the Go
-webhook answering the same patch, round by round: the difference of their p50 and the ratio of their rates.
+webhook and with the Python floor answering the same patch, round by round: the difference of their p50 and the
+ratio of their rates.
 """
 
 import argparse
@@ -44,7 +49,7 @@ import yaml
 from tests.bench.bench_direct import TWO_RULES
 from tests.bench.bench_engine import policies as bench_policies
 from tests.bench.loadgen import Client, load
-from tests.bench.reference_webhook import NoGo, comparable, go_reference, patch_between
+from tests.bench.reference_webhook import NoGo, comparable, go_reference, patch_between, python_floor
 from tests.cluster.harness import E2E_NAME, Cluster, NoRouteBack, placer_on_cluster, wait_until
 from tests.conftest import KUBECONFIG_ENV, REPO
 from webhook.actions.metadata import APPLIED_ANNOTATION
@@ -53,7 +58,10 @@ from webhook.cluster.client.connection import ClusterConnection, ConnectionSetup
 PLACER_PATHS = ("no webhook", "opted in, no policy", "2 rules", "50 rules")
 GO_PATHS = {"Go, no patch": "opted in, no policy", "Go, 2-rule patch": "2 rules", "Go, 50-rule patch": "50 rules"}
 """Each path of the Go reference webhook, and the path of Placer's it answers like."""
-PATHS = (*PLACER_PATHS, *GO_PATHS)
+FLOOR_PATHS = {"Python floor, no patch": "opted in, no policy", "Python floor, 2-rule patch": "2 rules",
+               "Python floor, 50-rule patch": "50 rules"}
+"""Each path of the Python floor webhook, and the path of Placer's it answers like."""
+PATHS = (*PLACER_PATHS, *GO_PATHS, *FLOOR_PATHS)
 SELECTING_LABEL = "placer-e2e-bench"
 """The label the bench's policies select by: `selected` on the `2 rules` namespace, `fifty` on `50 rules`."""
 POLICY = "bench-two-rules"
@@ -160,6 +168,8 @@ def go_patches(created: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 GO_ROUTES = {"none": "Go, no patch", "two": "Go, 2-rule patch", "fifty": "Go, 50-rule patch"}
+FLOOR_ROUTES = {"none": "Python floor, no patch", "two": "Python floor, 2-rule patch",
+                "fifty": "Python floor, 50-rule patch"}
 
 
 def measure(cluster: Cluster, *, duration: float, rounds: int, workdir: Path,
@@ -168,21 +178,31 @@ def measure(cluster: Cluster, *, duration: float, rounds: int, workdir: Path,
     left out, with the reason reported, when the reference webhook cannot be built (no `go` on PATH)."""
     body = pod_body()
     namespaces, created = prepare(cluster, body)
+    pod = json.loads(body)
+    patches = go_patches(created)
     with contextlib.ExitStack() as stack:
         try:
-            routes = stack.enter_context(go_reference(cluster, workdir, go_patches(created)))
+            routes = stack.enter_context(go_reference(cluster, workdir, patches))
         except NoGo as missing:
             report(f"the Go reference paths are left out: {missing}")
         else:
-            pod = json.loads(body)
-            for route, namespace in routes.items():
-                path = GO_ROUTES[route]
-                namespaces[path] = namespace
-                answered = create_in(cluster, namespace, pod)
-                if comparable(answered) != comparable(created[GO_PATHS[path]]):
-                    raise AssertionError(f"a create through {path!r} does not give the Pod {GO_PATHS[path]!r} "
-                                         f"gave: {patch_between(created[GO_PATHS[path]], answered)}")
+            _check_routes(cluster, routes, GO_ROUTES, GO_PATHS, namespaces, created, pod)
+        floor_routes = stack.enter_context(python_floor(cluster, workdir, patches))
+        _check_routes(cluster, floor_routes, FLOOR_ROUTES, FLOOR_PATHS, namespaces, created, pod)
         return _load_each(cluster, namespaces, body, duration=duration, rounds=rounds, report=report)
+
+
+def _check_routes(cluster: Cluster, routes: dict[str, str], paths_of: dict[str, str], placer_of: dict[str, str],
+                  namespaces: dict[str, str], created: dict[str, dict[str, Any]], pod: dict[str, Any]) -> None:
+    """Adds each reference route's namespace to `namespaces`, once a create there gives the Pod that Placer's
+    path it answers like gave."""
+    for route, namespace in routes.items():
+        path = paths_of[route]
+        namespaces[path] = namespace
+        answered = create_in(cluster, namespace, pod)
+        if comparable(answered) != comparable(created[placer_of[path]]):
+            raise AssertionError(f"a create through {path!r} does not give the Pod {placer_of[path]!r} "
+                                 f"gave: {patch_between(created[placer_of[path]], answered)}")
 
 
 def _load_each(cluster: Cluster, namespaces: dict[str, str], body: bytes, *, duration: float, rounds: int,
@@ -201,7 +221,7 @@ def _load_each(cluster: Cluster, namespaces: dict[str, str], body: bytes, *, dur
                    "error_kinds": {kind: one["error_kinds"].get(kind, 0) + eight["error_kinds"].get(kind, 0)
                                    for kind in {**one["error_kinds"], **eight["error_kinds"]}}}
             rows.append(row)
-            report(f"  {path:<22} p50 {row['p50']:6.2f} ms  p99 {row['p99']:6.2f} ms  at 8: {row['rate']:7.1f}/s"
+            report(f"  {path:<28} p50 {row['p50']:6.2f} ms  p99 {row['p99']:6.2f} ms  at 8: {row['rate']:7.1f}/s"
                    f"  errors {row['errors']}")
     return summarise(measured)
 
@@ -209,9 +229,11 @@ def _load_each(cluster: Cluster, namespaces: dict[str, str], body: bytes, *, dur
 def summarise(measured: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Medians per path, and per round against `no webhook`: what the path adds and its rate's ratio; for a
     path of Placer's whose Go counterpart was measured, per round against it: `vs_go_p50` (Placer's p50 less
-    the Go webhook's) and `vs_go_rate` (Placer's rate over the Go webhook's)."""
+    the Go webhook's) and `vs_go_rate` (Placer's rate over the Go webhook's); `vs_floor_p50` and
+    `vs_floor_rate` the same against the Python floor."""
     base = measured["no webhook"]
     counterparts = {placer: go for go, placer in GO_PATHS.items() if go in measured}
+    floors = {placer: floor for floor, placer in FLOOR_PATHS.items() if floor in measured}
     rows = []
     for path, rounds in measured.items():
         row = {
@@ -231,6 +253,14 @@ def summarise(measured: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]
             go = measured[counterparts[path]]
             row["vs_go_p50"] = statistics.median(r["p50"] - g["p50"] for r, g in zip(rounds, go, strict=True))
             row["vs_go_rate"] = _median_ratio(rounds, go)
+        if path in floors:
+            floor = measured[floors[path]]
+            row["vs_floor_p50"] = statistics.median(r["p50"] - f["p50"] for r, f in zip(rounds, floor, strict=True))
+            row["vs_floor_rate"] = _median_ratio(rounds, floor)
+        if path in FLOOR_PATHS and f"Go{path.removeprefix('Python floor')}" in measured:
+            go = measured[f"Go{path.removeprefix('Python floor')}"]
+            row["vs_go_p50"] = statistics.median(r["p50"] - g["p50"] for r, g in zip(rounds, go, strict=True))
+            row["vs_go_rate"] = _median_ratio(rounds, go)
         rows.append(row)
     return rows
 
@@ -241,17 +271,19 @@ def _median_ratio(rounds: list[dict[str, Any]], base: list[dict[str, Any]]) -> f
 
 def print_summary(rows: list[dict[str, Any]], rounds: int) -> None:
     print(f"median of {rounds} round(s); added and ratio against `no webhook` in the same round")
-    print(f"{'path':<22} {'p50 ms':>7} {'p99 ms':>7} {'added p50':>10} {'added p99':>10} {'creates/s at 8':>15}"
+    print(f"{'path':<28} {'p50 ms':>7} {'p99 ms':>7} {'added p50':>10} {'added p99':>10} {'creates/s at 8':>15}"
           f" {'ratio':>6} {'errors':>7}")
     for row in rows:
-        print(f"{row['path']:<22} {row['p50']:7.2f} {row['p99']:7.2f} {row['added_p50']:+10.2f} "
+        print(f"{row['path']:<28} {row['p50']:7.2f} {row['p99']:7.2f} {row['added_p50']:+10.2f} "
               f"{row['added_p99']:+10.2f} {row['rate']:15.1f} {row['ratio']:6.2f} {row['errors']:7d}")
-    compared = [row for row in rows if "vs_go_p50" in row]
+    compared = [row for row in rows if "vs_go_p50" in row or "vs_floor_p50" in row]
     if compared:
-        print("Placer against the Go webhook answering the same patch, round by round (median)")
-        print(f"{'path':<22} {'p50 - Go p50':>13} {'rate / Go rate':>15}")
+        print("against the Go webhook and the Python floor answering the same patch, round by round (median)")
+        print(f"{'path':<28} {'p50 - Go p50':>13} {'rate / Go rate':>15} {'p50 - floor p50':>16} {'rate / floor':>13}")
         for row in compared:
-            print(f"{row['path']:<22} {row['vs_go_p50']:+13.2f} {row['vs_go_rate']:15.2f}")
+            go = (f"{row['vs_go_p50']:+13.2f} {row['vs_go_rate']:15.2f}" if "vs_go_p50" in row else f"{'':>29}")
+            floor = (f" {row['vs_floor_p50']:+16.2f} {row['vs_floor_rate']:13.2f}" if "vs_floor_p50" in row else "")
+            print(f"{row['path']:<28} {go}{floor}")
     print(TARGETS)
 
 

@@ -55,6 +55,7 @@ import requests
 
 from tests.bench.bench_engine import deployment, policies
 from tests.bench.bench_server import NAMESPACES, rss_mb
+from tests.bench.floor_app import granian_command
 from tests.bench.loadgen import load
 from tests.bench.reference_webhook import NoGo, build
 from tests.bench.siblings import replicaset_pods
@@ -108,15 +109,17 @@ def children(pid: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def floor_server(workdir: Path, certs: Any, workers: int, busy_us: int | None = None
+def floor_server(workdir: Path, certs: Any, workers: int, busy_us: int | None = None, routes: Path | None = None
                  ) -> Iterator[tuple[str, list[int]]]:
-    """The floor app on granian, configured as `placer serve` configures it (webhook/server/serve.py)."""
+    """The floor app on granian, configured as `placer serve` configures it (webhook/server/serve.py);
+    `routes`: the routed floor, answering the patches of that file (floor_app.routed)."""
     port = free_port()
-    args = [sys.executable, "-m", "granian", "--interface", "rsgi", "--workers", str(workers), "--http", "1",
-            "--no-ws", "--host", "127.0.0.1", "--port", str(port), "--ssl-certificate", str(certs.cert),
-            "--ssl-keyfile", str(certs.key), "--ssl-protocol-min", "tls1.2", "--log-level", "warning",
-            *(["--factory", "tests.bench.floor_app:busy"] if busy_us is not None else ["tests.bench.floor_app:app"])]
-    environment = {**os.environ, "FLOOR_BUSY_US": str(busy_us or 0)}
+    target = (["--factory", "tests.bench.floor_app:busy"] if busy_us is not None
+              else ["--factory", "tests.bench.floor_app:routed"] if routes is not None
+              else ["tests.bench.floor_app:app"])
+    args = granian_command(host="127.0.0.1", port=port, cert=certs.cert, key=certs.key, workers=workers,
+                           target=target)
+    environment = {**os.environ, "FLOOR_BUSY_US": str(busy_us or 0), "FLOOR_ROUTES": str(routes or "")}
     with (workdir / "floor.log").open("wb") as output:
         process = subprocess.Popen(args, cwd=Path(__file__).resolve().parents[2], start_new_session=True,
                                    stdout=output, stderr=subprocess.STDOUT, env=environment)

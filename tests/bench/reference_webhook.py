@@ -1,5 +1,7 @@
 """The floor of any patching webhook, for bench_apiserver: a minimal Go webhook (`go_reference/main.go`: Go's
-HTTP/1.1 server and TLS) answering every review with the patch Placer answers for the bench's Pod.
+HTTP/1.1 server and TLS) answering every review with the patch Placer answers for the bench's Pod; and the
+floor of a Python one, the floor app of the direct benchmark on granian with Placer's settings
+(`floor_app.routed`), answering the same patches.
 
 It runs on this machine, where the API server reaches Placer started by the harness, and is registered by URL
 for namespaces of its own (labelled `placer-e2e-go-reference: <route>`, not opted in to Placer). Its patches
@@ -13,6 +15,7 @@ import contextlib
 import copy
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -21,6 +24,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from tests.bench.floor_app import granian_command
 from tests.cluster.harness import E2E_NAME, MUTATING, Cluster, address_towards
 from tests.conftest import REPO
 from webhook.commands.certs import issue
@@ -83,20 +87,21 @@ def patch_between(plain: Mapping[str, Any], patched: Mapping[str, Any]) -> JSONP
     return diff(comparable(plain), comparable(patched))
 
 
-def configuration(url: str, ca_bundle: str, routes: list[str]) -> dict[str, Any]:
-    """A MutatingWebhookConfiguration calling `url` + route for Pods created in namespaces labelled
-    `placer-e2e-go-reference: <route>`; failurePolicy Fail, so that a reference that cannot be reached fails
-    the run rather than admitting Pods unchanged."""
+def configuration(url: str, ca_bundle: str, routes: list[str], *, name: str = CONFIGURATION,
+                  label: str = ROUTE_LABEL) -> dict[str, Any]:
+    """A MutatingWebhookConfiguration `name` calling `url` + route for Pods created in namespaces labelled
+    `<label>: <route>`; failurePolicy Fail, so that a reference that cannot be reached fails the run rather
+    than admitting Pods unchanged."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": CONFIGURATION},
+        "metadata": {"name": name},
         "webhooks": [{
-            "name": f"{route}.go-reference.placer.dev",
+            "name": f"{route}.{name.removeprefix(E2E_NAME + '-')}.placer.dev",
             "clientConfig": {"url": f"{url}/{route}", "caBundle": ca_bundle},
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"],
                        "scope": "Namespaced"}],
-            "namespaceSelector": {"matchLabels": {ROUTE_LABEL: route}},
+            "namespaceSelector": {"matchLabels": {label: route}},
             "failurePolicy": "Fail",
             "matchPolicy": "Equivalent",
             "sideEffects": "None",
@@ -136,6 +141,43 @@ def go_reference(cluster: Cluster, workdir: Path, patches: Mapping[str, JSONPatc
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+FLOOR_CONFIGURATION = f"{E2E_NAME}-python-floor"
+FLOOR_ROUTE_LABEL = "placer-e2e-python-floor"
+FLOOR_PORT_ENV = "PLACER_E2E_FLOOR_PORT"
+
+
+@contextlib.contextmanager
+def python_floor(cluster: Cluster, workdir: Path, patches: Mapping[str, JSONPatch | None]
+                 ) -> Iterator[dict[str, str]]:
+    """The floor app on granian as `placer serve` runs it (2 workers, HTTP/1.1, TLS 1.2+: the settings of
+    bench_direct's floor), here and registered like the Go reference, answering `patches[route]` on each
+    route; yields each route's namespace. Everything it made is gone afterwards."""
+    host = os.environ.get("PLACER_E2E_WEBHOOK_HOST") or address_towards(cluster.connection.server)
+    port = int(os.environ.get(FLOOR_PORT_ENV, "9445"))
+    certs = issue(workdir / "python-floor-certs", [host, "localhost", "127.0.0.1"], common_name=host)
+    routes_file = workdir / "python-floor-routes.json"
+    routes_file.write_bytes(encode_json({f"/{route}": patch for route, patch in patches.items()}))
+    arguments = granian_command(host="0.0.0.0", port=port, cert=certs.cert, key=certs.key, workers=2,
+                                target=["--factory", "tests.bench.floor_app:routed"])
+    with (workdir / "python-floor.log").open("wb") as log:
+        process = subprocess.Popen(arguments, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                                   start_new_session=True, env={**os.environ, "FLOOR_ROUTES": str(routes_file)})
+    try:
+        _wait_listening(port, certs.ca_cert, process)
+        namespaces = {route: cluster.namespace({FLOOR_ROUTE_LABEL: route}, opted_in=False) for route in patches}
+        ca_bundle = base64.b64encode(certs.ca_cert.read_bytes()).decode()
+        cluster.apply(MUTATING, configuration(f"https://{host}:{port}", ca_bundle, list(patches),
+                                              name=FLOOR_CONFIGURATION, label=FLOOR_ROUTE_LABEL))
+        try:
+            yield namespaces
+        finally:
+            with contextlib.suppress(Exception):
+                cluster.api.delete(f"{MUTATING}/{FLOOR_CONFIGURATION}")
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=15)
 
 
 def _wait_listening(port: int, ca: Path, process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:

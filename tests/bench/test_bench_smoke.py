@@ -330,3 +330,47 @@ def test_two_creates_of_one_pod_compare_equal_whatever_token_volume_the_api_serv
     patched = json.loads(json.dumps(again))
     patched["spec"]["nodeSelector"] = {"node-pool": "ml"}
     assert patch_between(pod, patched) == [{"op": "add", "path": "/spec/nodeSelector", "value": {"node-pool": "ml"}}]
+
+
+def test_the_python_floor_answers_each_route_with_its_patch_over_tls(tmp_path: Path, certificates: Any) -> None:
+    """bench_apiserver's Python floor: the direct benchmark's floor app on granian, answering each route as
+    the Go reference does (the patch, base64, JSONPatch; none; 404 for a route it does not have)."""
+    import base64  # noqa: PLC0415
+
+    import requests  # noqa: PLC0415
+
+    from tests.bench.bench_direct import floor_server  # noqa: PLC0415
+    from tests.conftest import fixture_request  # noqa: PLC0415
+
+    patch = [{"op": "add", "path": "/spec/nodeSelector", "value": {"node-pool": "ml"}}]
+    routes = tmp_path / "routes.json"
+    routes.write_text(json.dumps({"/two": patch, "/none": None}))
+    review = fixture_request("pod-bare-create-dryrun")
+    with floor_server(tmp_path, certificates, workers=1, routes=routes) as (url, _):
+        answers = {route: requests.post(f"{url}/{route}", json=review, verify=str(certificates.ca_cert), timeout=5)
+                   for route in ("two", "none", "other")}
+    two = answers["two"].json()["response"]
+    assert two["uid"] == review["request"]["uid"] and two["allowed"] is True and two["patchType"] == "JSONPatch"
+    assert json.loads(base64.b64decode(two["patch"])) == patch
+    assert answers["none"].json()["response"] == {"uid": review["request"]["uid"], "allowed": True}
+    assert answers["other"].status_code == 404
+
+
+def test_through_the_api_server_placer_and_the_go_webhook_are_compared_with_the_python_floor() -> None:
+    from tests.bench.bench_apiserver import summarise as summarise_apiserver  # noqa: PLC0415
+
+    def row(p50: float, rate: float) -> dict[str, Any]:
+        return {"p50": p50, "p99": p50 * 2, "rate": rate, "requests": 100, "errors": 0, "error_kinds": {}}
+
+    measured = {
+        "no webhook": [row(2.0, 1000), row(4.0, 500), row(2.2, 900)],
+        "2 rules": [row(3.2, 750), row(5.0, 350), row(3.4, 700)],
+        "Go, 2-rule patch": [row(3.0, 800), row(4.7, 380), row(3.3, 700)],
+        "Python floor, 2-rule patch": [row(3.1, 760), row(4.6, 400), row(3.2, 720)],
+    }
+    rows = {item["path"]: item for item in summarise_apiserver(measured)}
+    assert rows["2 rules"]["vs_floor_p50"] == pytest.approx(0.2)  # 0.1, 0.4, 0.2
+    assert rows["2 rules"]["vs_floor_rate"] == pytest.approx(700 / 720)  # 0.987, 0.875, 0.972
+    floor = rows["Python floor, 2-rule patch"]
+    assert floor["vs_go_p50"] == pytest.approx(-0.1)  # 0.1, -0.1, -0.1
+    assert "vs_floor_p50" not in floor
