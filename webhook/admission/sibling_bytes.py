@@ -2,8 +2,8 @@
 
 The API server writes the reviews of a ReplicaSet's Pods byte for byte alike but for the request uid and
 the times in `managedFields` (webhook.admission.sibling_cache). Decoding a review, and encoding it again
-into its cache key, were half of the Python a worker spent on a sibling answered from the cache; a review
-recognised from its bytes needs neither.
+into its cache key, were a third of the instructions of a sibling answered from the cache (docs/
+performance.md); a review recognised from its bytes needs neither.
 
 A review's *holes* are the contents of the first `"uid":"…"` string (the request's uid: the API server
 writes it first) and, when `times`, of every `"time":"…"` string after it; its *shape* is the bytes between
