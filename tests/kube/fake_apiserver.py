@@ -131,6 +131,31 @@ def status(code: int, reason: str, message: str) -> dict[str, Any]:
     }
 
 
+class _TLSServer(ThreadingHTTPServer):
+    """A threading HTTPS server that shakes hands in each connection's own thread, with a listen backlog as
+    deep as a real API server's: a TLS-wrapped listening socket shakes hands inside `accept`, one client at a
+    time, and with the default backlog of 5 a loaded machine saw connects time out (every reflector of a
+    controller reconnecting at once), which no API server does."""
+
+    daemon_threads = True
+    request_queue_size = 1024
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], context: ssl.SSLContext
+                 ) -> None:
+        self.context = context
+        super().__init__(address, handler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        try:
+            connection = self.context.wrap_socket(request, server_side=True)
+        except OSError:  # the client went away or spoke no TLS: nothing to answer, as a real server drops it
+            return
+        try:
+            super().finish_request(connection, client_address)
+        finally:
+            connection.close()
+
+
 @dataclass
 class Event:
     resource_version: int
@@ -205,7 +230,7 @@ class FakeApiServer:
     drops: int = 0
     url: str = ""
     condition: threading.Condition = field(default_factory=threading.Condition)
-    _server: ThreadingHTTPServer | None = None
+    _server: "_TLSServer | None" = None
 
     # -- test controls ------------------------------------------------------------------------------------
 
@@ -328,11 +353,9 @@ class FakeApiServer:
 
     def serve(self, cert: Path, key: Path, *, port: int = 0) -> "FakeApiServer":
         """Listen on `port` (0: any free one); after `shutdown`, serving again on the same port is a restart."""
-        server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
-        server.daemon_threads = True
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
+        server = _TLSServer(("127.0.0.1", port), _handler(self), context)
         self._server = server
         self.url = f"https://127.0.0.1:{server.server_address[1]}"
         threading.Thread(target=server.serve_forever, daemon=True).start()
