@@ -6,7 +6,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from webhook.support.counter_file import CounterFile
+from webhook.support.counter_file import CounterFile, HistogramFile
 
 LABELS = ("policy", "rule", "outcome")
 
@@ -59,3 +59,22 @@ def test_a_replaced_worker_s_counts_stay_in_the_sum(tmp_path: Path) -> None:
     new.increment_each([("p", "a", "applied")] * 2)
     new.close()
     assert 'placer_rule_evaluations_total{outcome="applied",policy="p",rule="a"} 7.0' in scrape(tmp_path)
+
+
+def test_a_histogram_is_scraped_as_prometheus_client_writes_one(tmp_path: Path) -> None:
+    histogram = HistogramFile(str(tmp_path), "placer_admission_duration_seconds", "Time.", (0.0005, 0.001, 0.0025, 5.0))
+    for seconds in (2**-13, 2**-11, 2**-9, 7.0):  # sums without rounding
+        histogram.observe(seconds)
+    histogram.close()
+    histogram.observe(2**-13)  # reopened: carries on from the file
+    histogram.close()
+    lines = scrape(tmp_path)
+    assert sorted(line for line in lines if line.startswith("placer_admission_duration_seconds")) == sorted([
+        'placer_admission_duration_seconds_bucket{le="0.0005"} 3.0',
+        'placer_admission_duration_seconds_bucket{le="0.001"} 3.0',
+        'placer_admission_duration_seconds_bucket{le="0.0025"} 4.0',
+        'placer_admission_duration_seconds_bucket{le="5.0"} 4.0',
+        'placer_admission_duration_seconds_bucket{le="+Inf"} 5.0',
+        'placer_admission_duration_seconds_count 5.0',
+        'placer_admission_duration_seconds_sum 7.002685546875',
+    ])

@@ -59,6 +59,7 @@ def admit(
     entry: Entry = "mutate",
     seals: Seals | None = None,
     siblings: SiblingCache | None = None,
+    body: bytes | None = None,
 ) -> Admission:
     """Decide one admission. Fails open: only a policy with `failurePolicy: Fail` or `enforcement: Enforced`
     can deny, except for a request of the fail-closed webhook entry (`entry="enforce"`: its namespace is
@@ -70,11 +71,12 @@ def admit(
     `ledger`: the live pod counts of each workload by capacity class (`spot-share`); None means no counts,
     and each Pod is decided as the first of its workload, with a warning saying so. It is released once the
     admission is decided, whatever the outcome (`ShareLedger.release`). `siblings`: answers a sibling Pod's
-    review decided, reused where nothing the answer depends on differs (`sibling_cache`)."""
+    review decided, reused where nothing the answer depends on differs (`sibling_cache`); `body`, the bytes the
+    request was decoded from, by which its siblings are then recognised (`answer_sibling`)."""
     try:
         return _admit(request, snapshot, workloads, opt_in=opt_in, deadline=deadline,
                       resolve_namespace=resolve_namespace, placement=placement, claims=claims, ledger=ledger,
-                      entry=entry, seals=seals, siblings=siblings)
+                      entry=entry, seals=seals, siblings=siblings, body=body)
     finally:
         if ledger is not None:
             _release(ledger)
@@ -101,6 +103,7 @@ def _admit(
     entry: Entry,
     seals: Seals | None,
     siblings: SiblingCache | None,
+    body: bytes | None,
 ) -> Admission:
     closed = entry == "enforce" and _handled(request, workloads)
     if closed and not snapshot.ready:
@@ -127,7 +130,42 @@ def _admit(
                         claims=claims, ledger=ledger, seals=seals, closed=closed)
     siblings.keep(key, request, response=admission.response, result=admission.result, mutation=admission.mutation,
                   unplaceable=admission.unplaceable, over_capacity=admission.over_capacity, namespace=namespace,
-                  nodes=nodes)
+                  nodes=nodes, body=body)
+    return admission
+
+
+def answer_sibling(
+    body: bytes,
+    snapshot: PolicySnapshot,
+    workloads: WorkloadTable,
+    siblings: SiblingCache,
+    *,
+    opt_in: OptIn = "api-server",
+    deadline: float | None = None,
+    resolve_namespace: NamespaceResolver | None = None,
+    placement: PlacementCheck | None = None,
+    ledger: ShareLedger | None = None,
+) -> Admission | None:
+    """The admission `admit` gives the review `body` of the mutating entry, without decoding it, when the
+    sibling cache recognises it from its bytes (`SiblingCache.recognise`); None: decode it and `admit` it.
+
+    What `admit` does before it asks the cache is done the same way: the namespace resolved for this review,
+    the opt-in, the answer only for the namespace and nodes it was decided for."""
+    found = siblings.recognise(body, snapshot)
+    if found is None:
+        return None
+    key, request = found
+    namespace = _namespace(request, snapshot, workloads, deadline, resolve_namespace)
+    if opt_in == "label-or-annotation" and not _opted_in(namespace or snapshot.namespace(request.namespace)):
+        admission = Admission(request, _respond(request), "skipped", Mutation(passed_through="namespace not opted in"))
+    else:
+        kept = siblings.answer(key, namespace, placement.nodes_version if placement is not None else None)
+        if kept is None:
+            return None  # decided afresh by `admit`, which then releases the ledger
+        admission = Admission(request, response_for(request, kept), cast(Result, kept.result), kept.mutation,
+                              kept.unplaceable, kept.over_capacity)
+    if ledger is not None:
+        _release(ledger)
     return admission
 
 

@@ -11,6 +11,9 @@ So an answer is kept under a key made of the whole review less those two fields 
 `metadata.managedFields` unless some expression can read it): the review re-encoded, compared whole (a
 digest of it cost more than the comparison: 3.4 µs for a 2.6 KB Pod). A review with the same key is answered
 with the same response, log fields and rule counts, under its own uid. Only the time a review takes is its own.
+A sibling of a decided review is recognised from its bytes, before it is decoded, where the API server wrote
+it as it wrote the decided one but for the uid and those times (`recognise`, `webhook.admission.sibling_bytes`):
+it then gets the answer without being decoded or keyed, under the same conditions.
 Nothing is reused across what a key does not hold:
 
 - the policy snapshot: a new one drops every answer;
@@ -38,10 +41,12 @@ least recently used going first; a review of more than `largest` bytes is never 
 """
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import orjson
 
+from webhook.admission.review import decode_json, parse_review
+from webhook.admission.sibling_bytes import plain_holes, proven, shape
 from webhook.engine.outcome import DEADLINE_WARNING, Mutation
 from webhook.engine.request import AdmissionRequest
 from webhook.gang.native_operators import member_group
@@ -74,6 +79,18 @@ class Kept:
     """The nodes' version the placement warnings were checked against; None when none were checked."""
     size: int
     """What keeping it costs, about: its key, patch, warnings and rule traces (each trace `TRACE_BYTES`)."""
+    shape: bytes | None = None
+    """The shape of the decided review's bytes, when its siblings are recognised by it (`sibling_bytes`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """A decided review's bytes but for its holes (`sibling_bytes`): where the holes sit, the answer's key, and
+    the request as the log line and metrics read it (its object cut to its generateName)."""
+
+    offsets: tuple[int, ...]
+    key: bytes
+    request: AdmissionRequest
 
 
 class SiblingCache:
@@ -84,6 +101,7 @@ class SiblingCache:
         self.answer_bytes = answer_bytes
         self.largest = largest
         self._answers: dict[bytes, Kept] = {}
+        self._shapes: dict[bytes, Shape] = {}
         self._bytes = 0
         self._snapshot: PolicySnapshot | None = None
         self._usable = False
@@ -113,6 +131,21 @@ class SiblingCache:
             return None  # a value only the standard encoder writes (a lone surrogate): decided each time
         return review if len(review) <= self.largest else None
 
+    def recognise(self, body: bytes, snapshot: PolicySnapshot) -> tuple[bytes, AdmissionRequest] | None:
+        """The key of the answer kept for a sibling of the review `body` (not decoded), and the review's request
+        as the log line and metrics read it; None when it is not recognised from its bytes (`sibling_bytes`)."""
+        if not self._shapes or snapshot is not self._snapshot:
+            return None
+        holes = plain_holes(body, times=self._strip_managed_fields)
+        if holes is None:
+            return None
+        between, offsets = shape(body, holes)
+        found = self._shapes.get(between)
+        if found is None or found.offsets != offsets:
+            return None
+        start, end = holes[0]
+        return found.key, found.request.with_uid(body[start:end].decode("ascii"))
+
     def answer(self, key: bytes, namespace: Namespace, nodes_version: Callable[[], int] | None) -> Kept | None:
         """The answer kept under `key`, if it was decided for this namespace and these nodes."""
         kept = self._answers.get(key)
@@ -127,16 +160,18 @@ class SiblingCache:
         return kept
 
     def keep(self, key: bytes, request: AdmissionRequest, *, response: JSONObject, result: str, mutation: Mutation,
-             unplaceable: int, over_capacity: int, namespace: Namespace, nodes: int | None) -> None:
-        """Keep a decided answer for the review `key` was made of, unless it must not be reused."""
+             unplaceable: int, over_capacity: int, namespace: Namespace, nodes: int | None,
+             body: bytes | None = None) -> None:
+        """Keep a decided answer for the review `key` was made of, unless it must not be reused; `body`, the
+        review's bytes, to recognise its siblings by (`recognise`)."""
         if (result not in KEPT_RESULTS or DEADLINE_WARNING in mutation.warnings or mutation.gang is not None
                 or mutation.share is not None or mutation.volume_outcomes
                 or (request.object is not None and member_group(request.object)[1])):
             return
-        body = response.get("response")
-        if not isinstance(body, dict) or body.get("uid") != request.uid:
+        answered = response.get("response")
+        if not isinstance(answered, dict) or answered.get("uid") != request.uid:
             return
-        rest = {name: value for name, value in body.items() if name != "uid"}
+        rest = {name: value for name, value in answered.items() if name != "uid"}
         # what the log line and metrics read of the answer; not the templates it placed (a copy of the object)
         said = Mutation(warnings=mutation.warnings, applied=mutation.applied, traces=mutation.traces,
                         denial=mutation.denial, refused=mutation.refused, passed_through=mutation.passed_through)
@@ -144,11 +179,16 @@ class SiblingCache:
                 + TRACE_BYTES * len(said.traces))
         if size > self.answer_bytes // 8:
             return  # one answer may not push out most of the others
+        found = self._shape(body, request, key) if body is not None else None
+        if found is not None:
+            size += len(found[0])
         self._drop(key)
         while self._answers and (len(self._answers) >= self.entries or self._bytes + size > self.answer_bytes):
             self._drop(next(iter(self._answers)))
         self._answers[key] = Kept(rest, result, said, unplaceable, over_capacity, namespace,
-                                  nodes if mutation.placed else None, size)
+                                  nodes if mutation.placed else None, size, found[0] if found else None)
+        if found is not None:
+            self._shapes[found[0]] = found[1]
         self._bytes += size
 
     def __len__(self) -> int:
@@ -158,10 +198,24 @@ class SiblingCache:
         kept = self._answers.pop(key, None)
         if kept is not None:
             self._bytes -= kept.size
+            if kept.shape is not None:
+                self._shapes.pop(kept.shape, None)
+
+    def _shape(self, body: bytes, request: AdmissionRequest, key: bytes) -> tuple[bytes, Shape] | None:
+        """The shape the siblings of the review `body` will be recognised by, once proven (`sibling_bytes`)."""
+        holes = plain_holes(body, times=self._strip_managed_fields)
+        if holes is None or not proven(body, holes, request, lambda marked: parse_review(decode_json(marked))):
+            return None
+        between, offsets = shape(body, holes)
+        metadata = request.object.get("metadata") if request.object is not None else None
+        generate_name = metadata.get("generateName") if isinstance(metadata, dict) else None
+        told = replace(request, uid="", object={"metadata": {"generateName": generate_name}}, old_object=None)
+        return between, Shape(offsets, key, told)
 
     def _adopt(self, snapshot: PolicySnapshot) -> None:
         """A new snapshot: every answer goes, and whether its answers can be kept at all is decided once."""
         self._answers.clear()
+        self._shapes.clear()
         self._bytes = 0
         self._snapshot = snapshot
         self._usable = memoisable(snapshot)

@@ -35,8 +35,10 @@ def workload_variable(request: AdmissionRequest, kind: WorkloadKind, obj: JSONOb
     return workload
 
 
-def pod_variable(template: JSONObject) -> tuple[JSONObject, JSONObject, list[str]]:
-    """`pod` (metadata maps always present) and `resources` for one template, plus quantity notes."""
+def pod_variable(template: JSONObject, quantities: dict[str, float] | None = None
+                 ) -> tuple[JSONObject, JSONObject, list[str]]:
+    """`pod` (metadata maps always present) and `resources` for one template, plus quantity notes;
+    `quantities`: the values of quantity strings already read (`effective_resources`)."""
     metadata = as_map(template.get("metadata"))
     spec = as_map(template.get("spec"))
     pod = {
@@ -46,5 +48,5 @@ def pod_variable(template: JSONObject) -> tuple[JSONObject, JSONObject, list[str
         },
         "spec": spec,
     }
-    resources, notes = effective_resources(spec)
+    resources, notes = effective_resources(spec, quantities)
     return pod, resources, notes

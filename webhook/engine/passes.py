@@ -244,7 +244,7 @@ class Run:
                   enforced: frozenset[str], exempt: frozenset[str], old: JSONObject | None
                   ) -> tuple[JSONObject, bool]:
         template = working_copy(original)
-        pod, resources, notes = pod_variable(original)
+        pod, resources, notes = pod_variable(original, self.snapshot.quantities)
         if self.devices is not None and pod["spec"].get("resourceClaims"):
             resources = dict(self.devices(pod["spec"], resources))
         self.mutation.warnings.extend(f"{slot.name or self.kind.kind}: {note}" for note in notes)

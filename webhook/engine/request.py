@@ -37,6 +37,13 @@ class AdmissionRequest:
     """Not from an API server: a stored workload judged as its CREATE (reports, `drift`), whose pods may
     already run (a native gang is then not added: `webhook.gang.native_lifecycle`)."""
 
+    def with_uid(self, uid: str) -> "AdmissionRequest":
+        """The same request under another uid (a sibling Pod's: `webhook.admission.sibling_cache`); what
+        `dataclasses.replace` does at half its cost."""
+        return AdmissionRequest(self.api_version, uid, self.group, self.version, self.kind, self.resource,
+                                self.sub_resource, self.name, self.namespace, self.operation, self.user_info,
+                                self.dry_run, self.object, self.old_object, self.fields, self.stored)
+
     def as_cel(self) -> JSONObject:
         """The `request` CEL variable: the admission.k8s.io/v1 AdmissionRequest without object and oldObject,
         as in Kubernetes' admission policies. Fields the API server leaves out read as their empty value."""

@@ -17,19 +17,24 @@ from webhook.pods.quantity import InvalidQuantityError, parse_quantity
 from webhook.support.typing import JSONObject
 
 Totals = dict[str, float]
+KNOWN_QUANTITIES = 1024
+"""Distinct quantity strings a cache handed to `effective_resources` keeps; past this it starts again."""
 
 
-def effective_resources(spec: JSONObject) -> tuple[dict[str, Any], list[str]]:
+def effective_resources(spec: JSONObject, known: dict[str, float] | None = None
+                        ) -> tuple[dict[str, Any], list[str]]:
     """`{requests, limits}` maps of resource name -> number, and a note per unreadable quantity; with
     `devices: {}` and, per `spec.resourceClaims[]` entry, `claims[name]` as not known, until the claims are
     resolved (`with_claimed_devices`): the shape rules see is the same with and without a cluster.
 
     Every quantity is parsed once, and every distinct quantity string once per pod (sidecars and replicas
-    of one container repeat theirs: `1`, `500m`, `4Gi`). Runs on every admission that reads `resources`:
-    the common pod (app containers only) is one sum per map.
+    of one container repeat theirs: `1`, `500m`, `4Gi`), or once while `known` holds it: the value of each
+    quantity string read so far, kept by the caller across pods (the engine keeps one per policy snapshot:
+    pods ask for the same few). Runs on every admission that reads `resources`: the common pod (app
+    containers only) is one sum per map.
     """
     notes: list[str] = []
-    parsed = _Quantities(notes)
+    parsed = _Quantities(notes, known)
     requests: Totals = {}
     limits: Totals = {}
     for container in _containers(spec.get("containers")):
@@ -77,13 +82,14 @@ def _needs(container: JSONObject, parsed: "_Quantities", *, where: str = "") -> 
 
 
 class _Quantities:
-    """The quantities of one pod, each distinct string parsed once; a note per unreadable one."""
+    """The quantities of one pod, each distinct string parsed once (or never, when `known` has it); a note per
+    unreadable one."""
 
     __slots__ = ("_known", "notes")
 
-    def __init__(self, notes: list[str]) -> None:
+    def __init__(self, notes: list[str], known: dict[str, float] | None = None) -> None:
         self.notes = notes
-        self._known: dict[str, float] = {}
+        self._known: dict[str, float] = known if known is not None else {}
 
     def of_map(self, raw: Any, where: str | JSONObject) -> Totals:
         """Parsed quantities; `where` (a place, or the container, named only when a quantity is unreadable)."""
@@ -101,6 +107,8 @@ class _Quantities:
                     self.notes.append(f"{place}: {str(name)[:40]}: {error}")
                     continue
                 if type(value) is str:
+                    if len(known) >= KNOWN_QUANTITIES:
+                        known.clear()  # a stream of ever new quantities: none is kept long
                     known[value] = number
             parsed[str(name)] = number
         return parsed

@@ -130,6 +130,9 @@ class PolicySnapshot:
     """Some rule decides spot shares: a Pod made from a template Placer mutated still gets its class."""
     observed: Mapping[str, FieldTree] = field(init=False, default_factory=dict, compare=False, repr=False)
     """What any policy's expressions observe of each CEL variable (`field_reads`)."""
+    quantities: dict[str, float] = field(init=False, default_factory=dict, compare=False, repr=False)
+    """The value of each quantity string the engine read under this snapshot (`pods.resources`, bounded):
+    pods ask for the same few (`500m`, `4Gi`)."""
 
     def __post_init__(self) -> None:
         reads = any(rule.action.pod_only for policy in self.policies for rule in policy.rules)

@@ -18,14 +18,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from webhook.admission.pipeline import Admission, Entry, admit
+from webhook.admission.pipeline import Admission, Entry, admit, answer_sibling
+from webhook.admission.review import decode_json, parse_review
 from webhook.admission.sibling_cache import SiblingCache
 from webhook.admission.validation import validate_policy_review
 from webhook.cluster.client.discovery import read_served_apis
 from webhook.cluster.client.namespace_lookup import NamespaceLookup
 from webhook.cluster.reports.background import readiness_detail
 from webhook.engine.exemption_seal import Seals
-from webhook.engine.request import AdmissionRequest
 from webhook.placement.claims import ClaimLookup
 from webhook.placement.feasibility import PlacementCheck
 from webhook.pods.capacity_share import ShareLedger
@@ -168,30 +168,38 @@ def create_app(
     policy_compiler = compiler or PolicyCompiler()
     admission_log = AdmissionLog()
 
-    def answer(entry: Entry) -> Callable[[AdmissionRequest, float, float | None], Any]:
+    def answer(entry: Entry) -> Callable[[bytes, float, float | None], Any]:
         siblings = SiblingCache()  # one per entry: the fail-closed one may answer a review otherwise
 
-        def mutate(review: AdmissionRequest, started: float, deadline: float | None) -> Any:
-            admission = admit(
-                review,
-                holder.current,
-                table,
-                opt_in=settings.opt_in,
-                deadline=deadline,
-                resolve_namespace=namespaces.resolve if namespaces is not None else None,
-                placement=placement,
-                claims=claims,
+        def mutate(body: bytes, started: float, deadline: float | None) -> Any:
+            snapshot = holder.current
+            admission = answer_sibling(
+                body, snapshot, table, siblings, opt_in=settings.opt_in, deadline=deadline,
+                resolve_namespace=namespaces.resolve if namespaces is not None else None, placement=placement,
                 ledger=ledger,
-                entry=entry,
-                seals=seals,
-                siblings=siblings,
-            )
+            ) if entry == "mutate" else None
+            if admission is None:
+                admission = admit(
+                    parse_review(decode_json(body)),
+                    snapshot,
+                    table,
+                    opt_in=settings.opt_in,
+                    deadline=deadline,
+                    resolve_namespace=namespaces.resolve if namespaces is not None else None,
+                    placement=placement,
+                    claims=claims,
+                    ledger=ledger,
+                    entry=entry,
+                    seals=seals,
+                    siblings=siblings,
+                    body=body,
+                )
             return AfterResponse(admission.response, _record(metrics, admission_log, admission,
                                                              time.monotonic() - started))
         return mutate
 
-    def validate(review: AdmissionRequest, _started: float, _deadline: float | None) -> Any:
-        return validate_policy_review(review, policy_compiler)
+    def validate(body: bytes, _started: float, _deadline: float | None) -> Any:
+        return validate_policy_review(parse_review(decode_json(body)), policy_compiler)
 
     def healthz() -> tuple[int, str, bytes]:
         return 200, TEXT, b"ok\n"

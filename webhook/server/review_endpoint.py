@@ -14,16 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
-from webhook.admission.review import ReviewError, decode_json, parse_review
-from webhook.engine.request import AdmissionRequest
+from webhook.admission.review import ReviewError
 from webhook.server.decode_budget import DecodeBudget, DecodeRefused
 from webhook.support.json_bytes import encode_json
 
 log = logging.getLogger(__name__)
 
-Answer = Callable[[AdmissionRequest, float, float | None], Any]
-"""(request, when it arrived, deadline) → the response payload (an AdmissionReview as a dict), or an
-`AfterResponse` holding it with what to do once it is sent."""
+Answer = Callable[[bytes, float, float | None], Any]
+"""(body, when it arrived, deadline) → the response payload (an AdmissionReview as a dict), or an
+`AfterResponse` holding it with what to do once it is sent. It decodes the body (`review.decode_json`,
+`review.parse_review`: ReviewError for a body that is no AdmissionReview) unless it can answer without."""
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0}
@@ -98,7 +98,7 @@ class ReviewEndpoints:
 
     def _answer(self, path: str, body: bytes, started: float, deadline: float | None) -> Any:
         """The answer's payload; the decoded review is let go when this returns (within a reservation)."""
-        return self.answers[path](parse_review(decode_json(body)), started, deadline)
+        return self.answers[path](body, started, deadline)
 
 
 def _query_value(query: str, name: str) -> str | None:

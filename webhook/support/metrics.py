@@ -26,11 +26,13 @@ from prometheus_client import (
     values,
 )
 
-from webhook.support.counter_file import CounterFile
+from webhook.support.counter_file import CounterFile, HistogramFile
 from webhook.support.rule_problems import RuleProblemFile
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _MAX_CACHED_SERIES = 10_000
+DURATION = "placer_admission_duration_seconds"
+DURATION_HELP = "Time to answer an admission request, from body read to response encoded."
 RULE_EVALUATIONS = "placer_rule_evaluations"
 RULE_EVALUATIONS_HELP = "Rule evaluations by policy, rule and outcome (applied, not-matched, missing, error, skipped)."
 RULE_EVALUATION_LABELS = ("policy", "rule", "outcome")
@@ -89,21 +91,23 @@ class Metrics:
             ["kind", "operation", "result"],
             registry=registry,
         )
-        self.duration = Histogram(
-            "placer_admission_duration_seconds",
-            "Time to answer an admission request, from body read to response encoded.",
-            buckets=_BUCKETS,
-            registry=registry,
-        )
+        self.duration = Histogram(DURATION, DURATION_HELP, buckets=_BUCKETS, registry=registry)
         self.rule_evaluations = Counter(
             RULE_EVALUATIONS, RULE_EVALUATIONS_HELP, list(RULE_EVALUATION_LABELS), registry=registry
         )
+        directory, process_id = os.environ.get(MULTIPROC_ENV, ""), ProcessId()
         self._rule_file = (
-            CounterFile(os.environ[MULTIPROC_ENV], RULE_EVALUATIONS, RULE_EVALUATIONS_HELP, RULE_EVALUATION_LABELS,
-                        process_id=ProcessId())
+            CounterFile(directory, RULE_EVALUATIONS, RULE_EVALUATIONS_HELP, RULE_EVALUATION_LABELS,
+                        process_id=process_id)
             if self.multiprocess else None
         )
         """Under `placer serve`, where the ~50 rule counts of each admission are written (see counter_file)."""
+        self._duration_file = (
+            HistogramFile(directory, DURATION, DURATION_HELP, _BUCKETS, process_id=process_id)
+            if self.multiprocess else None
+        )
+        """Under `placer serve`, where each admission's duration is written: the samples `duration` would
+        write, in a file of its own (counter_file)."""
         self._problem_file = RuleProblemFile(os.environ[MULTIPROC_ENV]) if self.multiprocess else None
         """Under `placer serve`, each rule's last error and missing key, for the policy's status."""
         self.policies = Gauge(
@@ -161,10 +165,11 @@ class Metrics:
         if counter is None:  # bounded: kinds are the workload table's, operations and results fixed sets
             counter = self._request_counters[key] = self.requests.labels(*key)
         counter.inc()
-        self.duration.observe(seconds)
-        if self._rule_file is not None:
+        if self._rule_file is not None and self._duration_file is not None:
+            self._duration_file.observe(seconds)
             self._rule_file.increment_each(rules)
             return
+        self.duration.observe(seconds)
         counters = self._rule_counters
         for key in rules:
             counter = counters.get(key)
