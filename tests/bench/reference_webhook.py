@@ -20,7 +20,7 @@ import socket
 import ssl
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -117,30 +117,21 @@ def go_reference(cluster: Cluster, workdir: Path, patches: Mapping[str, JSONPatc
     """The reference webhook running here and registered, answering `patches[route]` (None: no patch) on each
     route; yields each route's namespace. Everything it made is gone afterwards."""
     binary = build(workdir)
-    host = os.environ.get("PLACER_E2E_WEBHOOK_HOST") or address_towards(cluster.connection.server)
     port = int(os.environ.get(PORT_ENV, "9444"))
-    certs = issue(workdir / "go-reference-certs", [host, "localhost", "127.0.0.1"], common_name=host)
-    arguments = [str(binary), "-addr", f"0.0.0.0:{port}", "-tls-cert", str(certs.cert), "-tls-key", str(certs.key)]
+    routes: list[str] = []
     for route, patch in patches.items():
         patch_file = workdir / f"go-reference-{route}.json"
         if patch is not None:
             patch_file.write_bytes(encode_json(patch))
-        arguments += ["-route", f"/{route}={patch_file if patch is not None else ''}"]
-    with (workdir / "go-reference.log").open("wb") as log:
-        process = subprocess.Popen(arguments, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        _wait_listening(port, certs.ca_cert, process)
-        namespaces = {route: cluster.namespace({ROUTE_LABEL: route}, opted_in=False) for route in patches}
-        ca_bundle = base64.b64encode(certs.ca_cert.read_bytes()).decode()
-        cluster.apply(MUTATING, configuration(f"https://{host}:{port}", ca_bundle, list(patches)))
-        try:
-            yield namespaces
-        finally:
-            with contextlib.suppress(Exception):
-                cluster.api.delete(f"{MUTATING}/{CONFIGURATION}")
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+        routes += ["-route", f"/{route}={patch_file if patch is not None else ''}"]
+
+    def command(certs: Any) -> list[str]:
+        return [str(binary), "-addr", f"0.0.0.0:{port}", "-tls-cert", str(certs.cert), "-tls-key", str(certs.key),
+                *routes]
+
+    with _running(cluster, workdir, list(patches), name=CONFIGURATION, label=ROUTE_LABEL, port=port,
+                  command=command) as namespaces:
+        yield namespaces
 
 
 FLOOR_CONFIGURATION = f"{E2E_NAME}-python-floor"
@@ -154,27 +145,42 @@ def python_floor(cluster: Cluster, workdir: Path, patches: Mapping[str, JSONPatc
     """The floor app on granian as `placer serve` runs it (2 workers, HTTP/1.1, TLS 1.2+: the settings of
     bench_direct's floor), here and registered like the Go reference, answering `patches[route]` on each
     route; yields each route's namespace. Everything it made is gone afterwards."""
-    host = os.environ.get("PLACER_E2E_WEBHOOK_HOST") or address_towards(cluster.connection.server)
     port = int(os.environ.get(FLOOR_PORT_ENV, "9445"))
-    certs = issue(workdir / "python-floor-certs", [host, "localhost", "127.0.0.1"], common_name=host)
     routes_file = workdir / "python-floor-routes.json"
     routes_file.write_bytes(encode_json({f"/{route}": patch for route, patch in patches.items()}))
-    arguments = granian_command(host="0.0.0.0", port=port, cert=certs.cert, key=certs.key, workers=2,
-                                target=["--factory", "tests.bench.floor_app:routed"])
-    with (workdir / "python-floor.log").open("wb") as log:
-        process = subprocess.Popen(arguments, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                                   start_new_session=True, env={**os.environ, "FLOOR_ROUTES": str(routes_file)})
+
+    def command(certs: Any) -> list[str]:
+        return granian_command(host="0.0.0.0", port=port, cert=certs.cert, key=certs.key, workers=2,
+                               target=["--factory", "tests.bench.floor_app:routed"])
+
+    with _running(cluster, workdir, list(patches), name=FLOOR_CONFIGURATION, label=FLOOR_ROUTE_LABEL, port=port,
+                  command=command, environment={"FLOOR_ROUTES": str(routes_file)}) as namespaces:
+        yield namespaces
+
+
+@contextlib.contextmanager
+def _running(cluster: Cluster, workdir: Path, routes: list[str], *, name: str, label: str, port: int,
+             command: Callable[[Any], list[str]], environment: Mapping[str, str] | None = None
+             ) -> Iterator[dict[str, str]]:
+    """`command(certificates)` running here (its own process group) with a serving certificate for the
+    address the API server reaches this machine at; a namespace per route (labelled `<label>: <route>`, not
+    opted in to Placer) and the configuration `name` sending their Pods to it. Yields each route's
+    namespace; the configuration and the process are gone afterwards."""
+    host = os.environ.get("PLACER_E2E_WEBHOOK_HOST") or address_towards(cluster.connection.server)
+    certs = issue(workdir / f"{name}-certs", [host, "localhost", "127.0.0.1"], common_name=host)
+    with (workdir / f"{name}.log").open("wb") as log:
+        process = subprocess.Popen(command(certs), stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                                   start_new_session=True, env={**os.environ, **(environment or {})})
     try:
         _wait_listening(port, certs.ca_cert, process)
-        namespaces = {route: cluster.namespace({FLOOR_ROUTE_LABEL: route}, opted_in=False) for route in patches}
+        namespaces = {route: cluster.namespace({label: route}, opted_in=False) for route in routes}
         ca_bundle = base64.b64encode(certs.ca_cert.read_bytes()).decode()
-        cluster.apply(MUTATING, configuration(f"https://{host}:{port}", ca_bundle, list(patches),
-                                              name=FLOOR_CONFIGURATION, label=FLOOR_ROUTE_LABEL))
+        cluster.apply(MUTATING, configuration(f"https://{host}:{port}", ca_bundle, routes, name=name, label=label))
         try:
             yield namespaces
         finally:
             with contextlib.suppress(Exception):
-                cluster.api.delete(f"{MUTATING}/{FLOOR_CONFIGURATION}")
+                cluster.api.delete(f"{MUTATING}/{name}")
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=15)

@@ -290,18 +290,22 @@ def test_the_go_reference_is_registered_by_a_valid_webhook_configuration_for_its
     assert {hook["failurePolicy"] for hook in config["webhooks"]} == {"Fail"}
 
 
+def _api_row(p50: float, rate: float) -> dict[str, Any]:
+    """One round of one bench_apiserver path."""
+    return {"p50": p50, "p99": p50 * 2, "rate": rate, "requests": 100, "errors": 0, "error_kinds": {}}
+
+
+_PLACER_AND_GO = {
+    "no webhook": [_api_row(2.0, 1000), _api_row(4.0, 500), _api_row(2.2, 900)],
+    "2 rules": [_api_row(3.2, 750), _api_row(5.0, 350), _api_row(3.4, 700)],
+    "Go, 2-rule patch": [_api_row(3.0, 800), _api_row(4.7, 380), _api_row(3.3, 700)],
+}
+
+
 def test_through_the_api_server_placer_is_compared_round_by_round_with_the_go_webhook_answering_its_patch() -> None:
     from tests.bench.bench_apiserver import summarise as summarise_apiserver  # noqa: PLC0415
 
-    def row(p50: float, rate: float) -> dict[str, Any]:
-        return {"p50": p50, "p99": p50 * 2, "rate": rate, "requests": 100, "errors": 0, "error_kinds": {}}
-
-    measured = {
-        "no webhook": [row(2.0, 1000), row(4.0, 500), row(2.2, 900)],
-        "2 rules": [row(3.2, 750), row(5.0, 350), row(3.4, 700)],
-        "Go, 2-rule patch": [row(3.0, 800), row(4.7, 380), row(3.3, 700)],
-    }
-    rows = {item["path"]: item for item in summarise_apiserver(measured)}
+    rows = {item["path"]: item for item in summarise_apiserver(_PLACER_AND_GO)}
     two = rows["2 rules"]
     assert two["vs_go_p50"] == pytest.approx(0.2)  # 0.2, 0.3, 0.1
     assert two["vs_go_rate"] == pytest.approx(750 / 800)  # 0.9375, 0.921, 1.0: the median of the ratios
@@ -359,15 +363,8 @@ def test_the_python_floor_answers_each_route_with_its_patch_over_tls(tmp_path: P
 def test_through_the_api_server_placer_and_the_go_webhook_are_compared_with_the_python_floor() -> None:
     from tests.bench.bench_apiserver import summarise as summarise_apiserver  # noqa: PLC0415
 
-    def row(p50: float, rate: float) -> dict[str, Any]:
-        return {"p50": p50, "p99": p50 * 2, "rate": rate, "requests": 100, "errors": 0, "error_kinds": {}}
-
-    measured = {
-        "no webhook": [row(2.0, 1000), row(4.0, 500), row(2.2, 900)],
-        "2 rules": [row(3.2, 750), row(5.0, 350), row(3.4, 700)],
-        "Go, 2-rule patch": [row(3.0, 800), row(4.7, 380), row(3.3, 700)],
-        "Python floor, 2-rule patch": [row(3.1, 760), row(4.6, 400), row(3.2, 720)],
-    }
+    measured = {**_PLACER_AND_GO, "Python floor, 2-rule patch": [_api_row(3.1, 760), _api_row(4.6, 400),
+                                                                  _api_row(3.2, 720)]}
     rows = {item["path"]: item for item in summarise_apiserver(measured)}
     assert rows["2 rules"]["vs_floor_p50"] == pytest.approx(0.2)  # 0.1, 0.4, 0.2
     assert rows["2 rules"]["vs_floor_rate"] == pytest.approx(700 / 720)  # 0.987, 0.875, 0.972
