@@ -20,6 +20,20 @@ from webhook.policy.state.shards import ShardWriter
 from webhook.workloads import default_workload_table
 
 # Which captured envelope to reuse for an object of each kind (the envelope is real; only the object changes).
+REVISION_KEYS_POLICY = """apiVersion: placer.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: keys}
+spec:
+  rules:
+  - name: zones
+    action: add-topology-spread
+    parameters: {topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: ScheduleAnyway}
+  - name: hosts
+    action: add-pod-anti-affinity
+    parameters: {topologyKey: kubernetes.io/hostname}
+"""
+"""A spread and an anti-affinity rule: what writes the revision keys (`matchLabelKeys`) into a template."""
+
 ENVELOPES = {
     "Pod": "pod-bare-create-dryrun",
     "Deployment": "deployment-create-dryrun",

@@ -21,6 +21,7 @@ import yaml
 
 from tests.cluster.harness import E2E_NAME, Cluster, wait_until
 from tests.cluster.test_export_checks_on_cluster import served_api, target_of
+from tests.helpers import REVISION_KEYS_POLICY
 from webhook.admission.offline import apply_manifests
 from webhook.export.admission_policy import export_policy
 from webhook.policy.compiler import PolicyCompiler
@@ -28,18 +29,6 @@ from webhook.policy.compiler import PolicyCompiler
 pytestmark = pytest.mark.cluster
 
 GROUP = "/apis/admissionregistration.k8s.io"
-POLICY = """apiVersion: placer.dev/v1alpha1
-kind: SchedulingPolicy
-metadata: {name: NAME}
-spec:
-  rules:
-  - name: zones
-    action: add-topology-spread
-    parameters: {topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: ScheduleAnyway}
-  - name: hosts
-    action: add-pod-anti-affinity
-    parameters: {topologyKey: kubernetes.io/hostname}
-"""
 IMAGE = "registry.k8s.io/pause:3.10"
 
 
@@ -80,7 +69,7 @@ def test_the_exported_policy_writes_the_revision_keys_placer_writes(cluster: Clu
     target = target_of(cluster)
     version = served_api(cluster, target)
     marker = f"{E2E_NAME}-mlk-{uuid.uuid4().hex[:6]}"
-    text = POLICY.replace("NAME", marker)
+    text = REVISION_KEYS_POLICY.replace("name: keys", f"name: {marker}")
     compiled = PolicyCompiler().compile(yaml.safe_load(text), "test")
     assert compiled.policy is not None, compiled.errors
     export = export_policy(compiled.policy, version, target=target)

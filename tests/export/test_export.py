@@ -12,7 +12,7 @@ import yaml
 
 from tests.conftest import REPO
 from tests.export.map_runtime import MapRuntime
-from tests.helpers import compile_policies, review_for
+from tests.helpers import REVISION_KEYS_POLICY, compile_policies, review_for
 from webhook.commands.cli import main
 from webhook.export.admission_policy import export_policies, report_lines
 from webhook.export.checked_types import TypedAst
@@ -78,18 +78,6 @@ BY_DESIGN = ("add-gang-labels", "`resources`", "parameterExpressions", "pin-to-v
 (docs/export.md), never an expression of the export's own that the target's API server would refuse."""
 
 
-REVISION_KEYS_POLICY = """apiVersion: placer.dev/v1alpha1
-kind: SchedulingPolicy
-metadata: {name: keys}
-spec:
-  rules:
-  - name: zones
-    action: add-topology-spread
-    parameters: {topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: ScheduleAnyway}
-  - name: hosts
-    action: add-pod-anti-affinity
-    parameters: {topologyKey: kubernetes.io/hostname}
-"""
 
 
 @pytest.mark.parametrize("target", SUPPORTED, ids=show)
