@@ -20,10 +20,12 @@ FORKING_SCRIPT = textwrap.dedent("""
     metrics = Metrics()
     rules = [("p", "r1", "applied"), ("p", "r2", "not-matched")]
     metrics.observe_admission("Pod", "CREATE", "patched", 0.001, rules)
+    metrics.observe_unplaceable("Pod", 1)
     child = os.fork()
     if child == 0:
         metrics.observe_admission("Pod", "CREATE", "patched", 0.001, rules)
         metrics.observe_admission("Pod", "CREATE", "patched", 0.001, rules)
+        metrics.observe_unplaceable("Pod", 2)
         os._exit(0)
     os.waitpid(child, 0)
     metrics.observe_admission("Pod", "CREATE", "patched", 0.001, rules[:1])
@@ -47,12 +49,19 @@ def test_a_forked_process_writes_its_own_samples_and_the_scrape_adds_them(tmp_pa
     seen = run(FORKING_SCRIPT, tmp_path)
     assert seen["swapped"] is True
     parent, child = seen["parent"], seen["child"]
-    assert f"counter_{parent}.db" in seen["files"] and f"counter_{child}.db" in seen["files"]
+    files = seen["files"]
+    assert isinstance(files, list)
+    for pid in (parent, child):  # prometheus_client's samples, and each family Placer writes itself
+        assert {f"counter_{pid}.db", f"counter_placer_admission_requests_{pid}.db",
+                f"counter_placer_rule_evaluations_{pid}.db",
+                f"histogram_placer_admission_duration_seconds_{pid}.db"} <= set(files)
     lines = seen["lines"]
     assert isinstance(lines, list)
     assert 'placer_rule_evaluations_total{outcome="applied",policy="p",rule="r1"} 4.0' in lines
     assert 'placer_rule_evaluations_total{outcome="not-matched",policy="p",rule="r2"} 3.0' in lines
     assert 'placer_admission_requests_total{kind="Pod",operation="CREATE",result="patched"} 4.0' in lines
+    assert "placer_admission_duration_seconds_count 4.0" in lines
+    assert 'placer_unplaceable_templates_total{kind="Pod"} 3.0' in lines
 
 
 def test_a_process_that_already_wrote_samples_keeps_its_value_class(tmp_path: Path) -> None:

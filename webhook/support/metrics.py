@@ -26,11 +26,14 @@ from prometheus_client import (
     values,
 )
 
-from webhook.support.counter_file import CounterFile, HistogramFile
+from webhook.support.counter_file import AdmissionFiles, CounterFile, HistogramFile
 from webhook.support.rule_problems import RuleProblemFile
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _MAX_CACHED_SERIES = 10_000
+REQUESTS = "placer_admission_requests"
+REQUESTS_HELP = "Admission requests answered, by kind, operation and result."
+REQUEST_LABELS = ("kind", "operation", "result")
 DURATION = "placer_admission_duration_seconds"
 DURATION_HELP = "Time to answer an admission request, from body read to response encoded."
 RULE_EVALUATIONS = "placer_rule_evaluations"
@@ -44,9 +47,9 @@ class ProcessId:
 
     In multiprocess mode prometheus_client checks the process id on every increment, to notice a fork (a
     forked process must write to files of its own). `os.getpid()` is a system call: one per rule counter
-    was 7-8 % of a worker's CPU under load with 50 rules (the rule counters are written by `CounterFile`
-    now; the request counter and the duration histogram still ask on every sample). This answers the same
-    question from a value refreshed in the child after every `os.fork()`.
+    was 7-8 % of a worker's CPU under load with 50 rules (an admission's samples are written by
+    `AdmissionFiles` now, which asks once per file; the other metrics still ask on every sample). This answers
+    the same question from a value refreshed in the child after every `os.fork()`.
     """
 
     def __init__(self) -> None:
@@ -85,29 +88,20 @@ class Metrics:
             use_process_id_after_fork()
         self._registry = CollectorRegistry()
         registry = None if self.multiprocess else self._registry
-        self.requests = Counter(
-            "placer_admission_requests",
-            "Admission requests answered, by kind, operation and result.",
-            ["kind", "operation", "result"],
-            registry=registry,
-        )
+        self.requests = Counter(REQUESTS, REQUESTS_HELP, list(REQUEST_LABELS), registry=registry)
         self.duration = Histogram(DURATION, DURATION_HELP, buckets=_BUCKETS, registry=registry)
         self.rule_evaluations = Counter(
             RULE_EVALUATIONS, RULE_EVALUATIONS_HELP, list(RULE_EVALUATION_LABELS), registry=registry
         )
         directory, process_id = os.environ.get(MULTIPROC_ENV, ""), ProcessId()
-        self._rule_file = (
+        self._admission_files = AdmissionFiles(
+            CounterFile(directory, REQUESTS, REQUESTS_HELP, REQUEST_LABELS, process_id=process_id),
+            HistogramFile(directory, DURATION, DURATION_HELP, _BUCKETS, process_id=process_id),
             CounterFile(directory, RULE_EVALUATIONS, RULE_EVALUATIONS_HELP, RULE_EVALUATION_LABELS,
-                        process_id=process_id)
-            if self.multiprocess else None
-        )
-        """Under `placer serve`, where the ~50 rule counts of each admission are written (see counter_file)."""
-        self._duration_file = (
-            HistogramFile(directory, DURATION, DURATION_HELP, _BUCKETS, process_id=process_id)
-            if self.multiprocess else None
-        )
-        """Under `placer serve`, where each admission's duration is written: the samples `duration` would
-        write, in a file of its own (counter_file)."""
+                        process_id=process_id),
+        ) if self.multiprocess else None
+        """Under `placer serve`, where each admission's count, duration and ~50 rule counts are written: the
+        samples `requests`, `duration` and `rule_evaluations` would write, in files of their own (counter_file)."""
         self._problem_file = RuleProblemFile(os.environ[MULTIPROC_ENV]) if self.multiprocess else None
         """Under `placer serve`, each rule's last error and missing key, for the policy's status."""
         self.policies = Gauge(
@@ -161,14 +155,13 @@ class Metrics:
         if self._problem_file is not None and (problems or self._problem_file.pending):
             self._problem_file.record(problems)
         key = (kind, operation, result)
+        if self._admission_files is not None:
+            self._admission_files.observe(key, seconds, rules)
+            return
         counter = self._request_counters.get(key)
         if counter is None:  # bounded: kinds are the workload table's, operations and results fixed sets
             counter = self._request_counters[key] = self.requests.labels(*key)
         counter.inc()
-        if self._rule_file is not None and self._duration_file is not None:
-            self._duration_file.observe(seconds)
-            self._rule_file.increment_each(rules)
-            return
         self.duration.observe(seconds)
         counters = self._rule_counters
         for key in rules:
