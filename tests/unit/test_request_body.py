@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from webhook.server.request_body import BodyRefused, read_body
+from webhook.server.request_body import BodyRefused, ReadDeadlines, read_body
 
 
 class Source:
@@ -48,5 +48,32 @@ def test_a_cancellation_from_elsewhere_is_not_a_timeout() -> None:
         reading.cancel()
         with pytest.raises(asyncio.CancelledError):
             await reading
+
+    asyncio.run(run())
+
+
+def test_reads_sharing_one_timer_are_each_cut_off_at_their_own_deadline() -> None:
+    """The application's reads share a `ReadDeadlines`: a late body is 408 at its deadline whatever reads came
+    and went before it, one in time is read, and a shorter timeout given after a longer one still comes first."""
+
+    async def run() -> None:
+        deadlines = ReadDeadlines()
+        loop = asyncio.get_running_loop()
+
+        async def read(delay: float, timeout: float) -> tuple[bytes | int, float]:
+            started = loop.time()
+            try:
+                body: bytes | int = await read_body(Source(b"abcd", delay), "4", limit=100, timeout=timeout,
+                                                    deadlines=deadlines)
+            except BodyRefused as refused:
+                body = refused.status
+            return body, loop.time() - started
+
+        assert (await read(0.0, 0.2))[0] == b"abcd"  # the timer armed for it outlives the read
+        results = await asyncio.gather(read(5.0, 0.3), read(0.05, 0.3), read(5.0, 0.1), read(0.0, 0.3))
+        assert [body for body, _ in results] == [408, b"abcd", 408, b"abcd"]
+        assert 0.3 <= results[0][1] < 1.0 and 0.1 <= results[2][1] < 0.3  # each at its own deadline
+        late, _ = await read(5.0, 0.1)  # after every earlier read ended: the timer is armed again
+        assert late == 408
 
     asyncio.run(run())

@@ -32,7 +32,7 @@ from webhook.pods.capacity_share import ShareLedger
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.snapshot import SnapshotHolder
 from webhook.server.decode_budget import DecodeBudget
-from webhook.server.request_body import BodyRefused, BodySource, read_body
+from webhook.server.request_body import BodyRefused, BodySource, ReadDeadlines, read_body
 from webhook.server.respawn_drain import WorkerDrain
 from webhook.server.review_endpoint import AfterResponse, Reply, ReviewEndpoints, error_reply
 from webhook.support.config import Settings
@@ -90,6 +90,8 @@ class PlacerApp:
         """Called once each review is answered and recorded (the worker's check of its CEL leak budget)."""
         self.drain = drain or WorkerDrain()
         """Set while this worker is being replaced: each response then closes its connection (respawn_drain)."""
+        self.deadlines = ReadDeadlines()
+        """The deadlines of the bodies being read, behind one timer."""
 
     def __rsgi_init__(self, loop: asyncio.AbstractEventLoop) -> None:
         """RSGI's hook, called by granian in the worker with its event loop before the first request."""
@@ -131,7 +133,8 @@ class PlacerApp:
         try:
             body = await read_body(protocol, headers.get("content-length"), limit=self.limit,
                                    timeout=self.read_timeout,
-                                   expects_continue=(headers.get("expect") or "").lower() == "100-continue")
+                                   expects_continue=(headers.get("expect") or "").lower() == "100-continue",
+                                   deadlines=self.deadlines)
         except BodyRefused as refused:
             return error_reply(refused.status, str(refused), CLOSE)
         content_type = headers.get("content-type") or ""
