@@ -88,3 +88,33 @@ def test_timestamps_are_utc_with_milliseconds(created: float, text: str) -> None
     timestamps = Timestamps()
     timestamps(1600000000.5)  # a cached second from earlier must not leak into a later one
     assert timestamps(created) == text
+
+
+class Opaque:
+    def __str__(self) -> str:
+        return "opaque value"
+
+
+@pytest.mark.parametrize("fields", [
+    FIELDS,
+    {},
+    {"uid": "u-2", "reason": None, "warnings": ["zoné ☃", 'a "quoted" \\ word'], "nested": {"a": [1, 2.5]}},
+    {"uid": "u-3", "message": "a field named as a member of the entry replaces it in place"},
+    {"uid": "u-4", "detail": Opaque()},  # what JSON has no type for is written as its str()
+    {"uid": "u-5", "warnings": ["lone \ud800 surrogate"]},  # orjson refuses: the standard encoder writes it
+    {"uid": "u-6", "big": 2**70},
+])
+def test_the_line_is_byte_for_byte_what_the_formatter_writes(logger: logging.Logger, fields: dict[str, object],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.StringIO()
+    logger.addHandler(JsonLineHandler(stream))
+    monkeypatch.setattr("time.time", lambda: 1700000000.25)
+    admission_log = AdmissionLog(logger)
+
+    admission_log.info("admission", fields)
+    admission_log.info("admission", fields)  # the second line from what the first kept
+
+    record = logging.LogRecord(logger.name, logging.INFO, "f", 1, "admission", (), None)
+    record.created, record.fields = 1700000000.25, fields
+    expected = JsonFormatter().format(record) + "\n"
+    assert stream.getvalue() == expected * 2
