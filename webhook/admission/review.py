@@ -81,26 +81,39 @@ def parse_review(body: Any) -> AdmissionRequest:
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise ReviewError("request.uid is missing or not a non-empty string")
-    kind = _map(request, "kind")
+    kind = request.get("kind")
+    if type(kind) is not dict:
+        kind = _map(request, "kind")
     operation = request.get("operation")
     if operation not in OPERATIONS:
         raise ReviewError(f"request.operation must be one of {', '.join(OPERATIONS)}, not {_brief(operation)}")
+    # each value as the API server sends it is taken as it is; any other goes through its check (`_string`...)
+    group, version, kind_name = kind.get("group"), kind.get("version"), kind.get("kind")
+    resource, user_info = request.get("resource"), request.get("userInfo")
+    sub_resource, name, namespace = request.get("subResource"), request.get("name"), request.get("namespace")
+    dry_run, obj, old_object = request.get("dryRun", False), request.get("object"), request.get("oldObject")
+    fields = request.copy()  # the request less what has a field of its own, in its order
+    for key in _TYPED_ELSEWHERE:
+        fields.pop(key, None)
     return AdmissionRequest(
         api_version=api_version,
         uid=uid,
-        group=_string(kind, "group", "request.kind.group"),
-        version=_string(kind, "version", "request.kind.version"),
-        kind=_string(kind, "kind", "request.kind.kind", required=True),
-        resource=_map(request, "resource", required=False),
-        sub_resource=_string(request, "subResource", "request.subResource"),
-        name=_string(request, "name", "request.name"),
-        namespace=_string(request, "namespace", "request.namespace"),
+        group=group if type(group) is str else _string(kind, "group", "request.kind.group"),
+        version=version if type(version) is str else _string(kind, "version", "request.kind.version"),
+        kind=kind_name if type(kind_name) is str and kind_name else _string(
+            kind, "kind", "request.kind.kind", required=True),
+        resource=resource if type(resource) is dict else _map(request, "resource", required=False),
+        sub_resource=sub_resource if type(sub_resource) is str else _string(
+            request, "subResource", "request.subResource"),
+        name=name if type(name) is str else _string(request, "name", "request.name"),
+        namespace=namespace if type(namespace) is str else _string(request, "namespace", "request.namespace"),
         operation=operation,
-        user_info=_map(request, "userInfo", required=False),
-        dry_run=_bool(request, "dryRun"),
-        object=_optional_map(request, "object"),
-        old_object=_optional_map(request, "oldObject"),
-        fields={key: value for key, value in request.items() if key not in _TYPED_ELSEWHERE},
+        user_info=user_info if type(user_info) is dict else _map(request, "userInfo", required=False),
+        dry_run=dry_run if type(dry_run) is bool else _bool(request, "dryRun"),
+        object=obj if obj is None or type(obj) is dict else _optional_map(request, "object"),
+        old_object=old_object if old_object is None or type(old_object) is dict else _optional_map(
+            request, "oldObject"),
+        fields=fields,
     )
 
 
