@@ -4,6 +4,7 @@ import threading
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from webhook.support.counter_file import CounterFile, HistogramFile
@@ -78,3 +79,31 @@ def test_a_histogram_is_scraped_as_prometheus_client_writes_one(tmp_path: Path) 
         'placer_admission_duration_seconds_count 5.0',
         'placer_admission_duration_seconds_sum 7.002685546875',
     ])
+
+
+def test_the_file_holds_the_bytes_prometheus_client_would_write(tmp_path: Path) -> None:
+    """Samples rewritten in place (through a map of the file's own) leave the file as `MmapedDict.write_value`
+    leaves it, across new samples, a file that grows past its first size, and a close and reopen."""
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    ours.mkdir()
+    theirs.mkdir()
+    counter = CounterFile(str(ours), "placer_rule_evaluations", "Rule evaluations.", LABELS, process_id=lambda: 7)
+    reference = MmapedDict(str(theirs / "counter_placer_rule_evaluations_7.db"))  # type: ignore[no-untyped-call]
+    counts: dict[str, float] = {}
+    rounds = [[("p", f"r{index % 5}", "applied")] for index in range(12)]
+    rounds += [[("p" * 200, f"r{index}", "applied") for index in range(400)]]  # past 64 KiB: the file grows
+    rounds += [[("p", "r0", "applied"), ("p", "r1", "applied")]]
+    for number, label_sets in enumerate(rounds):
+        if number == 13:
+            counter.close()  # reopened by the next increment
+        counter.increment_each(label_sets)
+        for labels in label_sets:
+            key = mmap_key("placer_rule_evaluations", "placer_rule_evaluations_total", list(LABELS), list(labels),
+                           "Rule evaluations.")
+            counts[key] = counts.get(key, 0.0) + 1.0
+            reference.write_value(key, counts[key], 0.0)  # type: ignore[no-untyped-call]
+    counter.close()
+    reference.close()  # type: ignore[no-untyped-call]
+    written = (ours / "counter_placer_rule_evaluations_7.db").read_bytes()
+    assert len(written) > 65536
+    assert written == (theirs / "counter_placer_rule_evaluations_7.db").read_bytes()

@@ -16,17 +16,28 @@ the sibling cache.
 
 import bisect
 import math
+import mmap
 import os
+import struct
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from typing import BinaryIO
 
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.utils import floatToGoString
 
+_PACK = struct.Struct("dd").pack
+"""A sample's value and timestamp as the file holds them (`MmapedDict.write_value` writes the same 16 bytes)."""
+
 
 class SampleFile:
     """Samples of one metric family that only this process writes, in its own file of `directory` whose name
-    tells the collector the family's type (`<kind>_<name>_<pid>.db`)."""
+    tells the collector the family's type (`<kind>_<name>_<pid>.db`).
+
+    prometheus_client's `MmapedDict` lays out each new sample; once laid out, a sample is rewritten in place
+    through a map of the file's own (its position read back with `MmapedDict.read_all_values_from_file`):
+    the 16 bytes `write_value` would write, without its two Python calls per sample (a tenth of the
+    instructions of a 50-rule review went to them)."""
 
     def __init__(self, directory: str, kind: str, name: str, documentation: str, *,
                  process_id: Callable[[], int] | None = None) -> None:
@@ -40,6 +51,10 @@ class SampleFile:
         self._pid = 0
         self._file: MmapedDict | None = None
         self._values: dict[str, float] = {}
+        self._positions: dict[str, int] = {}
+        """Where each sample laid out in the file so far has its value, in `_view`."""
+        self._view: mmap.mmap | None = None
+        self._view_file: BinaryIO | None = None
         self._written_at_start: tuple[str, ...] = ()
         """Samples written as zero when the file is made, as prometheus_client writes a histogram's."""
 
@@ -47,21 +62,50 @@ class SampleFile:
         """Add `amount` to the sample `key` (under the lock, `file` this process's)."""
         value = self._values.get(key, 0.0) + amount
         self._values[key] = value
+        position = self._positions.get(key)
+        if position is None or self._view is None:
+            self._lay_out(file, key, value)
+        else:
+            self._view[position:position + 16] = _PACK(value, 0.0)
+
+    def _lay_out(self, file: MmapedDict, key: str, value: float) -> None:
+        """Write a sample not laid out yet (or not known to be: the file reopened) through `file`, then learn
+        where every sample of the file is, mapping the file again if it grew."""
         file.write_value(key, value, 0.0)  # type: ignore[no-untyped-call]
+        path = self._path(self._pid)
+        self._positions = {found: position for found, _value, _timestamp, position
+                           in MmapedDict.read_all_values_from_file(path)}  # type: ignore[no-untyped-call]
+        size = os.path.getsize(path)
+        if self._view is None or len(self._view) != size:
+            self._close_view()
+            self._view_file = open(path, "r+b")  # noqa: SIM115  # kept open with its map, closed by close()
+            self._view = mmap.mmap(self._view_file.fileno(), size)
+
+    def _path(self, pid: int) -> str:
+        return os.path.join(self._directory, f"{self._kind}_{self._name}_{pid}.db")
 
     def close(self) -> None:
         """Let the file go (the process's samples stay in it for `/metrics`); a later increment reopens it."""
         with self._lock:
+            self._close_view()
             if self._file is not None:
                 self._file.close()  # type: ignore[no-untyped-call]
                 self._file = None
 
+    def _close_view(self) -> None:
+        if self._view is not None:
+            self._view.close()
+        if self._view_file is not None:
+            self._view_file.close()
+        self._view, self._view_file, self._positions = None, None, {}
+
     def _file_of_this_process(self) -> MmapedDict:
         pid = self._process_id() if self._process_id is not None else os.getpid()
         if self._file is None or pid != self._pid:  # first use, or a fork: the parent's file is not ours
+            self._close_view()  # after a fork, this process's copy of the parent's map
             if self._file is not None:
                 self._file.close()  # type: ignore[no-untyped-call]  # this process's copy of the parent's map
-            self._file = MmapedDict(os.path.join(self._directory, f"{self._kind}_{self._name}_{pid}.db"))  # type: ignore[no-untyped-call]
+            self._file = MmapedDict(self._path(pid))  # type: ignore[no-untyped-call]
             if pid != self._pid:
                 self._pid, self._values = pid, {}
                 for key in self._written_at_start:
@@ -84,12 +128,11 @@ class CounterFile(SampleFile):
     def increment_each(self, label_sets: Iterable[tuple[str, ...]]) -> None:
         """Add one to the sample of every label set given (a set given twice gets two)."""
         with self._lock:
-            self._increment_each(label_sets)
+            self._increment_each(self._file_of_this_process(), label_sets)
 
-    def _increment_each(self, label_sets: Iterable[tuple[str, ...]]) -> None:
-        """`increment_each`, the lock held."""
-        file = self._file_of_this_process()
-        keys, values = self._keys, self._values
+    def _increment_each(self, file: MmapedDict, label_sets: Iterable[tuple[str, ...]]) -> None:
+        """`increment_each`, the lock held, `file` this process's."""
+        keys, values, positions, view, pack = self._keys, self._values, self._positions, self._view, _PACK
         for labels in label_sets:
             key = keys.get(labels)
             if key is None:
@@ -97,7 +140,12 @@ class CounterFile(SampleFile):
                                               list(labels), self._documentation)
             value = values.get(key, 0.0) + 1.0  # `_add`, inlined: ~50 of these per admission
             values[key] = value
-            file.write_value(key, value, 0.0)  # type: ignore[no-untyped-call]
+            position = positions.get(key)
+            if position is None or view is None:
+                self._lay_out(file, key, value)
+                positions, view = self._positions, self._view
+            else:
+                view[position:position + 16] = pack(value, 0.0)
 
 
 class HistogramFile(SampleFile):
@@ -119,12 +167,11 @@ class HistogramFile(SampleFile):
 
     def observe(self, amount: float) -> None:
         with self._lock:
-            self._observe(amount)
+            self._observe(self._file_of_this_process(), amount)
 
-    def _observe(self, amount: float) -> None:
-        """`observe`, the lock held."""
+    def _observe(self, file: MmapedDict, amount: float) -> None:
+        """`observe`, the lock held, `file` this process's."""
         bucket = self._bucket_keys[bisect.bisect_left(self._bounds, amount)]  # the first bound >= amount
-        file = self._file_of_this_process()
         self._add(file, self._sum_key, amount)
         self._add(file, bucket, 1.0)
 
@@ -135,15 +182,27 @@ class AdmissionFiles:
     write them. Through prometheus_client the request counter alone (its child, observability check, value,
     lock, fork check and file) cost as much as the other two together."""
 
-    def __init__(self, requests: CounterFile, duration: HistogramFile, rules: CounterFile) -> None:
+    def __init__(self, requests: CounterFile, duration: HistogramFile, rules: CounterFile, *,
+                 process_id: Callable[[], int] | None = None) -> None:
         self._requests = requests
         self._duration = duration
         self._rules = rules
+        self._process_id = process_id or os.getpid
         self._lock = threading.Lock()
         """Held for the three: the files are written by nothing else (each file's own lock is not taken)."""
+        self._pid = 0
+        self._files: tuple[MmapedDict, MmapedDict, MmapedDict] | None = None
+        """The three files of process `_pid`: the process is asked once per admission, not once per file."""
 
     def observe(self, request: tuple[str, str, str], seconds: float, rules: Iterable[tuple[str, ...]]) -> None:
         with self._lock:
-            self._requests._increment_each((request,))
-            self._duration._observe(seconds)
-            self._rules._increment_each(rules)
+            pid = self._process_id()
+            files = self._files
+            if files is None or pid != self._pid:  # first use, or a fork: the files of this process
+                self._pid, files = pid, (self._requests._file_of_this_process(),
+                                         self._duration._file_of_this_process(),
+                                         self._rules._file_of_this_process())
+                self._files = files
+            self._requests._increment_each(files[0], (request,))
+            self._duration._observe(files[1], seconds)
+            self._rules._increment_each(files[2], rules)
