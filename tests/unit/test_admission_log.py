@@ -4,6 +4,7 @@ the logging module for any other handler, with the same content and levels eithe
 import io
 import json
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -118,3 +119,14 @@ def test_the_line_is_byte_for_byte_what_the_formatter_writes(logger: logging.Log
     record.created, record.fields = 1700000000.25, fields
     expected = JsonFormatter().format(record) + "\n"
     assert stream.getvalue() == expected * 2
+
+
+@pytest.mark.parametrize("buffering", [1, -1])  # line-buffered as stderr is, and block-buffered
+def test_each_line_reaches_the_file_as_it_is_written(tmp_path: Path, logger: logging.Logger, buffering: int) -> None:
+    path = tmp_path / "log"
+    with open(path, "w", buffering=buffering) as stream:
+        logger.addHandler(JsonLineHandler(stream))
+        AdmissionLog(logger).info("admission", FIELDS)
+        assert path.read_text().count("\n") == 1
+        AdmissionLog(logger).info("admission", FIELDS)
+        assert path.read_text().count("\n") == 2
