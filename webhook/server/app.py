@@ -107,7 +107,7 @@ class PlacerApp:
         started = time.monotonic()
         content_type = JSON
         try:
-            if scope.path in self.reviews:
+            if scope.path in self.reviews.answers:
                 reply = await self._review(scope, protocol, started)
             else:
                 reply, content_type = self._page(scope)
@@ -171,16 +171,18 @@ def create_app(
     policy_compiler = compiler or PolicyCompiler()
     admission_log = AdmissionLog()
 
+    resolve_namespace = namespaces.resolve if namespaces is not None else None
+
     def answer(entry: Entry) -> Callable[[bytes, float, float | None], Any]:
         siblings = SiblingCache()  # one per entry: the fail-closed one may answer a review otherwise
+        recognise = entry == "mutate"
 
         def mutate(body: bytes, started: float, deadline: float | None) -> Any:
             snapshot = holder.current
             admission = answer_sibling(
                 body, snapshot, table, siblings, opt_in=settings.opt_in, deadline=deadline,
-                resolve_namespace=namespaces.resolve if namespaces is not None else None, placement=placement,
-                ledger=ledger,
-            ) if entry == "mutate" else None
+                resolve_namespace=resolve_namespace, placement=placement, ledger=ledger,
+            ) if recognise else None
             if admission is None:
                 admission = admit(
                     parse_review(decode_json(body)),
@@ -188,7 +190,7 @@ def create_app(
                     table,
                     opt_in=settings.opt_in,
                     deadline=deadline,
-                    resolve_namespace=namespaces.resolve if namespaces is not None else None,
+                    resolve_namespace=resolve_namespace,
                     placement=placement,
                     claims=claims,
                     ledger=ledger,

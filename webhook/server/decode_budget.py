@@ -81,6 +81,11 @@ class DecodeBudget:
     def in_use(self) -> int:
         return self._in_use
 
+    @property
+    def small_below(self) -> int:
+        """The length under which a body is small whatever it holds (`is_small`)."""
+        return -(-min(self.limits.small, self.limits.worker_total) // (_MOST_PER_BYTE * COST_FACTOR))
+
     def is_small(self, body: bytes) -> bool:
         """Small whatever it holds: nearly every request (any under 12 KB) needs no reservation."""
         return len(body) * _MOST_PER_BYTE * COST_FACTOR < min(self.limits.small, self.limits.worker_total)
