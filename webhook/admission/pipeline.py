@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal, cast
 
 from webhook.admission.review import build_response
-from webhook.admission.sibling_cache import SiblingCache, response_for
+from webhook.admission.sibling_cache import RuleCounts, SiblingCache, response_for
 from webhook.engine.enforcement import ENFORCE_LABEL
 from webhook.engine.exemption_seal import Seals
 from webhook.engine.mutate import INJECT_LABEL, Mutation, mutate
@@ -43,6 +43,8 @@ class Admission:
     """Templates Placer left with no node to land on (each one a warning in the response)."""
     over_capacity: int = 0
     """Gang member templates the nodes that may host them can never hold (each one a warning)."""
+    counts: RuleCounts | None = None
+    """What the metrics count of its rules, when made already (a kept answer's); else `rule_counts(mutation)`."""
 
 
 def admit(
@@ -124,7 +126,7 @@ def _admit(
     kept = siblings.answer(key, namespace, nodes_version)
     if kept is not None:
         return Admission(request, response_for(request, kept), cast(Result, kept.result), kept.mutation,
-                         kept.unplaceable, kept.over_capacity)
+                         kept.unplaceable, kept.over_capacity, kept.counts)
     nodes = nodes_version() if nodes_version is not None else None  # before deciding: a change meanwhile is newer
     admission = _decide(request, snapshot, workloads, namespace, deadline=deadline, placement=placement,
                         claims=claims, ledger=ledger, seals=seals, closed=closed)
@@ -163,7 +165,7 @@ def answer_sibling(
         if kept is None:
             return None  # decided afresh by `admit`, which then releases the ledger
         admission = Admission(request, response_for(request, kept), cast(Result, kept.result), kept.mutation,
-                              kept.unplaceable, kept.over_capacity)
+                              kept.unplaceable, kept.over_capacity, kept.counts)
     if ledger is not None:
         _release(ledger)
     return admission

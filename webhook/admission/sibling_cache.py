@@ -52,6 +52,7 @@ from webhook.engine.request import AdmissionRequest
 from webhook.gang.native_operators import member_group
 from webhook.policy.cel.field_reads import FieldTree
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, UnknownNamespace
+from webhook.support.rule_problems import PROBLEM_OUTCOMES
 from webhook.support.typing import JSONObject
 from webhook.workloads import controller_reference
 
@@ -62,6 +63,16 @@ TRACE_BYTES = 200
 KEPT_RESULTS = frozenset({"patched", "unchanged", "denied", "skipped"})
 
 Namespace = NamespaceInfo | UnknownNamespace | None
+RuleCounts = tuple[list[tuple[str, str, str]], list[tuple[str, str, str, str]]]
+"""What the metrics count of an admission's rules: (policy, rule, outcome) of each rule evaluated, and
+(policy, rule, outcome, detail) of each that failed or reached a missing key (`Metrics.observe_admission`)."""
+
+
+def rule_counts(mutation: Mutation) -> RuleCounts:
+    traces = mutation.traces
+    return ([(trace.policy, trace.rule, trace.outcome) for trace in traces],
+            [(trace.policy, trace.rule, trace.outcome, trace.detail) for trace in traces
+             if trace.outcome in PROBLEM_OUTCOMES])
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +92,8 @@ class Kept:
     """What keeping it costs, about: its key, patch, warnings and rule traces (each trace `TRACE_BYTES`)."""
     shape: bytes | None = None
     """The shape of the decided review's bytes, when its siblings are recognised by it (`sibling_bytes`)."""
+    counts: RuleCounts | None = None
+    """What the metrics count of its rules (`rule_counts`), made once for all the siblings it answers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +199,8 @@ class SiblingCache:
         while self._answers and (len(self._answers) >= self.entries or self._bytes + size > self.answer_bytes):
             self._drop(next(iter(self._answers)))
         self._answers[key] = Kept(rest, result, said, unplaceable, over_capacity, namespace,
-                                  nodes if mutation.placed else None, size, found[0] if found else None)
+                                  nodes if mutation.placed else None, size, found[0] if found else None,
+                                  rule_counts(said))
         if found is not None:
             self._shapes[found[0]] = found[1]
         self._bytes += size

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from webhook.admission.pipeline import Admission, Entry, admit, answer_sibling
 from webhook.admission.review import decode_json, parse_review
-from webhook.admission.sibling_cache import SiblingCache
+from webhook.admission.sibling_cache import SiblingCache, rule_counts
 from webhook.admission.validation import validate_policy_review
 from webhook.cluster.client.discovery import read_served_apis
 from webhook.cluster.client.namespace_lookup import NamespaceLookup
@@ -38,7 +38,6 @@ from webhook.server.review_endpoint import AfterResponse, Reply, ReviewEndpoints
 from webhook.support.config import Settings
 from webhook.support.logs import AdmissionLog
 from webhook.support.metrics import Metrics
-from webhook.support.rule_problems import PROBLEM_OUTCOMES
 from webhook.workloads import WorkloadTable, default_workload_table
 
 log = logging.getLogger(__name__)
@@ -243,8 +242,7 @@ def _record(metrics: Metrics, admission_log: AdmissionLog, admission: Admission,
     go before the response is sent."""
     review, mutation = admission.request, admission.mutation
     kind, operation, result = review.kind, review.operation, admission.result
-    rules = [(trace.policy, trace.rule, trace.outcome) for trace in mutation.traces]
-    problems = [(t.policy, t.rule, t.outcome, t.detail) for t in mutation.traces if t.outcome in PROBLEM_OUTCOMES]
+    rules, problems = admission.counts or rule_counts(mutation)
     unplaceable, over_capacity = admission.unplaceable, admission.over_capacity
     volume_outcomes = list(mutation.volume_outcomes.values())
     fields = {
