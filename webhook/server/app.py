@@ -249,12 +249,12 @@ def _record(metrics: Metrics, admission_log: AdmissionLog, admission: Admission,
         "uid": review.uid,
         "kind": kind,
         "namespace": review.namespace,
-        "name": review.name or _generate_name(review.object),
+        "name": review.name or _generate_name(review.object),  # a Pod of a controller's: its generateName
         "operation": operation,
         "dryRun": review.dry_run,
         "result": result,
         "applied": mutation.applied,
-        "warnings": _capped(mutation.warnings),
+        "warnings": warnings if len(warnings := mutation.warnings) <= WARNINGS_LOGGED else _capped(warnings),
         "reason": mutation.passed_through or mutation.denial,
         "durationMs": round(seconds * 1000, 3),
     }
@@ -272,7 +272,10 @@ def _record(metrics: Metrics, admission_log: AdmissionLog, admission: Admission,
     return write
 
 
-def _capped(warnings: list[str], limit: int = 50) -> list[str]:
+WARNINGS_LOGGED = 50
+
+
+def _capped(warnings: list[str], limit: int = WARNINGS_LOGGED) -> list[str]:
     """Keep a log line readable for an object with a thousand templates: the first warnings and a count."""
     if len(warnings) <= limit:
         return warnings

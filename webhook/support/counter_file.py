@@ -170,10 +170,18 @@ class HistogramFile(SampleFile):
             self._observe(self._file_of_this_process(), amount)
 
     def _observe(self, file: MmapedDict, amount: float) -> None:
-        """`observe`, the lock held, `file` this process's."""
+        """`observe`, the lock held, `file` this process's (`_add` for the sum and the bucket, inlined)."""
         bucket = self._bucket_keys[bisect.bisect_left(self._bounds, amount)]  # the first bound >= amount
-        self._add(file, self._sum_key, amount)
-        self._add(file, bucket, 1.0)
+        sum_key, values, positions, view = self._sum_key, self._values, self._positions, self._view
+        total = values[sum_key] = values.get(sum_key, 0.0) + amount
+        count = values[bucket] = values.get(bucket, 0.0) + 1.0
+        sum_at, bucket_at = positions.get(sum_key), positions.get(bucket)
+        if sum_at is None or bucket_at is None or view is None:
+            self._lay_out(file, sum_key, total)
+            self._lay_out(file, bucket, count)
+        else:
+            view[sum_at:sum_at + 16] = _PACK(total, 0.0)
+            view[bucket_at:bucket_at + 16] = _PACK(count, 0.0)
 
 
 class AdmissionFiles:
