@@ -13,6 +13,7 @@ from webhook.policy.cel.environment import VARIABLE_NAMES
 from webhook.policy.cel.field_reads import FieldTree, merged, prune
 from webhook.policy.errors import PolicyError
 from webhook.policy.model import Policy
+from webhook.policy.policy_set import KEPT_SETS, PolicySet
 
 ResourcesOfPod = Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, Any]]
 """(pod spec, `resources` as the pod alone says) -> `resources` with what only the cluster knows added: the
@@ -133,6 +134,8 @@ class PolicySnapshot:
     quantities: dict[str, float] = field(init=False, default_factory=dict, compare=False, repr=False)
     """The value of each quantity string the engine read under this snapshot (`pods.resources`, bounded):
     pods ask for the same few (`500m`, `4Gi`)."""
+    policy_sets: dict[tuple[str, ...], PolicySet] = field(init=False, default_factory=dict, compare=False, repr=False)
+    """What the engine needs of each selection of policies it evaluated under this snapshot (bounded)."""
 
     def __post_init__(self) -> None:
         reads = any(rule.action.pod_only for policy in self.policies for rule in policy.rules)
@@ -150,6 +153,20 @@ class PolicySnapshot:
         observed = self.observed
         return {name: value if (tree := observed.get(name)) is None else prune(value, tree)
                 for name, value in variables.items()}
+
+    def policy_set(self, policies: list[Policy]) -> PolicySet:
+        """The selection `policies` (in evaluation order) as the engine evaluates it, worked out once; a selection
+        of policies this snapshot does not hold (rules cut down for one request) is worked out each time."""
+        key = tuple(policy.name for policy in policies)
+        found = self.policy_sets.get(key)
+        if found is not None and all(kept is given for kept, given in zip(found.policies, policies, strict=True)):
+            return found
+        found = PolicySet.of(tuple(policies))
+        if all(any(given is held for held in self.policies) for given in policies):
+            if len(self.policy_sets) >= KEPT_SETS:
+                self.policy_sets.clear()
+            self.policy_sets[key] = found
+        return found
 
     @property
     def reads_resources(self) -> bool:
