@@ -159,9 +159,8 @@ class Run:
                 if template != view:
                     first_seen = self.mutation.placed.get(slot.name, (view, template))[0]
                     self.mutation.placed[slot.name] = (first_seen, template)
-                    if self.selector_rules and self.kind.own_pods(current, view) != self.kind.own_pods(
-                        current, template
-                    ):
+                    if self.selector_rules and _labels(view) != _labels(template) and self.kind.own_pods(
+                        current, view) != self.kind.own_pods(current, template):  # read of a template: its labels
                         self.selector_changed.add(slot.name)
                     annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
                     if not isinstance(annotations, dict):
@@ -297,6 +296,10 @@ class Run:
                 if trace.outcome in ("applied", "denied"):
                     applied[rule_id(policy, rule)] = None
         return template, context.exempted
+
+
+def _labels(template: JSONObject) -> object:
+    return as_map(template.get("metadata")).get("labels")
 
 
 def repeats_itself(rule: Rule) -> bool:

@@ -149,10 +149,16 @@ class PolicySnapshot:
     def observable(self, variables: Mapping[str, Any]) -> dict[str, Any]:
         """The CEL variables cut down to what the policies can observe of them (`field_reads.prune`): the
         runtime converts a variable whole on first use, so this is what it then costs. A variable no policy
-        reads is never converted and is handed over as it is."""
+        reads is left out (no expression can name it), but `variables`, which the engine binds itself."""
         observed = self.observed
-        return {name: value if (tree := observed.get(name)) is None else prune(value, tree)
-                for name, value in variables.items()}
+        found: dict[str, Any] = {}
+        for name, value in variables.items():
+            tree = observed.get(name)
+            if tree is not None:
+                found[name] = prune(value, tree)
+            elif name == "variables":
+                found[name] = value
+        return found
 
     def policy_set(self, policies: list[Policy]) -> PolicySet:
         """The selection `policies` (in evaluation order) as the engine evaluates it, worked out once; a selection
