@@ -11,7 +11,6 @@ from collections.abc import Callable, Mapping
 
 from webhook.actions.base import ActionContext, working_copy
 from webhook.actions.metadata import APPLIED_ANNOTATION
-from webhook.actions.restrictions import RESTRICT_TOLERATIONS
 from webhook.actions.tolerations import toleration_from
 from webhook.engine.activation import pod_variable, workload_variable
 from webhook.engine.enforcement import field_prefix, template_node_name
@@ -100,13 +99,10 @@ class Run:
         self.namespace_name = namespace.name
         self.refusals: list[str] = []
         """The refusals of the last pass: the request is denied when there are any."""
-        rules = [rule for policy in policies for rule in policy.rules]
-        self.placer_tolerations = [
-            toleration_from(rule.parameters) for rule in rules
-            if rule.action.name == "add-toleration" and not rule.parameter_expressions
-        ] if any(rule.action.name == RESTRICT_TOLERATIONS for rule in rules) else []
+        selection = snapshot.policy_set(policies)
+        self.placer_tolerations = [toleration_from(rule.parameters) for rule in selection.static_tolerations]
         """What the policies' add-toleration rules add, which restrict-tolerations lets pass (computed ones are
-        added as their rules run); shared by every template's pass."""
+        added as their rules run); shared by every template's pass. Empty unless some rule restricts them."""
         old = request.old_object if request.operation == "UPDATE" else None
         self.old_views = {} if old is None else {
             slot.name: slot.view(old, raw) for slot in kind.templates(old) if (raw := slot.read(old)) is not None}
@@ -118,14 +114,10 @@ class Run:
         """Each rule's outcome per template in the current pass."""
         self.selector_changed: set[str] = set()
         """Templates whose own-pods selector the current pass changed (it changed labels it comes from)."""
-        self.selector_rules = False
-        self.sensitive: list[tuple[Policy, Rule]] = []
-        for policy in policies:
-            for rule in policy.rules:
-                if rule.pass_sensitive:
-                    self.sensitive.append((policy, rule))
-                    self.selector_rules = self.selector_rules or rule.own_pods_fallback
+        self.sensitive = selection.sensitive
         """The rules whose outcome can depend on what a pass writes: only they can make another pass useful."""
+        self.selector_rules = selection.selector_rules
+        self.sensitive_reads = selection.sensitive_reads
 
     def settle(self, obj: JSONObject) -> JSONPatch:
         """The patch to the object once a pass over every template changes nothing (at most MAX_PASSES)."""
@@ -167,9 +159,8 @@ class Run:
                 if template != view:
                     first_seen = self.mutation.placed.get(slot.name, (view, template))[0]
                     self.mutation.placed[slot.name] = (first_seen, template)
-                    if self.selector_rules and self.kind.own_pods(current, view) != self.kind.own_pods(
-                        current, template
-                    ):
+                    if self.selector_rules and _labels(view) != _labels(template) and self.kind.own_pods(
+                        current, view) != self.kind.own_pods(current, template):  # read of a template: its labels
                         self.selector_changed.add(slot.name)
                     annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
                     if not isinstance(annotations, dict):
@@ -202,6 +193,9 @@ class Run:
         now, if anything it reads changed.
         """
         for slot in slots:
+            if (slot.projection is None and slot.name not in self.selector_changed
+                    and not self.sensitive_reads.touched_by(changed, slot.path)):
+                continue  # no sensitive rule reads anything the pass wrote here, nor derives a selector from it
             for policy, rule in self.sensitive:
                 outcome = self.outcomes.get((policy.name, rule.name, slot.name))
                 if outcome is None or (outcome == "applied" and repeats_itself(rule)):
@@ -302,6 +296,10 @@ class Run:
                 if trace.outcome in ("applied", "denied"):
                     applied[rule_id(policy, rule)] = None
         return template, context.exempted
+
+
+def _labels(template: JSONObject) -> object:
+    return as_map(template.get("metadata")).get("labels")
 
 
 def repeats_itself(rule: Rule) -> bool:

@@ -13,6 +13,7 @@ from webhook.policy.cel.environment import VARIABLE_NAMES
 from webhook.policy.cel.field_reads import FieldTree, merged, prune
 from webhook.policy.errors import PolicyError
 from webhook.policy.model import Policy
+from webhook.policy.policy_set import KEPT_SETS, PolicySet
 
 ResourcesOfPod = Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, Any]]
 """(pod spec, `resources` as the pod alone says) -> `resources` with what only the cluster knows added: the
@@ -133,6 +134,8 @@ class PolicySnapshot:
     quantities: dict[str, float] = field(init=False, default_factory=dict, compare=False, repr=False)
     """The value of each quantity string the engine read under this snapshot (`pods.resources`, bounded):
     pods ask for the same few (`500m`, `4Gi`)."""
+    policy_sets: dict[tuple[str, ...], PolicySet] = field(init=False, default_factory=dict, compare=False, repr=False)
+    """What the engine needs of each selection of policies it evaluated under this snapshot (bounded)."""
 
     def __post_init__(self) -> None:
         reads = any(rule.action.pod_only for policy in self.policies for rule in policy.rules)
@@ -146,10 +149,30 @@ class PolicySnapshot:
     def observable(self, variables: Mapping[str, Any]) -> dict[str, Any]:
         """The CEL variables cut down to what the policies can observe of them (`field_reads.prune`): the
         runtime converts a variable whole on first use, so this is what it then costs. A variable no policy
-        reads is never converted and is handed over as it is."""
+        reads is left out (no expression can name it), but `variables`, which the engine binds itself."""
         observed = self.observed
-        return {name: value if (tree := observed.get(name)) is None else prune(value, tree)
-                for name, value in variables.items()}
+        found: dict[str, Any] = {}
+        for name, value in variables.items():
+            tree = observed.get(name)
+            if tree is not None:
+                found[name] = prune(value, tree)
+            elif name == "variables":
+                found[name] = value
+        return found
+
+    def policy_set(self, policies: list[Policy]) -> PolicySet:
+        """The selection `policies` (in evaluation order) as the engine evaluates it, worked out once; a selection
+        of policies this snapshot does not hold (rules cut down for one request) is worked out each time."""
+        key = tuple(policy.name for policy in policies)
+        found = self.policy_sets.get(key)
+        if found is not None and all(kept is given for kept, given in zip(found.policies, policies, strict=True)):
+            return found
+        found = PolicySet.of(tuple(policies))
+        if all(any(given is held for held in self.policies) for given in policies):
+            if len(self.policy_sets) >= KEPT_SETS:
+                self.policy_sets.clear()
+            self.policy_sets[key] = found
+        return found
 
     @property
     def reads_resources(self) -> bool:

@@ -17,15 +17,23 @@ def escape(token: str) -> str:
 
 def diff(old: Any, new: Any, pointer: str = "") -> JSONPatch:
     """Operations that turn `old` into `new`; unchanged subtrees cost one equality test."""
-    if old == new:
+    if old is new or old == new:
         return []
+    return _differing(old, new, pointer)
+
+
+def _differing(old: Any, new: Any, pointer: str) -> JSONPatch:
+    """`diff` of two values known to differ: each subtree is compared once, and a subtree the mutated copy
+    still shares with the original (most of it: `actions.base.working_copy`) by identity alone."""
     if isinstance(old, dict) and isinstance(new, dict):
         ops: JSONPatch = [{"op": "remove", "path": f"{pointer}/{escape(key)}"} for key in old if key not in new]
         for key, value in new.items():
             if key not in old:
                 ops.append({"op": "add", "path": f"{pointer}/{escape(key)}", "value": value})
-            elif old[key] != value:
-                ops.extend(diff(old[key], value, f"{pointer}/{escape(key)}"))
+            else:
+                before = old[key]
+                if before is not value and before != value:
+                    ops.extend(_differing(before, value, f"{pointer}/{escape(key)}"))
         return ops
     if isinstance(old, list) and isinstance(new, list):
         if len(new) >= len(old) and new[: len(old)] == old:
@@ -33,9 +41,8 @@ def diff(old: Any, new: Any, pointer: str = "") -> JSONPatch:
                 {"op": "add", "path": f"{pointer}/{index}", "value": new[index]} for index in range(len(old), len(new))
             ]
         if len(new) == len(old):
-            return [
-                op for index, (a, b) in enumerate(zip(old, new, strict=True)) for op in diff(a, b, f"{pointer}/{index}")
-            ]
+            return [op for index, (a, b) in enumerate(zip(old, new, strict=True)) if a is not b and a != b
+                    for op in _differing(a, b, f"{pointer}/{index}")]
     return [{"op": "replace", "path": pointer, "value": new}]
 
 

@@ -89,7 +89,8 @@ class WorkloadKind:
     """`workload.replicas` of the CEL environment (§5); None leaves it absent."""
     own_pods: Callable[[JSONObject, JSONObject], JSONObject | None]
     """How a spread constraint or pod (anti-)affinity term selects the workload's own pods, given the object
-    and one template: `{labelSelector, matchLabelKeys?}` (see `own_pods_term`); None when none can be derived."""
+    and one template: `{labelSelector, matchLabelKeys?}` (see `own_pods_term`); None when none can be derived.
+    Of the template it reads only `metadata.labels` (the engine's passes rely on it)."""
     selector_label_keys: Callable[[JSONObject], frozenset[str]]
     """Label keys the controller's selector reads: Placer never adds, changes or removes them on a template."""
     gang_size: Count | None = None
