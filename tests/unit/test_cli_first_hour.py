@@ -1,6 +1,7 @@
 """The stumbles of a first hour with the CLI: what each message tells a newcomer to do next."""
 
 import argparse
+import logging
 from pathlib import Path
 
 import pytest
@@ -50,8 +51,10 @@ def test_serve_help_says_where_credentials_come_from(capsys: pytest.CaptureFixtu
 
 
 def test_a_worker_lifetime_granian_refuses_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    handlers = list(logging.getLogger().handlers)
     assert main(["serve", "--worker-lifetime", "30"]) == 2
     assert "--worker-lifetime 30: at least 60 seconds" in capsys.readouterr().err
+    assert logging.getLogger().handlers == handlers  # a usage error leaves the process's logging as it was
 
 
 @pytest.mark.parametrize("verb", ["lint", "export"])

@@ -84,11 +84,11 @@ MIN_WORKER_LIFETIME_SECONDS = 60
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
-    if 0 < args.worker_lifetime < MIN_WORKER_LIFETIME_SECONDS:
+    if 0 < args.worker_lifetime < MIN_WORKER_LIFETIME_SECONDS:  # a usage error changes nothing, logging included
         print(f"placer serve: --worker-lifetime {args.worker_lifetime}: at least {MIN_WORKER_LIFETIME_SECONDS} "
               "seconds (granian's minimum), or 0 for never", file=sys.stderr)
         return 2
+    configure_logging(args.log_level)
     exemption_key = Path(args.exemption_key) if args.exemption_key else None
     if exemption_key is not None and not exemption_key.exists():
         # the shipped Deployment mounts an optional Secret: without it, exemptions stay with the request
