@@ -88,7 +88,7 @@ class DecodeBudget:
 
     def is_small(self, body: bytes) -> bool:
         """Small whatever it holds: nearly every request (any under 12 KB) needs no reservation."""
-        return len(body) * _MOST_PER_BYTE * COST_FACTOR < min(self.limits.small, self.limits.worker_total)
+        return len(body) < self.small_below
 
     @contextmanager
     def reserve(self, body: bytes, deadline: float | None) -> Iterator[None]:
