@@ -254,7 +254,7 @@ def _record(metrics: Metrics, admission_log: AdmissionLog, admission: Admission,
         "dryRun": review.dry_run,
         "result": result,
         "applied": mutation.applied,
-        "warnings": warnings if len(warnings := mutation.warnings) <= WARNINGS_LOGGED else _capped(warnings),
+        "warnings": _capped(mutation.warnings),
         "reason": mutation.passed_through or mutation.denial,
         "durationMs": round(seconds * 1000, 3),
     }
@@ -272,10 +272,7 @@ def _record(metrics: Metrics, admission_log: AdmissionLog, admission: Admission,
     return write
 
 
-WARNINGS_LOGGED = 50
-
-
-def _capped(warnings: list[str], limit: int = WARNINGS_LOGGED) -> list[str]:
+def _capped(warnings: list[str], limit: int = 50) -> list[str]:
     """Keep a log line readable for an object with a thousand templates: the first warnings and a count."""
     if len(warnings) <= limit:
         return warnings
