@@ -190,27 +190,15 @@ class AdmissionFiles:
     write them. Through prometheus_client the request counter alone (its child, observability check, value,
     lock, fork check and file) cost as much as the other two together."""
 
-    def __init__(self, requests: CounterFile, duration: HistogramFile, rules: CounterFile, *,
-                 process_id: Callable[[], int] | None = None) -> None:
+    def __init__(self, requests: CounterFile, duration: HistogramFile, rules: CounterFile) -> None:
         self._requests = requests
         self._duration = duration
         self._rules = rules
-        self._process_id = process_id or os.getpid
         self._lock = threading.Lock()
         """Held for the three: the files are written by nothing else (each file's own lock is not taken)."""
-        self._pid = 0
-        self._files: tuple[MmapedDict, MmapedDict, MmapedDict] | None = None
-        """The three files of process `_pid`: the process is asked once per admission, not once per file."""
 
     def observe(self, request: tuple[str, str, str], seconds: float, rules: Iterable[tuple[str, ...]]) -> None:
         with self._lock:
-            pid = self._process_id()
-            files = self._files
-            if files is None or pid != self._pid:  # first use, or a fork: the files of this process
-                self._pid, files = pid, (self._requests._file_of_this_process(),
-                                         self._duration._file_of_this_process(),
-                                         self._rules._file_of_this_process())
-                self._files = files
-            self._requests._increment_each(files[0], (request,))
-            self._duration._observe(files[1], seconds)
-            self._rules._increment_each(files[2], rules)
+            self._requests._increment_each(self._requests._file_of_this_process(), (request,))
+            self._duration._observe(self._duration._file_of_this_process(), seconds)
+            self._rules._increment_each(self._rules._file_of_this_process(), rules)

@@ -99,7 +99,6 @@ class Metrics:
             HistogramFile(directory, DURATION, DURATION_HELP, _BUCKETS, process_id=process_id),
             CounterFile(directory, RULE_EVALUATIONS, RULE_EVALUATIONS_HELP, RULE_EVALUATION_LABELS,
                         process_id=process_id),
-            process_id=process_id,
         ) if self.multiprocess else None
         """Under `placer serve`, where each admission's count, duration and ~50 rule counts are written: the
         samples `requests`, `duration` and `rule_evaluations` would write, in files of their own (counter_file)."""
