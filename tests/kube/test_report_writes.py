@@ -5,10 +5,14 @@ import random
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from tests.helpers import snapshot_of
 from tests.kube.background_running import running
 from tests.kube.fake_apiserver import DEPLOYMENTS, POLICIES, REPORTS_API, FakeApiServer, wait_for
 from tests.kube.test_background_reports import TEAM_A_REPORTS, deployment, pool_policy, workload_reports
 from webhook.cluster.client.api import ApiError, KubeApi
+from webhook.cluster.reports.background import BackgroundReports
 from webhook.cluster.reports.compliance import RuleResult, Verdict, WorkloadRef
 from webhook.cluster.reports.reports import (
     LEFT_OUT_ANNOTATION,
@@ -20,6 +24,7 @@ from webhook.cluster.reports.reports import (
     workload_report,
 )
 from webhook.cluster.reports.writer import ReportWriter
+from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.support.typing import JSONObject
 
 
@@ -176,3 +181,29 @@ def test_without_the_right_to_list_reports_they_are_still_written(
     with running(api, tmp_path / "state", apiserver) as background:
         wait_for(lambda: "web" in workload_reports(apiserver), what="the report")
         assert background.writer.seeded
+
+
+def test_a_new_leader_judges_nothing_before_its_controller_has_served_the_policies(
+        apiserver: FakeApiServer, api: KubeApi, tmp_path: Path) -> None:
+    """A replica that starts leading with a new state directory lists the reports before its controller has
+    published the policies: judged then, no rule would match any workload, and every report would be deleted
+    and written again a moment later."""
+    apiserver.reports_served = True
+    web = apiserver.put(DEPLOYMENTS, deployment("web"))
+    drift = (RuleResult("pools", "pool", "fail", "drift: applying the policies now would add "
+                        '/spec/template/spec/nodeSelector {"node-pool":"general"}'),)
+    reference = WorkloadRef("apps/v1", "Deployment", "team-a", "web", web["metadata"]["uid"])
+    apiserver.put_readable(TEAM_A_REPORTS, workload_report(Verdict(reference, drift), 1.0))
+    served: list[tuple[PolicySnapshot, bool]] = [(PolicySnapshot.build([], {}, [], None, ready=False), False)]
+    background = BackgroundReports(api, tmp_path, lambda: served[-1], leading=lambda: True)
+    background.book.put("team-a", "Deployment/team-a/web", {**web, "apiVersion": "apps/v1", "kind": "Deployment"})
+
+    def writes() -> list[tuple[str, str]]:
+        return [(method, path) for method, path, _ in apiserver.requests
+                if method in ("POST", "PUT", "DELETE") and path.startswith(REPORTS_API)]
+
+    assert background.round() == 0 and writes() == [], "nothing judged, nothing written before the first sync"
+    assert background.writer.seeded, "what is there was listed"
+    served.append((snapshot_of(yaml.safe_dump(pool_policy()), namespaces=[NamespaceInfo("team-a")]), True))
+    assert background.round() == 1
+    assert writes() == [("POST", f"{REPORTS_API}/clusterpolicyreports")], "the workload's report was right"

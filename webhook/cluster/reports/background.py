@@ -219,6 +219,11 @@ class BackgroundReports:
         snapshot, changed = self._snapshot()
         if changed:
             self._policy_change(snapshot)
+        if not snapshot.ready:
+            # The controller has not published its first sync (a new state directory): judged now, every
+            # workload would have no results, and its report (another leader's, or this one's before a restart)
+            # would be deleted, then written again once the policies are there. What is marked waits.
+            return 0
         now = self._monotonic()
         if now >= self._next_full:
             self._next_full = now + self._period
