@@ -99,7 +99,7 @@ class Run:
         self.namespace_name = namespace.name
         self.refusals: list[str] = []
         """The refusals of the last pass: the request is denied when there are any."""
-        selection = snapshot.policy_set(policies)
+        selection = self.selection = snapshot.policy_set(policies)
         self.placer_tolerations = [toleration_from(rule.parameters) for rule in selection.static_tolerations]
         """What the policies' add-toleration rules add, which restrict-tolerations lets pass (computed ones are
         added as their rules run); shared by every template's pass. Empty unless some rule restricts them."""
@@ -268,8 +268,10 @@ class Run:
             prefix=field_prefix(slot), refusals=self.refusals,
         )
         outcomes, traces, deadline, mutation = self.outcomes, self.traces, self.deadline, self.mutation
-        for policy in policies:
-            scope = PolicyScope(policy, data, activation, environment)
+        selection = self.selection
+        decided = selection.conditions.values(activation) if policies is self.policies else None
+        for index, policy in enumerate(policies):
+            scope = PolicyScope(policy, data, activation, environment, decided[index] if decided else None)
             for rule, batched in zip(policy.rules, scope.batched, strict=True):
                 if deadline is not None and time.monotonic() > deadline:
                     raise DeadlineReached

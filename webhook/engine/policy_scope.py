@@ -11,7 +11,10 @@ class PolicyScope:
     """A policy's conditions and variables for one template: the conditions evaluated in their batches when
     the policy's turn comes, the variables on first use and at most once (lazily)."""
 
-    def __init__(self, policy: Policy, data: Mapping[str, Any], activation: Any, environment: Any) -> None:
+    def __init__(self, policy: Policy, data: Mapping[str, Any], activation: Any, environment: Any,
+                 decided: list[bool | None] | None = None) -> None:
+        """`decided`: the values of the policy's batched conditions, when the selection's list has them
+        (`SelectionConditions`); else its own batches are evaluated."""
         self._policy = policy
         self._data = data
         self._base_activation = activation
@@ -19,7 +22,7 @@ class PolicyScope:
         self._values: dict[str, Any] = {}
         self._failures: dict[str, cel.Result] = {}
         self._activation = activation
-        self.batched = self._batched_conditions()
+        self.batched = decided if decided is not None else self._batched_conditions()
         """Per rule (in the policy's order), its condition's value from a batch, or None to evaluate it alone:
         no condition, not batched, or its batch failed (the one-by-one evaluation then gives each rule its
         own outcome and message)."""

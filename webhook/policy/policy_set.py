@@ -7,10 +7,12 @@ depend on that selection alone, not on the request: the snapshot keeps them per 
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 from webhook.actions.restrictions import RESTRICT_TOLERATIONS
 from webhook.policy.model import Policy, Rule
 from webhook.policy.reads import Reads
+from webhook.policy.selection_conditions import SelectionConditions
 
 ADD_TOLERATION = "add-toleration"
 KEPT_SETS = 256
@@ -31,9 +33,11 @@ class PolicySet:
     static_tolerations: tuple[Rule, ...]
     """When some rule restricts tolerations: the add-toleration rules with fixed parameters (what they add is
     let pass); empty otherwise."""
+    conditions: SelectionConditions
+    """Every policy's batched conditions in one list (`selection_conditions`)."""
 
     @classmethod
-    def of(cls, policies: tuple[Policy, ...]) -> "PolicySet":
+    def of(cls, policies: tuple[Policy, ...], environment: Any) -> "PolicySet":
         sensitive = tuple((policy, rule) for policy in policies for rule in policy.rules if rule.pass_sensitive)
         reads = Reads()
         for _, rule in sensitive:
@@ -42,4 +46,5 @@ class PolicySet:
         restricts = any(rule.action.name == RESTRICT_TOLERATIONS for rule in rules)
         static = tuple(rule for rule in rules if rule.action.name == ADD_TOLERATION
                        and not rule.parameter_expressions) if restricts else ()
-        return cls(policies, sensitive, any(rule.own_pods_fallback for _, rule in sensitive), reads, static)
+        return cls(policies, sensitive, any(rule.own_pods_fallback for _, rule in sensitive), reads, static,
+                   SelectionConditions(policies, environment))

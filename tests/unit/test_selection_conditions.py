@@ -1,0 +1,113 @@
+"""A selection's conditions evaluated as one list (webhook.policy.selection_conditions): the same answer,
+rule by rule, as each policy evaluating its own batch, whatever the requests, and the same fallback when an
+element fails."""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.bench.bench_engine import policies as bench_policies
+from tests.conftest import REPO, fixture_request
+from tests.helpers import run, snapshot_of
+from webhook.engine.outcome import Mutation
+from webhook.policy.selection_conditions import FAILURES_ALLOWED, SelectionConditions
+from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
+
+EXAMPLES = sorted(path.read_text() for path in (REPO / "policies").glob("*.yaml"))
+REQUESTS = sorted(path.stem for path in (Path(__file__).parents[1] / "fixtures" / "requests").glob("*.json"))
+LABEL_SETS = [
+    {"environment": "production", "team": "ml", "cost-profile": "spot-friendly", "gang-scheduler": "native"},
+    {"team": "data-eng", "gang-scheduler": "volcano", "tenant": "team-a"},
+    {},
+]
+SHARED = """apiVersion: placer.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: %(name)s}
+spec:
+  priority: %(priority)d
+  variables:
+  - {name: team, expression: "namespaceObject.metadata.labels['team']"}
+  rules:
+  - name: ml-pool
+    condition: "namespaceObject.metadata.?labels.?team.orValue('') == 'ml'"
+    action: add-node-selector
+    parameters: {pool-%(name)s: ml}
+  - name: big
+    condition: "workload.replicas >= 2"
+    action: add-labels
+    parameters: {big-%(name)s: "yes"}
+  - name: by-variable
+    condition: "variables.team == 'ml'"
+    action: add-annotations
+    parameters: {team-%(name)s: ml}
+"""
+
+
+def shared(name: str, priority: int) -> str:
+    return SHARED % {"name": name, "priority": priority}
+
+
+def answer(mutation: Mutation) -> tuple[Any, ...]:
+    return mutation.patch, mutation.warnings, mutation.notes, mutation.traces, mutation.denial, mutation.applied
+
+
+def selections(snapshot: PolicySnapshot) -> list[SelectionConditions]:
+    return [found.conditions for found in snapshot.policy_sets.values()]
+
+
+def first_and_again(texts: list[str], labels: dict[str, str], body: dict[str, Any]) -> tuple[Any, Any, PolicySnapshot]:
+    """The answer on a fresh snapshot (each policy evaluates its batch), and on one whose selection has been
+    used twice already (its conditions are then one list)."""
+    namespace = NamespaceInfo(body["request"].get("namespace") or "team-a", labels)
+    first = answer(run(snapshot_of(*texts, namespaces=[namespace]), body))
+    used = snapshot_of(*texts, namespaces=[namespace])
+    for _ in range(2):
+        run(used, body)
+    return first, answer(run(used, body)), used
+
+
+@pytest.mark.parametrize("labels", LABEL_SETS, ids=["production-ml", "data-eng", "unlabelled"])
+@pytest.mark.parametrize("name", REQUESTS)
+def test_every_example_policy_on_every_captured_request_is_answered_alike(name: str, labels: dict[str, str]) -> None:
+    body = fixture_request(name)
+    first, again, used = first_and_again([*EXAMPLES, *bench_policies(30)], labels, body)
+    assert again == first
+    if labels is LABEL_SETS[0] and name in ("pod-bare-create-dryrun", "deployment-create-dryrun"):
+        assert all(selection.tried[0] > 0 for selection in selections(used)), "answered from the list"
+
+
+def test_policies_sharing_conditions_are_one_call_with_each_distinct_condition_once() -> None:
+    body = fixture_request("deployment-create-dryrun")
+    texts = [shared("a", 1), shared("b", 2), shared("c", 3)]
+    first, again, used = first_and_again(texts, {"team": "ml"}, body)
+    assert again == first
+    assert [trace.outcome for trace in again[3]] == ["applied"] * 9
+    (selection,) = selections(used)
+    assert selection.size == 3, "nine conditions, three distinct (the variable written in)"
+    assert selection.tried == (2, 0), "compiled at its second use; used at the second and the third"
+
+
+def test_a_failing_condition_falls_back_to_each_policy_and_gives_up_on_the_list() -> None:
+    """`namespaceObject.metadata.labels['team']` on a namespace without the label is an error: the list fails
+    as a whole; each policy's own batch, then each rule, is evaluated as before."""
+    body = fixture_request("deployment-create-dryrun")
+    texts = [shared("a", 1), shared("b", 2)]
+    first, again, used = first_and_again(texts, {"environment": "production"}, body)
+    assert again == first
+    outcomes = {(trace.policy, trace.rule): trace.outcome for trace in again[3]}
+    assert outcomes[("a", "big")] == "applied" and outcomes[("b", "ml-pool")] == "not-matched"
+    assert outcomes[("a", "by-variable")] == "missing"
+    (selection,) = selections(used)
+    assert selection.tried == (0, 2)
+    for _ in range(2 * FAILURES_ALLOWED):
+        assert answer(run(used, body)) == first
+    assert selection.tried == (0, FAILURES_ALLOWED + 1), "given up: not evaluated again"
+
+
+def test_a_selection_with_one_batched_policy_keeps_its_own_batch() -> None:
+    body = fixture_request("deployment-create-dryrun")
+    first, again, used = first_and_again([shared("a", 1)], {"team": "ml"}, body)
+    assert again == first
+    (selection,) = selections(used)
+    assert selection.tried == (0, 0)
