@@ -18,9 +18,9 @@ def add_toleration(template: JSONObject, params: Mapping[str, Any], context: Act
     key = identity[0]
     # the key first: most tolerations differ by it, and it is the cheap part of the identity
     context.placer_tolerations.append(wanted)
-    if any(isinstance(existing, dict) and str(existing.get("key") or "") == key and _identity(existing) == identity
-           for existing in tolerations):
-        return False
+    for existing in tolerations:  # a loop, not any() over a generator: a Pod's tolerations are looked at per rule
+        if isinstance(existing, dict) and str(existing.get("key") or "") == key and _identity(existing) == identity:
+            return False
     tolerations.append(wanted)
     return True
 

@@ -273,18 +273,19 @@ class Run:
         for index, policy in enumerate(policies):
             scope = PolicyScope(policy, data, activation, environment, decided[index] if decided else None)
             for rule, batched in zip(policy.rules, scope.batched, strict=True):
+                if batched is False:  # most rules, on most objects: nothing else to do (nor to time)
+                    kept = rule.not_matched.get(slot.name)
+                    if kept is None:
+                        kept = rule.not_matched[slot.name] = ((policy.name, rule.name, slot.name), RuleTrace(
+                            policy.name, rule.name, slot.name, "not-matched", "condition is false"))
+                    key, trace = kept
+                    outcomes[key] = "not-matched"
+                    if key not in traces:
+                        traces[key] = trace
+                    continue
                 if deadline is not None and time.monotonic() > deadline:
                     raise DeadlineReached
                 key = (policy.name, rule.name, slot.name)
-                if batched is False:  # most rules, on most objects: nothing else to do
-                    outcomes[key] = "not-matched"
-                    if key not in traces:
-                        trace = rule.not_matched.get(slot.name)
-                        if trace is None:
-                            trace = rule.not_matched[slot.name] = RuleTrace(
-                                policy.name, rule.name, slot.name, "not-matched", "condition is false")
-                        traces[key] = trace
-                    continue
                 if batched and not rule.parameter_expressions:
                     # matched by its batch, which read any variable written in: nothing else to evaluate
                     trace = act(policy, rule, rule.parameters, template, slot.name, mutation=mutation, context=context)

@@ -46,8 +46,8 @@ class Rule:
     """Computed parameters already checked, by their values (`webhook.engine.rule_run`): a rule computing
     `namespaceObject.metadata.labels['node-pool']` computes the same few values over and over."""
     not_matched: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    """Per template name, the engine's trace of this rule not matching (`webhook.engine.passes`): the same every
-    time, and most rules on most objects end so (a trace is never changed once made)."""
+    """Per template name, the engine's outcome key and trace of this rule not matching (`webhook.engine.passes`):
+    the same every time, and most rules on most objects end so (a trace is never changed once made)."""
 
     def __post_init__(self) -> None:
         fallback = self.action.own_pods != "never" and "labelSelector" not in self.raw_parameters

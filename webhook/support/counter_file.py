@@ -26,8 +26,9 @@ from typing import BinaryIO
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.utils import floatToGoString
 
-_PACK = struct.Struct("dd").pack
-"""A sample's value and timestamp as the file holds them (`MmapedDict.write_value` writes the same 16 bytes)."""
+_WRITE = struct.Struct("dd").pack_into
+"""Write a sample's value and timestamp into the map where the file holds them (`MmapedDict.write_value`
+writes the same 16 bytes), without building them as bytes first."""
 
 
 class SampleFile:
@@ -66,7 +67,7 @@ class SampleFile:
         if position is None or self._view is None:
             self._lay_out(file, key, value)
         else:
-            self._view[position:position + 16] = _PACK(value, 0.0)
+            _WRITE(self._view, position, value, 0.0)
 
     def _lay_out(self, file: MmapedDict, key: str, value: float) -> None:
         """Write a sample not laid out yet (or not known to be: the file reopened) through `file`, then learn
@@ -132,7 +133,7 @@ class CounterFile(SampleFile):
 
     def _increment_each(self, file: MmapedDict, label_sets: Iterable[tuple[str, ...]]) -> None:
         """`increment_each`, the lock held, `file` this process's."""
-        keys, values, positions, view, pack = self._keys, self._values, self._positions, self._view, _PACK
+        keys, values, positions, view, write = self._keys, self._values, self._positions, self._view, _WRITE
         for labels in label_sets:
             key = keys.get(labels)
             if key is None:
@@ -145,7 +146,7 @@ class CounterFile(SampleFile):
                 self._lay_out(file, key, value)
                 positions, view = self._positions, self._view
             else:
-                view[position:position + 16] = pack(value, 0.0)
+                write(view, position, value, 0.0)
 
 
 class HistogramFile(SampleFile):
@@ -180,8 +181,8 @@ class HistogramFile(SampleFile):
             self._lay_out(file, sum_key, total)
             self._lay_out(file, bucket, count)
         else:
-            view[sum_at:sum_at + 16] = _PACK(total, 0.0)
-            view[bucket_at:bucket_at + 16] = _PACK(count, 0.0)
+            _WRITE(view, sum_at, total, 0.0)
+            _WRITE(view, bucket_at, count, 0.0)
 
 
 class AdmissionFiles:
