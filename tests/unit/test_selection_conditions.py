@@ -11,6 +11,7 @@ from tests.bench.bench_engine import policies as bench_policies
 from tests.conftest import REPO, fixture_request
 from tests.helpers import run, snapshot_of
 from webhook.engine.outcome import Mutation
+from webhook.policy.cel import stepwise
 from webhook.policy.selection_conditions import FAILURES_ALLOWED, SelectionConditions
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 
@@ -111,3 +112,40 @@ def test_a_selection_with_one_batched_policy_keeps_its_own_batch() -> None:
     assert again == first
     (selection,) = selections(used)
     assert selection.tried == (0, 0)
+
+
+LOOPING = """apiVersion: placer.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: %(name)s}
+spec:
+  rules:
+  - name: env-a
+    condition: "pod.spec.containers.all(c, c.env.all(e, e.name != '%(name)s-A'))"
+    action: add-labels
+    parameters: {checked-%(name)s-a: "yes"}
+  - name: env-b
+    condition: "pod.spec.containers.all(c, c.env.all(e, e.name != '%(name)s-B'))"
+    action: add-labels
+    parameters: {checked-%(name)s-b: "yes"}
+"""
+
+
+def test_a_list_past_the_iteration_budget_is_left_to_each_policy_not_evaluated_step_by_step(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runtime's 10,000 comprehension steps count a whole evaluation: two policies whose batches each
+    take 6,200 steps fit one by one, not together. The list then fails and each policy's batch decides."""
+    body = fixture_request("pod-bare-create-dryrun")
+    body["request"]["object"]["spec"]["containers"] = [
+        {"name": f"c{index}", "image": "registry.example/app:1",
+         "env": [{"name": f"VAR_{item}", "value": "x"} for item in range(30)]} for index in range(100)]
+    texts = [LOOPING % {"name": "one"}, LOOPING % {"name": "two"}]
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("evaluated step by step")
+
+    monkeypatch.setattr(stepwise, "evaluate", refuse)
+    first, again, used = first_and_again(texts, {}, body)
+    assert again == first
+    assert [trace.outcome for trace in again[3]] == ["applied"] * 4
+    (selection,) = selections(used)
+    assert selection.tried == (0, 2)

@@ -7,7 +7,8 @@ conditions are the same for every request that selects it, so they are compiled 
 distinct condition once, and every policy's batch is read from it: the values are exactly the policies' own
 batches' (CEL has no side effects; the same text on the same activation gives the same value).
 
-When the list fails as a whole (one element errors or reads a missing key, as a whole list does), each
+When the list fails as a whole (one element errors or reads a missing key, as a whole list does, or the
+list's loops together run out of the runtime's iteration budget, which one evaluation shares), each
 policy's own batch is evaluated as before, which then finds the rule with the precise outcome: nothing but
 the cost changes. A selection whose list keeps failing stops being tried; a selection used once is not
 compiled at all (compiling fifty conditions takes milliseconds, which a request used once would pay).
@@ -75,7 +76,9 @@ class SelectionConditions:
             program = self._compile()
             if program is None:
                 return None
-        result = cel.evaluate(program, activation)
+        # The runtime's iteration budget counts the whole list's loops together: a list that runs out of it is
+        # a failure, and each policy's batch (with its own budget, and its own step-wise evaluation) decides.
+        result = cel.evaluate(program, activation, stepwise_on_budget=False)
         found = result.value if result.missing is None and result.error is None else None
         if not isinstance(found, list) or len(found) != len(self._sources):
             self._failures += 1

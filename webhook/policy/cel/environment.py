@@ -236,17 +236,18 @@ def variable_reference_position(source: str, name: str) -> str:
     return "<input>"
 
 
-def evaluate(program: Program, bound: "Activation") -> Result:
+def evaluate(program: Program, bound: "Activation", *, stepwise_on_budget: bool = True) -> Result:
     """Evaluate on an activation and classify the outcome (docs/cel.md, "When missing means false").
 
     cel-expr-python reports most failures as a value of type ERROR, some (the iteration budget) as a
     RuntimeError: both become `Result.error`, so an error can never be read as a value, let alone as true.
-    An evaluation that exceeds the runtime's iteration budget is evaluated again step by step (`stepwise`).
+    An evaluation that exceeds the runtime's iteration budget is evaluated again step by step (`stepwise`),
+    unless `stepwise_on_budget` is False (a caller with a cheaper way to the same answer): then it is an error.
     """
     try:
         value = program.expression.eval(bound.runtime)
     except RuntimeError as error:
-        if BUDGET_EXCEEDED in str(error):
+        if BUDGET_EXCEEDED in str(error) and stepwise_on_budget:
             return _stepwise(program, bound)
         return Result(error=clean_runtime_message(str(error)))
     if program.returns in _BOOLEAN_RESULTS:
