@@ -196,6 +196,28 @@ def test_a_workload_with_a_forged_controller_is_judged_not_passed() -> None:
     assert passed.denial is None and passed.patch == [] and passed.passed_through is not None
 
 
+def test_a_controllers_workload_is_checked_by_boundary_rules_cut_from_a_batched_policy() -> None:
+    """The boundary rules are cut from the policy to check a controller's ReplicaSet; the policy's condition
+    batch also decided a rule left out, and taking it along made the policy fail to build (KeyError): the
+    namespace's ReplicaSets were all refused."""
+    snapshot = snapshot_of(policy(rules=(
+        "  - {name: pool, condition: \"object.metadata.name != 'x'\", action: add-node-selector, "
+        "parameters: {node-pool: general}}\n"
+        "  - {name: lab, condition: \"object.metadata.name != 'y'\", action: add-labels, parameters: {x: y}}\n")),
+        namespaces=[TEAM_A])
+    genuine = deployment({"nodeSelector": {"node-pool": "general"}})
+    genuine["kind"] = "ReplicaSet"
+    genuine["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                                               "uid": "3", "controller": True}]
+    passed = run(snapshot, review(genuine))
+    assert passed.denial is None and passed.patch == [] and passed.passed_through is not None
+    escaping = deployment(SHARED)
+    escaping["kind"] = "ReplicaSet"
+    escaping["metadata"]["ownerReferences"] = genuine["metadata"]["ownerReferences"]
+    refused = run(snapshot, review(escaping))
+    assert refused.denial is not None and 'found "shared-premium"' in refused.denial
+
+
 def test_an_update_is_refused_only_when_it_introduces_the_conflict() -> None:
     snapshot = snapshot_of(policy(), namespaces=[TEAM_A])
     before = deployment({"nodeSelector": {"node-pool": "general"}})

@@ -201,6 +201,18 @@ def test_past_the_deadline_the_object_is_admitted_unchanged_with_one_warning() -
     assert mutation.patch == [] and mutation.warnings == [DEADLINE_WARNING]
 
 
+def test_past_the_deadline_rules_that_all_come_out_false_still_admit_nothing_but_the_warning() -> None:
+    """A deadline spent before the rules (a slow namespace lookup) is reached whatever the rules decide: with
+    every condition false there is nothing to evaluate one by one, and the engine still stops there."""
+    rules = "".join(rule(f"r{index}", "add-labels", f"{{k{index}: v}}", "object.metadata.name == 'nope'")
+                    for index in range(3))
+    snapshot = snapshot_of(policy(rules), namespaces=[TEAM_A])
+    request = parse_review(fixture_request("deployment-create-dryrun"))
+    mutation = mutate(request, snapshot, default_workload_table(), deadline=time.monotonic() - 1)
+    assert mutation.patch == [] and mutation.warnings == [DEADLINE_WARNING]
+    assert mutation.passed_through == "deadline reached"
+
+
 def test_a_large_jobset_derives_its_gang_once_and_reports_each_warning_once() -> None:
     jobs = [{"name": f"w{index}", "replicas": 1, "template": {"spec": {"parallelism": 1, "template": {
         "spec": {"containers": [{"name": "c", "image": "x"}]}}}}} for index in range(300)]

@@ -2,6 +2,7 @@
 rule by rule, as each policy evaluating its own batch, whatever the requests, and the same fallback when an
 element fails."""
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -9,8 +10,9 @@ import pytest
 
 from tests.bench.bench_engine import policies as bench_policies
 from tests.conftest import REPO, fixture_request
-from tests.helpers import run, snapshot_of
+from tests.helpers import review_for, run, snapshot_of
 from webhook.engine.outcome import Mutation
+from webhook.policy import selection_conditions
 from webhook.policy.cel import stepwise
 from webhook.policy.selection_conditions import FAILURES_ALLOWED, SelectionConditions
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
@@ -50,7 +52,8 @@ def shared(name: str, priority: int) -> str:
 
 
 def answer(mutation: Mutation) -> tuple[Any, ...]:
-    return mutation.patch, mutation.warnings, mutation.notes, mutation.traces, mutation.denial, mutation.applied
+    return (mutation.patch, mutation.warnings, mutation.notes, mutation.traces, mutation.denial, mutation.applied,
+            mutation.passed_through)
 
 
 def selections(snapshot: PolicySnapshot) -> list[SelectionConditions]:
@@ -58,14 +61,16 @@ def selections(snapshot: PolicySnapshot) -> list[SelectionConditions]:
 
 
 def first_and_again(texts: list[str], labels: dict[str, str], body: dict[str, Any]) -> tuple[Any, Any, PolicySnapshot]:
-    """The answer on a fresh snapshot (each policy evaluates its batch), and on one whose selection has been
-    used twice already (its conditions are then one list)."""
+    """The answer with each policy evaluating its own batch (the list never compiled), and on a snapshot whose
+    selection has been used twice already (its conditions are then one list)."""
     namespace = NamespaceInfo(body["request"].get("namespace") or "team-a", labels)
-    first = answer(run(snapshot_of(*texts, namespaces=[namespace]), body))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(selection_conditions, "COMPILE_AT_USE", 10**9)
+        first = answer(run(snapshot_of(*texts, namespaces=[namespace]), copy.deepcopy(body)))
     used = snapshot_of(*texts, namespaces=[namespace])
     for _ in range(2):
-        run(used, body)
-    return first, answer(run(used, body)), used
+        run(used, copy.deepcopy(body))
+    return first, answer(run(used, copy.deepcopy(body))), used
 
 
 @pytest.mark.parametrize("labels", LABEL_SETS, ids=["production-ml", "data-eng", "unlabelled"])
@@ -149,3 +154,64 @@ def test_a_list_past_the_iteration_budget_is_left_to_each_policy_not_evaluated_s
     assert [trace.outcome for trace in again[3]] == ["applied"] * 4
     (selection,) = selections(used)
     assert selection.tried == (0, 2)
+
+
+def tenant_policy(name: str, rules: list[tuple[str, str, str, str]], *, priority: int,
+                  enforcement: str = "Advisory") -> str:
+    """A policy of team-a's namespace: each rule (name, condition, action, parameters)."""
+    text = "".join(f"  - {{name: {rule}, condition: {condition!r}, action: {action}, parameters: {parameters}}}\n"
+                   for rule, condition, action, parameters in rules)
+    return (f"apiVersion: placer.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {{name: {name}}}\nspec:\n"
+            f"  priority: {priority}\n  enforcement: {enforcement}\n"
+            f"  namespaceSelector: {{matchLabels: {{tenant: team-a}}}}\n  rules:\n{text}")
+
+
+def test_a_template_labelled_inject_disabled_gets_the_enforced_policys_own_values() -> None:
+    """On a template labelled placer.dev/inject=disabled only the Enforced policies run: the list, made for
+    the whole selection, must not hand them the values of the policies before them."""
+    advisory = tenant_policy("adv", [("t1", "object.metadata.name == 'web'", "add-labels", "{t1: y}"),
+                                     ("t2", "object.metadata.name != ''", "add-labels", "{t2: y}")], priority=1)
+    enforced = tenant_policy("enf", [("f1", "object.metadata.name == 'nope'", "add-node-selector", "{pool: general}"),
+                                     ("f2", "object.metadata.name == 'nope2'", "add-labels", "{f2: y}")],
+                             priority=2, enforcement="Enforced")
+    template = {"metadata": {"labels": {"app": "w"}},
+                "spec": {"containers": [{"name": "m", "image": "r/a:1"}], "restartPolicy": "Never"}}
+    disabled = copy.deepcopy(template)
+    disabled["metadata"]["labels"]["placer.dev/inject"] = "disabled"
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "web", "namespace": "team-a"},
+           "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template},
+                                            "Worker": {"replicas": 2, "template": disabled}}}}
+    first, again, used = first_and_again([advisory, enforced], {"tenant": "team-a"}, review_for(job))
+    assert again == first
+    assert not any("/Worker/" in op["path"] for op in again[0]), "no rule of either policy holds on Worker"
+    assert all(selection.tried[0] > 0 for selection in selections(used))
+
+
+def test_a_condition_that_is_not_a_bool_is_reported_by_its_rule_not_read_from_the_list() -> None:
+    one = tenant_policy("one", [("r", "object.metadata.name == 'web'", "add-labels", "{r: y}"),
+                                ("s", "[1, true][0]", "add-labels", "{s: y}")], priority=1)
+    two = tenant_policy("two", [("r", "object.metadata.name == 'nope'", "add-labels", "{r2: y}"),
+                                ("s", "object.metadata.name == 'web'", "add-labels", "{s2: y}")], priority=2)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "team-a"},
+           "spec": {"containers": [{"name": "c", "image": "r/a:1"}]}}
+    first, again, _ = first_and_again([one, two], {"tenant": "team-a"}, review_for(pod))
+    assert again == first
+    assert any("condition returned int, not bool" in warning for warning in again[1])
+
+
+def test_two_policies_of_one_name_and_one_condition_with_different_variables_keep_their_own_values() -> None:
+    condition = "variables.v == 'team-a'"
+    texts = [tenant_policy(name, [("r", condition, "add-labels", f"{{r-{name}: y}}"),
+                                  ("s", "object.metadata.name == 'web'", "add-labels", f"{{s-{name}: y}}")],
+                           priority=priority).replace(
+                               "  rules:", f"  variables:\n  - {{name: v, expression: {source!r}}}\n  rules:")
+             for name, priority, source in (("same", 1, "namespaceObject.metadata.labels['tenant']"),
+                                            ("same", 2, "object.metadata.name"),
+                                            ("other", 3, "object.metadata.name"))]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "team-a"},
+           "spec": {"containers": [{"name": "c", "image": "r/a:1"}]}}
+    first, again, used = first_and_again(texts, {"tenant": "team-a"}, review_for(pod))
+    assert again == first
+    (selection,) = selections(used)
+    assert selection.size == 2, "r's two texts once the variables are written in (s, alone, is no batch)"
+    assert selection.tried == (2, 0)

@@ -37,7 +37,8 @@ class PolicySet:
     """Every policy's batched conditions in one list (`selection_conditions`)."""
 
     @classmethod
-    def of(cls, policies: tuple[Policy, ...], environment: Any) -> "PolicySet":
+    def of(cls, policies: tuple[Policy, ...], environment: Any, *, kept: bool = True) -> "PolicySet":
+        """`kept`: whether the snapshot keeps it (only then is its conditions' list ever compiled)."""
         sensitive = tuple((policy, rule) for policy in policies for rule in policy.rules if rule.pass_sensitive)
         reads = Reads()
         for _, rule in sensitive:
@@ -47,4 +48,4 @@ class PolicySet:
         static = tuple(rule for rule in rules if rule.action.name == ADD_TOLERATION
                        and not rule.parameter_expressions) if restricts else ()
         return cls(policies, sensitive, any(rule.own_pods_fallback for _, rule in sensitive), reads, static,
-                   SelectionConditions(policies, environment))
+                   SelectionConditions(policies, environment, kept=kept))

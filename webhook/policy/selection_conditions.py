@@ -11,7 +11,8 @@ When the list fails as a whole (one element errors or reads a missing key, as a 
 list's loops together run out of the runtime's iteration budget, which one evaluation shares), each
 policy's own batch is evaluated as before, which then finds the rule with the precise outcome: nothing but
 the cost changes. A selection whose list keeps failing stops being tried; a selection used once is not
-compiled at all (compiling fifty conditions takes milliseconds, which a request used once would pay).
+compiled at all (compiling fifty conditions takes milliseconds, which a request used once would pay), nor
+is a selection the snapshot does not keep (rules cut down for one request).
 """
 
 from typing import Any
@@ -20,7 +21,10 @@ from webhook.policy.cel import environment as cel
 from webhook.policy.model import Policy, Rule
 
 COMPILE_AT_USE = 2
-"""The use of a selection at which its list is compiled: a selection seen once costs nothing more."""
+"""The evaluation at which a selection's list is compiled: one evaluated once (one template of one request)
+costs nothing more."""
+BOOLEANS = "list<bool>"
+"""The checked type of a batch whose every condition is typed bool."""
 FAILURES_ALLOWED = 8
 """Failures of the list past which (and past twice its successes) a selection stops trying it."""
 
@@ -28,7 +32,8 @@ FAILURES_ALLOWED = 8
 class SelectionConditions:
     """One selection's conditions as one list: per policy, which element holds each batched rule's value."""
 
-    def __init__(self, policies: tuple[Policy, ...], environment: Any) -> None:
+    def __init__(self, policies: tuple[Policy, ...], environment: Any, *, kept: bool = True) -> None:
+        """`kept`: the snapshot keeps the selection for the requests to come; else the list is never tried."""
         self._environment = environment
         elements: dict[str, int] = {}
         layout: list[tuple[tuple[int, int], ...] | None] = []
@@ -51,7 +56,7 @@ class SelectionConditions:
         self._uses = 0
         self._successes = 0
         self._failures = 0
-        self._given_up = not self.useful
+        self._given_up = not (self.useful and kept)
 
     @property
     def size(self) -> int:
@@ -93,9 +98,7 @@ class SelectionConditions:
                 continue
             values: list[bool | None] = [None] * width
             for position, element in policy_layout:
-                value = found[element]
-                if value is True or value is False:  # a non-bool is reported by the rule's own evaluation
-                    values[position] = value
+                values[position] = found[element]  # a bool: only batches typed list<bool> are in the list
             decided.append(values)
         return decided
 
@@ -110,8 +113,12 @@ class SelectionConditions:
 
 
 def _batched_rules(policy: Policy) -> list[Rule] | None:
-    """The rules whose condition the policy's own batches decide, or None when it has none."""
+    """The rules whose condition the policy's own batches decide, or None when it has none, or when a batch
+    is not typed a list of bools: one such element makes the whole list a list of dyn, whose elements are
+    then each converted apart (`cel.evaluate`), and the policy's own batch costs the list nothing."""
     batches = (policy.combined,) if policy.combined is not None else policy.conditions
+    if any(batch.program.returns != BOOLEANS for batch in batches if batch is not None):
+        return None
     names = {name for batch in batches if batch is not None for name in batch.rules}
     if not names:
         return None

@@ -167,8 +167,9 @@ class PolicySnapshot:
         found = self.policy_sets.get(key)
         if found is not None and all(kept is given for kept, given in zip(found.policies, policies, strict=True)):
             return found
-        found = PolicySet.of(tuple(policies), self.environment)
-        if all(any(given is held for held in self.policies) for given in policies):
+        kept = all(any(given is held for held in self.policies) for given in policies)
+        found = PolicySet.of(tuple(policies), self.environment, kept=kept)
+        if kept:
             if len(self.policy_sets) >= KEPT_SETS:
                 self.policy_sets.clear()
             self.policy_sets[key] = found
