@@ -14,7 +14,6 @@ refusal: at CREATE any conflict, at UPDATE one the update brings. Its patch is d
 may be changed: what its template should have given it and does not have is added (`judged_rules`).
 """
 
-import dataclasses
 
 from webhook.engine.enforcement import REFUSING_ACTIONS, refusal_mutation
 from webhook.engine.exemption_seal import Seals
@@ -47,12 +46,7 @@ def judged_rules(policies: list[Policy], enforced: frozenset[str], *, pod_only: 
         rules = tuple(rule for rule in policy.rules
                       if (boundary and rule.action.name in REFUSING_ACTIONS) or (pod_only and rule.action.pod_only))
         if rules:
-            # A condition batch that decides a rule left out goes too: its rules kept are evaluated one by one.
-            names = {rule.name for rule in rules}
-            batches = tuple(batch for batch in policy.conditions if names.issuperset(batch.rules))
-            combined = policy.combined if policy.combined is not None and names.issuperset(policy.combined.rules) \
-                else None
-            kept.append(dataclasses.replace(policy, rules=rules, conditions=batches, combined=combined))
+            kept.append(policy.keeping(rules))
     return kept
 
 

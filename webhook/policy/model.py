@@ -1,5 +1,6 @@
 """Compiled SchedulingPolicy objects: immutable, ready to evaluate, shared by every request."""
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -120,6 +121,14 @@ class Policy:
         selects = self.namespace_selector is not None and not self.namespace_selector.empty
         reads = any(program.fields is None or "namespaceObject" in program.fields for program in self.programs())
         object.__setattr__(self, "reads_namespace", selects or reads)
+
+    def keeping(self, rules: tuple[Rule, ...]) -> "Policy":
+        """The policy with only `rules` (some of its own, in its order); a condition batch that decides a rule
+        left out goes too, and the rules it decided are then evaluated one by one."""
+        names = {rule.name for rule in rules}
+        batches = tuple(batch for batch in self.conditions if names.issuperset(batch.rules))
+        combined = self.combined if self.combined is not None and names.issuperset(self.combined.rules) else None
+        return dataclasses.replace(self, rules=rules, conditions=batches, combined=combined)
 
     def programs(self) -> list[Program]:
         """Every program the engine may evaluate for this policy."""
