@@ -268,10 +268,7 @@ class Run:
             prefix=field_prefix(slot), refusals=self.refusals,
         )
         outcomes, traces, deadline, mutation = self.outcomes, self.traces, self.deadline, self.mutation
-        if deadline is not None and time.monotonic() > deadline:
-            raise DeadlineReached
-        selection = self.selection
-        decided = selection.conditions.values(activation) if policies is self.policies else None
+        decided = self.selection.conditions.values(activation) if policies is self.policies else None
         for index, policy in enumerate(policies):
             if deadline is not None and time.monotonic() > deadline:  # each policy: its rules may all be false
                 raise DeadlineReached
