@@ -218,6 +218,28 @@ def test_a_controllers_workload_is_checked_by_boundary_rules_cut_from_a_batched_
     assert refused.denial is not None and 'found "shared-premium"' in refused.denial
 
 
+def test_a_pod_with_placers_marks_or_an_update_is_judged_by_rules_cut_from_a_batched_policy() -> None:
+    """The same cut judges a Pod that carries Placer's marks (its controller's, or a user's copy of them) and
+    a Pod UPDATE (a controller relabelling its Pods): neither may fail on the batch of a rule left out."""
+    snapshot = snapshot_of(policy(rules=(
+        "  - {name: pool, condition: \"object.metadata.name != 'x'\", action: add-node-selector, "
+        "parameters: {node-pool: general}}\n"
+        "  - {name: lab, condition: \"object.metadata.name != 'y'\", action: add-labels, parameters: {x: y}}\n")),
+        namespaces=[TEAM_A])
+    owner = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "1", "controller": True}]
+    marked = pod({"nodeSelector": {"node-pool": "general"}})
+    marked["metadata"] |= {"ownerReferences": owner, "annotations": {"placer.dev/applied": "boundary/pool"}}
+    passed = run(snapshot, review(marked))
+    assert passed.denial is None and passed.patch == []
+    forged = pod(SHARED)
+    forged["metadata"] |= {"ownerReferences": owner, "annotations": {"placer.dev/applied": "boundary/pool"}}
+    refused = run(snapshot, review(forged))
+    assert refused.denial is not None and 'found "shared-premium"' in refused.denial
+    relabelled = pod({"nodeSelector": {"node-pool": "general"}}, labels={"app": "web", "tier": "front"})
+    updated = run(snapshot, review(relabelled, operation="UPDATE", old=marked))
+    assert updated.denial is None and updated.patch == []
+
+
 def test_an_update_is_refused_only_when_it_introduces_the_conflict() -> None:
     snapshot = snapshot_of(policy(), namespaces=[TEAM_A])
     before = deployment({"nodeSelector": {"node-pool": "general"}})
