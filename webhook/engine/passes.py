@@ -28,6 +28,7 @@ from webhook.pods.pod_share import PodShare
 from webhook.pods.volumes import ClaimPlacement
 from webhook.policy.cel import environment as cel
 from webhook.policy.model import Policy, Rule
+from webhook.policy.policy_set import PolicySet
 from webhook.policy.reads import Changes
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, ResourcesOfPod
 from webhook.support.patches import apply_sharing
@@ -75,7 +76,8 @@ class Run:
         self.deadline = deadline
         observed = snapshot.observed  # a variable no expression reads is never built (nor converted)
         self.request_cel = request.as_cel() if "request" in observed else {}
-        self.namespace_cel = namespace.as_cel() if "namespaceObject" in observed else {}
+        self.namespace_facts = facts = snapshot.namespace_facts.of(namespace)
+        self.namespace_cel = snapshot.namespace_variable(namespace, facts)
         self.reads_workload = "workload" in observed
         obj = request.object or {}
         self.gang = lazy(lambda: gang_facts(kind, obj, request.name or "", unique_suffix=uid_suffix(request.uid),
@@ -99,7 +101,12 @@ class Run:
         self.namespace_name = namespace.name
         self.refusals: list[str] = []
         """The refusals of the last pass: the request is denied when there are any."""
-        selection = self.selection = snapshot.policy_set(policies)
+        selection = facts.recall(policies)  # the namespace's selection, met before (`selected_policies`)
+        if selection is None:
+            selection = snapshot.policy_set(policies)
+            if policies is facts.recall(snapshot.policies):
+                facts.remember(policies, selection)
+        self.selection: PolicySet = selection
         self.placer_tolerations = [toleration_from(rule.parameters) for rule in selection.static_tolerations]
         """What the policies' add-toleration rules add, which restrict-tolerations lets pass (computed ones are
         added as their rules run); shared by every template's pass. Empty unless some rule restricts them."""
@@ -246,12 +253,13 @@ class Run:
             "object": obj,
             "oldObject": self.request.old_object,
             "request": self.request_cel,
-            "namespaceObject": self.namespace_cel,
             "workload": workload_variable(self.request, self.kind, obj) if self.reads_workload else {},
             "pod": pod,
             "resources": resources,
             "variables": {},
         })
+        if self.namespace_cel is not None:  # cut down already, and kept with the namespace
+            data["namespaceObject"] = self.namespace_cel
         environment = self.snapshot.environment
         activation = cel.activation(environment, data, self.deadline)
         kind = self.kind
@@ -272,7 +280,8 @@ class Run:
         for index, policy in enumerate(policies):
             if deadline is not None and time.monotonic() > deadline:  # each policy: its rules may all be false
                 raise DeadlineReached
-            scope = PolicyScope(policy, data, activation, environment, decided[index] if decided else None)
+            scope = PolicyScope(policy, data, activation, environment, decided[index] if decided else None,
+                                facts=self.namespace_facts)
             for rule, batched in zip(policy.rules, scope.batched, strict=True):
                 if batched is False:  # most rules, on most objects: nothing else to do (timed with the policy)
                     kept = rule.not_matched.get(slot.name)

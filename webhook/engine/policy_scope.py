@@ -5,6 +5,9 @@ from typing import Any
 
 from webhook.policy.cel import environment as cel
 from webhook.policy.model import ConditionBatch, Policy, Rule
+from webhook.policy.namespace_facts import NamespaceFacts
+
+_SCALARS = (str, int, float, bool, type(None))
 
 
 class PolicyScope:
@@ -12,10 +15,12 @@ class PolicyScope:
     the policy's turn comes, the variables on first use and at most once (lazily)."""
 
     def __init__(self, policy: Policy, data: Mapping[str, Any], activation: Any, environment: Any,
-                 decided: list[bool | None] | None = None) -> None:
+                 decided: list[bool | None] | None = None, *, facts: NamespaceFacts | None = None) -> None:
         """`decided`: the values of the policy's batched conditions, when the selection's list has them
-        (`SelectionConditions`); else its own batches are evaluated."""
+        (`SelectionConditions`); else its own batches are evaluated. `facts`: those of the request's
+        namespace, which keep the outcome of expressions that read only the namespace (`evaluate`)."""
         self._policy = policy
+        self._facts = facts
         self._data = data
         self._base_activation = activation
         self._environment = environment
@@ -45,7 +50,7 @@ class PolicyScope:
 
     def _fill(self, values: list[bool | None], batch: ConditionBatch, positions: tuple[int, ...]) -> bool:
         """Set the value of each rule the batch decides; False when the batch failed as a whole."""
-        result = cel.evaluate(batch.program, self._base_activation)
+        result = self.evaluate(batch.program, self._base_activation)
         found = result.value if result.missing is None and result.error is None else None
         if not isinstance(found, list) or len(found) != len(positions):
             return False
@@ -53,6 +58,23 @@ class PolicyScope:
             if value is True or value is False:  # a non-bool is reported by the rule's own evaluation
                 values[position] = value
         return True
+
+    def evaluate(self, program: cel.Program, activation: Any) -> cel.Result:
+        """`cel.evaluate`, or the outcome kept for a program that reads only the namespace.
+
+        Such a program (`parameterExpressions: {pool: "namespaceObject.metadata.labels['pool']"}`) gives every
+        request in the namespace the same outcome, so it is evaluated once per namespace and program. Kept: a
+        scalar value or a missing key; an error is evaluated again each time (one may come of the deadline).
+        """
+        facts = self._facts
+        if facts is None or not program.reads_only_namespace:
+            return cel.evaluate(program, activation)
+        result: cel.Result | None = facts.recall(program)
+        if result is None:
+            result = cel.evaluate(program, activation)
+            if result.missing is not None or (result.error is None and isinstance(result.value, _SCALARS)):
+                facts.remember(program, result)
+        return result
 
     def activation_for(self, rule: Rule) -> tuple[Any, cel.Result | None]:
         """An activation with every variable the rule needs, or the failure of one of them."""

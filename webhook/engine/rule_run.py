@@ -43,7 +43,7 @@ def run_rule(
         """None when the condition holds, else the rule's trace. `batched`, the condition's value from its
         batch, holds for the inlined condition as well: the batch of conditions reading variables has them
         written in."""
-        result = cel.Result(value=batched) if batched is not None else cel.evaluate(condition, activation)
+        result = cel.Result(value=batched) if batched is not None else scope.evaluate(condition, activation)
         if result.missing is not None:
             return trace("missing", result.missing)
         if result.error is not None:
@@ -77,7 +77,7 @@ def run_rule(
     if expressions:
         computed: dict[str, Any] = dict(rule.raw_parameters)
         for name, program in expressions.items():
-            result = cel.evaluate(program, activation)
+            result = scope.evaluate(program, activation)
             if result.missing is not None:
                 return trace("missing", f"parameterExpressions.{name}: {result.missing}")
             if result.error is not None:

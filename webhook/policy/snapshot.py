@@ -13,6 +13,7 @@ from webhook.policy.cel.environment import VARIABLE_NAMES
 from webhook.policy.cel.field_reads import FieldTree, merged, prune
 from webhook.policy.errors import PolicyError
 from webhook.policy.model import Policy
+from webhook.policy.namespace_facts import FactsByNamespace, NamespaceFacts
 from webhook.policy.policy_set import KEPT_SETS, PolicySet
 
 ResourcesOfPod = Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, Any]]
@@ -136,6 +137,9 @@ class PolicySnapshot:
     pods ask for the same few (`500m`, `4Gi`)."""
     policy_sets: dict[tuple[str, ...], PolicySet] = field(init=False, default_factory=dict, compare=False, repr=False)
     """What the engine needs of each selection of policies it evaluated under this snapshot (bounded)."""
+    namespace_facts: FactsByNamespace = field(init=False, default_factory=FactsByNamespace, compare=False,
+                                              repr=False)
+    """What the engine worked out from each namespace alone under this snapshot (bounded)."""
 
     def __post_init__(self) -> None:
         reads = any(rule.action.pod_only for policy in self.policies for rule in policy.rules)
@@ -159,6 +163,18 @@ class PolicySnapshot:
             elif name == "variables":
                 found[name] = value
         return found
+
+    def namespace_variable(self, namespace: NamespaceInfo, facts: NamespaceFacts) -> dict[str, Any] | None:
+        """`namespaceObject` as `observable` cuts it down, or None when no policy reads it; worked out once per
+        namespace (`facts`: the namespace's) and never changed: the engine reads it only through the runtime."""
+        tree = self.observed.get("namespaceObject")
+        if tree is None:
+            return None
+        value: dict[str, Any] | None = facts.recall(tree)
+        if value is None:
+            value = prune(namespace.as_cel(), tree)
+            facts.remember(tree, value)
+        return value
 
     def policy_set(self, policies: list[Policy]) -> PolicySet:
         """The selection `policies` (in evaluation order) as the engine evaluates it, worked out once; a selection

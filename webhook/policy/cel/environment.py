@@ -68,6 +68,9 @@ class Program:
     """With `tree`: each node's offset in `compiled_text`, in code points."""
     compiled_text: str = field(default="", compare=False, repr=False)
     """With `tree`: the text compiled, `source` with literal library calls resolved (`cel_libraries.literals`)."""
+    reads_only_namespace: bool = field(default=False, compare=False, repr=False)
+    """It reads no variable but `namespaceObject` (its analysis says so): its outcome is the same for every
+    request in one namespace, and the engine keeps it with the namespace (`NamespaceInfo.memo`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,13 +154,16 @@ def compile_expression(environment: Any, source: str, *, keep_tree: bool = False
     if refusal is not None:
         raise CelCompileError(f"<input>: {refusal}")
     returns = expression.return_type().name().lower()
+    reads = _field_reads(tree)
+    reads_variables = frozenset(referenced_variables(source))
     return Program(
         source=source,
         expression=expression,
         returns=returns,
-        reads_variables=frozenset(referenced_variables(source)),
+        reads_variables=reads_variables,
         plain_result=bool(_PLAIN_STATIC.match(returns)),
-        fields=_field_reads(tree),
+        fields=reads,
+        reads_only_namespace=reads is not None and not reads_variables and reads.keys() <= {"namespaceObject"},
         tree=tree if keep_tree else None,
         offsets=offsets if keep_tree else {},
         compiled_text=resolved if keep_tree else "",
