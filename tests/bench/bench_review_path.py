@@ -1,6 +1,6 @@
 """One worker's request path in process: the CPU of a review from body to log line, and where it goes.
 
-    python -m tests.bench.bench_review_path [--rules 2] [--requests 20000] [--profile] [--siblings]
+    python -m tests.bench.bench_review_path [--rules 2] [--requests 20000] [--profile] [--siblings | --distinct]
 
 The application is built as a `placer serve` worker builds it (`server.app.create_app`, metrics in a
 multiprocess directory as under `placer serve`, every sample written to its file as a worker writes it: the
@@ -11,7 +11,10 @@ remains is the Python a worker spends per review, without TLS, HTTP or granian's
 tests/bench/bench_direct pays those alike). The review is the captured bare Pod of bench_direct, decided
 every time (a Pod no controller owns has no siblings); `--siblings` sends Pods of one ReplicaSet (a request
 uid and a managedFields time of their own each), so that the Pods after the first are answered from the
-sibling cache (`webhook.admission.sibling_cache`).
+sibling cache (`webhook.admission.sibling_cache`). The same bare Pod every time agrees with the one before on
+every field the rules observe, so its conditions' outcomes are found kept (`webhook.policy.observed_memo`);
+`--distinct` gives each Pod a CPU limit of its own, which the 2-rule policy observes (`resources.limits`): nothing
+is found, and after its trial the memo stops making keys, as it does for Pods that all differ.
 
 Printed: µs of thread CPU per review (median of 5 batches), and with `--profile` cProfile's top functions
 by own time and by cumulative time, as a share of the whole.
@@ -101,12 +104,20 @@ def worker_app(rules: int) -> Iterator[Any]:
                     os.environ.pop(MULTIPROC_ENV, None)
 
 
-def bodies(count: int, *, siblings: bool, start: int = 0) -> list[bytes]:
+def bodies(count: int, *, siblings: bool, start: int = 0, distinct: bool = False) -> list[bytes]:
     """`count` review bodies: the captured Pod review each time (a bare Pod, never a sibling), or Pods of one
-    ReplicaSet (tests.bench.siblings)."""
-    if not siblings:
-        return [orjson.dumps(fixture_request("pod-bare-create-dryrun"))] * count
-    return replicaset_pods(count, start=start)
+    ReplicaSet (tests.bench.siblings); `distinct`: the captured Pod with a CPU limit of its own each time
+    (`4001m`, `4002m`...), so that no outcome is kept for what its rules observe (`webhook.policy.observed_memo`)."""
+    if siblings:
+        return replicaset_pods(count, start=start)
+    review = fixture_request("pod-bare-create-dryrun")
+    if not distinct:
+        return [orjson.dumps(review)] * count
+    found = []
+    for index in range(start, start + count):
+        review["request"]["object"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = f"{4001 + index}m"
+        found.append(orjson.dumps(review))
+    return found
 
 
 def serve_all(app: Any, loop: asyncio.AbstractEventLoop, batch: list[bytes]) -> float:
@@ -124,19 +135,20 @@ def serve_all(app: Any, loop: asyncio.AbstractEventLoop, batch: list[bytes]) -> 
     return time.thread_time() - started
 
 
-def measure(rules: int, requests: int, *, siblings: bool, profile: bool) -> dict[str, Any]:
+def measure(rules: int, requests: int, *, siblings: bool, profile: bool, distinct: bool = False) -> dict[str, Any]:
     with worker_app(rules) as app:
         loop = asyncio.new_event_loop()
         try:
-            serve_all(app, loop, bodies(min(requests, 2000), siblings=siblings))  # warm-up
+            serve_all(app, loop, bodies(min(requests, 2000), siblings=siblings, distinct=distinct))  # warm-up
             size = max(requests // 5, 1)
-            batches = [bodies(size, siblings=siblings, start=(1 + index) * size) for index in range(5)]
+            batches = [bodies(size, siblings=siblings, start=(1 + index) * size, distinct=distinct)
+                       for index in range(5)]
             per_review = [serve_all(app, loop, batch) / len(batch) * 1e6 for batch in batches]
             report = ""
             if profile:
                 profiler = cProfile.Profile()
                 profiler.enable()
-                serve_all(app, loop, bodies(requests, siblings=siblings, start=10 * requests))
+                serve_all(app, loop, bodies(requests, siblings=siblings, start=10 * requests, distinct=distinct))
                 profiler.disable()
                 report = profile_report(profiler)
         finally:
@@ -165,11 +177,14 @@ def main() -> None:
     parser.add_argument("--rules", type=int, default=2, help="2 (bench_direct's 2-rule policy) or a multiple of 10")
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--siblings", action="store_true", help="Pods of one ReplicaSet rather than one Pod review")
+    parser.add_argument("--distinct", action="store_true",
+                        help="the bare Pod with a CPU limit of its own each time (no outcome kept for it)")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
-    row = measure(args.rules, args.requests, siblings=args.siblings, profile=args.profile)
+    row = measure(args.rules, args.requests, siblings=args.siblings, profile=args.profile, distinct=args.distinct)
     low, high = row["range"]
-    what = "ReplicaSet sibling Pods" if args.siblings else "the captured bare Pod review"
+    what = ("ReplicaSet sibling Pods" if args.siblings else
+            "the captured bare Pod, a CPU limit of its own each" if args.distinct else "the captured bare Pod review")
     print(f"{args.rules} rules, {what}: {row['us']:.1f} µs of CPU per review (batches {low:.1f}-{high:.1f}), "
           f"Python {sys.version.split()[0]}")
     if row["profile"]:

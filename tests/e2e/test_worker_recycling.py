@@ -38,12 +38,17 @@ spec:
 
 def _keep_asking(server: RunningServer, done: Callable[[], bool], timeout: float = 60.0) -> list[tuple[int, bool]]:
     """Admissions on a kept-alive connection (reopened when the server closes it) until `done()`: (status,
-    patched) for each, (0, False) for a request whose connection broke before it was answered."""
-    review = json.dumps(fixture_request("pod-bare-create-dryrun"))
+    patched) for each, (0, False) for a request whose connection broke before it was answered. Each Pod's
+    container has a name of its own: the policy observes it, so its condition is evaluated (and its library
+    functions called) for every Pod, where a Pod observed alike would be answered from the outcome kept for
+    the one before (`webhook.policy.observed_memo`)."""
+    body = fixture_request("pod-bare-create-dryrun")
     answers = []
     deadline = time.monotonic() + timeout
     with requests.Session() as session:
         while not done() and time.monotonic() < deadline:
+            body["request"]["object"]["spec"]["containers"][0]["name"] = f"trainer-{len(answers)}"
+            review = json.dumps(body)
             try:
                 response = session.post(server.url + "/mutate?timeout=10s", data=review, timeout=10,
                                         verify=str(server.ca), headers={"Content-Type": "application/json"})

@@ -222,9 +222,9 @@ def test_a_policy_whose_batches_both_hold_is_decided_by_one_evaluation_with_the_
     evaluations = []
     real = cel.evaluate
 
-    def counted(program: Any, bound: Any) -> Any:
+    def counted(program: Any, bound: Any, **options: Any) -> Any:
         evaluations.append(program)
-        return real(program, bound)
+        return real(program, bound, **options)
 
     with mock.patch.object(cel, "evaluate", counted):
         mutation = run(snapshot, body)

@@ -276,12 +276,13 @@ class Run:
             prefix=field_prefix(slot), refusals=self.refusals,
         )
         outcomes, traces, deadline, mutation = self.outcomes, self.traces, self.deadline, self.mutation
-        decided = self.selection.conditions.values(activation) if policies is self.policies else None
+        memo = self.snapshot.observed_memo
+        decided = self.selection.conditions.values(activation, memo) if policies is self.policies else None
         for index, policy in enumerate(policies):
             if deadline is not None and time.monotonic() > deadline:  # each policy: its rules may all be false
                 raise DeadlineReached
             scope = PolicyScope(policy, data, activation, environment, decided[index] if decided else None,
-                                facts=self.namespace_facts)
+                                facts=self.namespace_facts, memo=memo)
             for rule, batched in zip(policy.rules, scope.batched, strict=True):
                 if batched is False:  # most rules, on most objects: nothing else to do (timed with the policy)
                     kept = rule.not_matched.get(slot.name)

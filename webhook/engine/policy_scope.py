@@ -6,6 +6,7 @@ from typing import Any
 from webhook.policy.cel import environment as cel
 from webhook.policy.model import ConditionBatch, Policy, Rule
 from webhook.policy.namespace_facts import NamespaceFacts
+from webhook.policy.observed_memo import ObservedMemo
 
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -15,12 +16,15 @@ class PolicyScope:
     the policy's turn comes, the variables on first use and at most once (lazily)."""
 
     def __init__(self, policy: Policy, data: Mapping[str, Any], activation: Any, environment: Any,
-                 decided: list[bool | None] | None = None, *, facts: NamespaceFacts | None = None) -> None:
+                 decided: list[bool | None] | None = None, *, facts: NamespaceFacts | None = None,
+                 memo: ObservedMemo | None = None) -> None:
         """`decided`: the values of the policy's batched conditions, when the selection's list has them
         (`SelectionConditions`); else its own batches are evaluated. `facts`: those of the request's
-        namespace, which keep the outcome of expressions that read only the namespace (`evaluate`)."""
+        namespace, which keep the outcome of expressions that read only the namespace; `memo`, the snapshot's
+        outcomes by observed fields (`evaluate`)."""
         self._policy = policy
         self._facts = facts
+        self._memo = memo
         self._data = data
         self._base_activation = activation
         self._environment = environment
@@ -60,21 +64,26 @@ class PolicyScope:
         return True
 
     def evaluate(self, program: cel.Program, activation: Any) -> cel.Result:
-        """`cel.evaluate`, or the outcome kept for a program that reads only the namespace.
+        """`cel.evaluate`, or an outcome kept: for a program that reads only the namespace, the namespace's
+        (`NamespaceFacts`); on the template's variables without policy variables, the one kept for the same
+        observed fields (`ObservedMemo`).
 
-        Such a program (`parameterExpressions: {pool: "namespaceObject.metadata.labels['pool']"}`) gives every
-        request in the namespace the same outcome, so it is evaluated once per namespace and program. Kept: a
-        scalar value or a missing key; an error is evaluated again each time (one may come of the deadline).
+        A program that reads only the namespace (`parameterExpressions: {pool:
+        "namespaceObject.metadata.labels['pool']"}`) gives every request in the namespace the same outcome, so it
+        is evaluated once per namespace and program. Kept: a scalar value or a missing key; an error is
+        evaluated again each time (one may come of the deadline).
         """
         facts = self._facts
-        if facts is None or not program.reads_only_namespace:
-            return cel.evaluate(program, activation)
-        result: cel.Result | None = facts.recall(program)
-        if result is None:
-            result = cel.evaluate(program, activation)
-            if result.missing is not None or (result.error is None and isinstance(result.value, _SCALARS)):
-                facts.remember(program, result)
-        return result
+        if facts is not None and program.reads_only_namespace:
+            result: cel.Result | None = facts.recall(program)
+            if result is None:
+                result = cel.evaluate(program, activation)
+                if result.missing is not None or (result.error is None and isinstance(result.value, _SCALARS)):
+                    facts.remember(program, result)
+            return result
+        if self._memo is not None and activation is self._base_activation:
+            return self._memo.evaluate(program, activation)
+        return cel.evaluate(program, activation)
 
     def activation_for(self, rule: Rule) -> tuple[Any, cel.Result | None]:
         """An activation with every variable the rule needs, or the failure of one of them."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from webhook.policy.cel import environment as cel
 from webhook.policy.model import Policy, Rule
+from webhook.policy.observed_memo import ObservedMemo
 
 COMPILE_AT_USE = 2
 """The evaluation at which a selection's list is compiled: one evaluated once (one template of one request)
@@ -68,9 +69,11 @@ class SelectionConditions:
         """Evaluations of the list so far: (successes, failures)."""
         return self._successes, self._failures
 
-    def values(self, activation: cel.Activation) -> list[list[bool | None] | None] | None:
+    def values(self, activation: cel.Activation, memo: ObservedMemo | None = None
+               ) -> list[list[bool | None] | None] | None:
         """Per policy of the selection, its batched rules' values by rule position (None: the rule is evaluated
-        alone, or the policy has no batch); None when the list is not tried or failed (evaluate per policy)."""
+        alone, or the policy has no batch); None when the list is not tried or failed (evaluate per policy).
+        `memo`: the snapshot's outcomes by observed fields, for `activation` without policy variables."""
         if self._given_up:
             return None
         program = self._program
@@ -83,7 +86,8 @@ class SelectionConditions:
                 return None
         # The runtime's iteration budget counts the whole list's loops together: a list that runs out of it is
         # a failure, and each policy's batch (with its own budget, and its own step-wise evaluation) decides.
-        result = cel.evaluate(program, activation, stepwise_on_budget=False)
+        result = (memo.evaluate(program, activation, stepwise_on_budget=False) if memo is not None
+                  else cel.evaluate(program, activation, stepwise_on_budget=False))
         found = result.value if result.missing is None and result.error is None else None
         if not isinstance(found, list) or len(found) != len(self._sources):
             self._failures += 1

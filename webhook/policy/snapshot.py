@@ -14,6 +14,7 @@ from webhook.policy.cel.field_reads import FieldTree, merged, prune
 from webhook.policy.errors import PolicyError
 from webhook.policy.model import Policy
 from webhook.policy.namespace_facts import FactsByNamespace, NamespaceFacts
+from webhook.policy.observed_memo import ObservedMemo
 from webhook.policy.policy_set import KEPT_SETS, PolicySet
 
 ResourcesOfPod = Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, Any]]
@@ -140,6 +141,8 @@ class PolicySnapshot:
     namespace_facts: FactsByNamespace = field(init=False, default_factory=FactsByNamespace, compare=False,
                                               repr=False)
     """What the engine worked out from each namespace alone under this snapshot (bounded)."""
+    observed_memo: ObservedMemo = field(init=False, default_factory=ObservedMemo, compare=False, repr=False)
+    """The outcome of each expression by the observed fields it was evaluated on (bounded)."""
 
     def __post_init__(self) -> None:
         reads = any(rule.action.pod_only for policy in self.policies for rule in policy.rules)

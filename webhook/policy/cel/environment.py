@@ -326,21 +326,34 @@ def _plain(value: Any) -> Any:
     return None if name == "NULL" else value.plain_value()
 
 
-@dataclass(frozen=True, slots=True)
 class Activation:
-    """The variables of one evaluation context (one request, one pod template), bound for the runtime and
-    kept as Python values for a step-wise evaluation."""
+    """The variables of one evaluation context (one request, one pod template), kept as Python values (for a
+    step-wise evaluation, and for memos keyed by them) and bound for the runtime on the first evaluation that
+    needs it: a pass whose expressions all come from memos (`webhook.policy.observed_memo`) never binds them."""
 
-    environment: Any
-    data: Mapping[str, Any]
-    runtime: Any
-    deadline: float | None = None
-    """`time.monotonic()` after which a step-wise evaluation gives up (the admission's deadline)."""
+    __slots__ = ("_runtime", "data", "deadline", "environment", "memo_key")
+
+    def __init__(self, environment: Any, data: Mapping[str, Any], deadline: float | None = None) -> None:
+        self.environment = environment
+        self.data = data
+        self.deadline = deadline
+        """`time.monotonic()` after which a step-wise evaluation gives up (the admission's deadline)."""
+        self.memo_key: bytes | bool | None = False
+        """What an `ObservedMemo` keys this context's outcomes by, once it worked it out (False: not yet)."""
+        self._runtime: Any = None
+
+    @property
+    def runtime(self) -> Any:
+        """The variables bound for the runtime (the runtime converts each on its first use)."""
+        runtime = self._runtime
+        if runtime is None:
+            runtime = self._runtime = self.environment.Activation(dict(self.data))
+        return runtime
 
 
 def activation(environment: Any, data: Mapping[str, Any], deadline: float | None = None) -> Activation:
-    """Bind the variables of one evaluation context."""
-    return Activation(environment, data, environment.Activation(dict(data)), deadline)
+    """The variables of one evaluation context, bound when first evaluated."""
+    return Activation(environment, data, deadline)
 
 
 def _bindable(value: Any) -> Any:
