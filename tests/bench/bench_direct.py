@@ -1,7 +1,7 @@
 """The direct table: what Placer's `/mutate` costs beside the stack's floor, on the same server (granian) and TLS.
 
     python -m tests.bench.bench_direct [--duration 5] [--connections 1,8,32] [--workers 2]
-                                       [--cases floor,floor-busy,go,2,50,siblings] [--rounds 1] [--busy-us 450]
+                                       [--cases floor,floor-busy,go,2,50,siblings,distinct] [--rounds 1] [--busy-us 450]
 
 Cases, each served by its own server and loaded at each connection count (keep-alive TLS, one request in
 flight per connection, `wrk` when installed — Debian's package — else tests.bench.loadgen):
@@ -18,6 +18,10 @@ flight per connection, `wrk` when installed — Debian's package — else tests.
   uid and a managedFields time of their own each) sent in turn, so that all but the first are answered
   from the sibling cache (webhook/admission/sibling_cache.py). The captured Pod of the other cases is a bare
   Pod, which has no siblings: each of its reviews is decided;
+- `distinct`: Placer with 2 rules, 5,000 copies of the captured Pod review each with a CPU limit of its own
+  (`distinct_pods`), sent in turn: the policy observes `resources.limits`, so no outcome kept for an
+  earlier Pod applies (webhook/policy/observed_memo.py) and each review is evaluated, as for Pods that all
+  differ. The other cases resend one Pod, whose outcomes are found kept after the first;
 - `go`: the floor of any webhook answering Placer's patch: bench_apiserver's Go reference webhook (Go's HTTP/1.1
   server and TLS, tests/bench/go_reference) answering the Pod review with the patch Placer answers it with 2
   rules (its worker CPU: the Go process's). Left out, with the reason, when `go` is not on PATH.
@@ -82,6 +86,21 @@ NAMESPACE_WITH_POOL = NAMESPACES.replace("team: ml}", "team: ml, node-pool: ml}"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SIBLINGS = 1000
 """The `siblings` case: Pods of one ReplicaSet as it scales to this many (tests.bench.siblings), sent in turn."""
+
+
+DISTINCT = 5000
+"""The `distinct` case: this many Pods, more than an observed memo keeps (webhook/policy/observed_memo.KEPT)."""
+
+
+def distinct_pods(count: int, start: int = 0) -> list[bytes]:
+    """`count` copies of the captured Pod review, each with a CPU limit of its own (`4001m`, `4002m`...): the
+    2-rule policy observes `resources.limits`, so no Pod's outcomes are those of another."""
+    review = fixture_request("pod-bare-create-dryrun")
+    found = []
+    for index in range(start, start + count):
+        review["request"]["object"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = f"{4001 + index}m"
+        found.append(json.dumps(review).encode())
+    return found
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -235,7 +254,8 @@ def measure(url: str, pids: list[int], body: Path, connections: int, duration: f
 def run(duration: float, connections: list[int], workers: int, *, quiet: bool = False,
         big: bool = True, only: frozenset[str] = frozenset({"floor", "2", "50", "siblings"}), busy_us: int = 450
         ) -> list[dict[str, Any]]:
-    """Every case in `only` (floor, floor-busy, go, 2, 50, siblings), loaded at each connection count; one row each."""
+    """Every case in `only` (floor, floor-busy, go, 2, 50, siblings, distinct), loaded at each connection count; one
+    row each."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="placer-direct-") as tmp:
         workdir = Path(tmp)
@@ -246,13 +266,17 @@ def run(duration: float, connections: list[int], workers: int, *, quiet: bool = 
         deployment_body.write_text(json.dumps(deployment(8_500)))
         siblings = workdir / "replicaset-pods.jsonl"
         siblings.write_bytes(b"\n".join(replicaset_pods(SIBLINGS)) + b"\n")
+        distinct = workdir / "distinct-pods.jsonl"
+        if "distinct" in only:
+            distinct.write_bytes(b"\n".join(distinct_pods(DISTINCT)) + b"\n")
         cases: list[tuple[str, str, int | tuple[int | None], list[Path]]] = [
             ("floor (minimal RSGI)", "floor", (None,), [pod]),
             (f"floor, {busy_us} µs busy", "floor-busy", (busy_us,), [deployment_body]),
             ("go, 2-rule patch", "go", 0, [pod]),
             ("placer, 2 rules", "2", 2, [pod]),
             ("placer, 50 rules", "50", 50, [pod, deployment_body] if big else [pod]),
-            (f"placer, 2 rules, {SIBLINGS:,} siblings", "siblings", 2, [siblings])]
+            (f"placer, 2 rules, {SIBLINGS:,} siblings", "siblings", 2, [siblings]),
+            (f"placer, 2 rules, {DISTINCT:,} distinct", "distinct", 2, [distinct])]
         for label, name, setup, bodies in cases:
             if name not in only:
                 continue
@@ -346,7 +370,8 @@ def main() -> None:
     parser.add_argument("--cases", default="floor,2,50,siblings",
                         help="which of: floor, floor-busy (the floor spending --busy-us of Python per request, "
                              "with the Deployment), go (the Go webhook answering Placer's 2-rule patch), 2 (rules), "
-                             "50 (rules), siblings (2 rules, the Pods of one ReplicaSet in turn)")
+                             "50 (rules), siblings (2 rules, the Pods of one ReplicaSet in turn), distinct (2 rules, "
+                             "5,000 Pods each with a CPU limit of its own, in turn)")
     parser.add_argument("--busy-us", type=int, default=450,
                         help="the Python work per request of the floor-busy case, µs (about what Placer's 50 rules "
                              "add to the floor for the Deployment)")

@@ -40,7 +40,7 @@ from typing import Any
 import orjson
 from prometheus_client import values
 
-from tests.bench.bench_direct import NAMESPACE_WITH_POOL, TWO_RULES
+from tests.bench.bench_direct import NAMESPACE_WITH_POOL, TWO_RULES, distinct_pods
 from tests.bench.bench_engine import policies
 from tests.bench.siblings import replicaset_pods
 from tests.conftest import fixture_request
@@ -107,17 +107,12 @@ def worker_app(rules: int) -> Iterator[Any]:
 def bodies(count: int, *, siblings: bool, start: int = 0, distinct: bool = False) -> list[bytes]:
     """`count` review bodies: the captured Pod review each time (a bare Pod, never a sibling), or Pods of one
     ReplicaSet (tests.bench.siblings); `distinct`: the captured Pod with a CPU limit of its own each time
-    (`4001m`, `4002m`...), so that no outcome is kept for what its rules observe (`webhook.policy.observed_memo`)."""
+    (`bench_direct.distinct_pods`), so that no outcome is kept for what its rules observe."""
     if siblings:
         return replicaset_pods(count, start=start)
-    review = fixture_request("pod-bare-create-dryrun")
-    if not distinct:
-        return [orjson.dumps(review)] * count
-    found = []
-    for index in range(start, start + count):
-        review["request"]["object"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = f"{4001 + index}m"
-        found.append(orjson.dumps(review))
-    return found
+    if distinct:
+        return distinct_pods(count, start)
+    return [orjson.dumps(fixture_request("pod-bare-create-dryrun"))] * count
 
 
 def serve_all(app: Any, loop: asyncio.AbstractEventLoop, batch: list[bytes]) -> float:

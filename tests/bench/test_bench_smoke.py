@@ -61,10 +61,20 @@ def test_direct_benchmark_measures_the_floor_and_placer_side_by_side() -> None:
 def test_the_review_path_benchmark_answers_every_review_decided_or_from_a_sibling() -> None:
     from tests.bench.bench_review_path import measure  # noqa: PLC0415
 
-    for siblings in (False, True):  # each review answered 200 (else the run stops), the profile printed
-        row = measure(2, 50, siblings=siblings, profile=siblings)
+    for siblings, distinct in ((False, False), (False, True), (True, False)):  # each answered 200, else it stops
+        row = measure(2, 50, siblings=siblings, profile=siblings, distinct=distinct)
         assert row["us"] > 0 and row["range"][0] <= row["us"] <= row["range"][1], row
     assert "tottime" in row["profile"] and "sibling_cache" in row["profile"]
+
+
+def test_the_distinct_case_sends_pods_whose_observed_fields_all_differ() -> None:
+    from tests.bench.bench_direct import distinct_pods  # noqa: PLC0415
+
+    pods = [json.loads(body)["request"]["object"] for body in distinct_pods(3, start=7)]
+    assert [pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] for pod in pods] == ["4008m", "4009m", "4010m"]
+    (row,) = run_direct(duration=1, connections=[1], workers=1, quiet=True, only=frozenset({"distinct"}))
+    assert row["case"] == "placer, 2 rules, 5,000 distinct" and row["body"].startswith("distinct-pods 3.1 KB")
+    assert row["requests"] > 0 and row["errors"] == 0, row
 
 
 def test_the_busy_floor_spends_about_the_python_work_it_is_given_per_request() -> None:

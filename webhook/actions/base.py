@@ -208,13 +208,17 @@ def working_copy(template: JSONObject) -> JSONObject:
     copied = dict(template)
     metadata = template.get("metadata")
     if isinstance(metadata, dict):
-        copied["metadata"] = {
-            **metadata,
-            **{key: dict(metadata[key]) for key in ("labels", "annotations") if isinstance(metadata.get(key), dict)},
-        }
+        copied["metadata"] = copied_metadata = dict(metadata)
+        for key in ("labels", "annotations"):
+            value = metadata.get(key)
+            if isinstance(value, dict):
+                copied_metadata[key] = dict(value)
     spec = template.get("spec")
     if isinstance(spec, dict):
-        copied["spec"] = {**spec, **{key: copy_json(spec[key]) for key in MUTABLE_SPEC_FIELDS if key in spec}}
+        copied["spec"] = copied_spec = dict(spec)
+        for key in MUTABLE_SPEC_FIELDS:
+            if key in spec:
+                copied_spec[key] = copy_json(spec[key])
     return copied
 
 

@@ -86,8 +86,12 @@ def gang_warnings(
     as Placer leaves it; `marks`: what rules put on the workload's metadata (the PodGroup request);
     `pod_groups_served`: what the controller last found (None: not known, nothing said)."""
     wants_group = pod_groups_served is False and marks is not None and bool(marks.get(("labels", POD_GROUP_LABEL)))
-    if not wants_group and not any(_in_coscheduling_gang(template) for template in templates.values()):
-        return []  # the usual admission: no gang here, nothing to look up
+    if not wants_group:
+        for placed in templates.values():
+            if _in_coscheduling_gang(placed):
+                break
+        else:
+            return []  # the usual admission: no gang here, nothing to look up
     rules = {f"{policy.name}/{rule.name}": rule for policy in policies for rule in policy.rules}
     warnings = []
     for slot, names in applied.items():

@@ -132,6 +132,8 @@ def refusal_mutation(request: AdmissionRequest, obj: JSONObject, refusals: list[
 def field_prefix(slot: TemplateSlot) -> str:
     """Where the template is in the object, as a field path prefix (`spec.template.`), or its name."""
     if slot.projection is None:
+        if not slot.path:  # the object itself (a Pod)
+            return ""
         parts = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in slot.path)
         return parts[1:] + "." if parts else ""
     return f"template {slot.name}: "

@@ -73,4 +73,4 @@ def rule_id(policy: Policy, rule: Rule) -> str:
 
 
 def unique_messages(messages: list[str]) -> list[str]:
-    return list(dict.fromkeys(messages))
+    return list(dict.fromkeys(messages)) if len(messages) > 1 else list(messages)

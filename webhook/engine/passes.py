@@ -107,7 +107,8 @@ class Run:
             if policies is facts.recall(snapshot.policies):
                 facts.remember(policies, selection)
         self.selection: PolicySet = selection
-        self.placer_tolerations = [toleration_from(rule.parameters) for rule in selection.static_tolerations]
+        self.placer_tolerations = [toleration_from(rule.parameters) for rule in selection.static_tolerations
+                                   ] if selection.static_tolerations else []
         """What the policies' add-toleration rules add, which restrict-tolerations lets pass (computed ones are
         added as their rules run); shared by every template's pass. Empty unless some rule restricts them."""
         old = request.old_object if request.operation == "UPDATE" else None
@@ -248,7 +249,8 @@ class Run:
         pod, resources, notes = pod_variable(original, self.snapshot.quantities)
         if self.devices is not None and pod["spec"].get("resourceClaims"):
             resources = dict(self.devices(pod["spec"], resources))
-        self.mutation.warnings.extend(f"{slot.name or self.kind.kind}: {note}" for note in notes)
+        if notes:
+            self.mutation.warnings.extend(f"{slot.name or self.kind.kind}: {note}" for note in notes)
         data = self.snapshot.observable({
             "object": obj,
             "oldObject": self.request.old_object,

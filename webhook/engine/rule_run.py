@@ -97,14 +97,17 @@ _SCALARS = (str, int, float, bool, type(None))
 def checked_parameters(rule: Rule, computed: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """`parse_parameters` of the rule's computed parameters, once per set of values for scalar ones (the
     normalised parameters are never changed by an action, as the static ones are not)."""
-    if not all(isinstance(value, _SCALARS) for value in computed.values()):
-        return parse_parameters(rule.action, computed)
-    key = tuple((name, type(value), value) for name, value in computed.items())  # True is not 1 here
-    found = rule.checked.get(key)
+    key: list[Any] = []
+    for name, value in computed.items():
+        if not isinstance(value, _SCALARS):
+            return parse_parameters(rule.action, computed)
+        key += (name, type(value), value)  # True is not 1 here
+    kept = tuple(key)
+    found = rule.checked.get(kept)
     if found is None:
         if len(rule.checked) >= CHECKED_KEPT:
             rule.checked.clear()
-        found = rule.checked[key] = parse_parameters(rule.action, computed)
+        found = rule.checked[kept] = parse_parameters(rule.action, computed)
     return found
 
 

@@ -32,10 +32,22 @@ def pass_through_reason(
         return owned
     if request.operation == "UPDATE" and not kind.template_changed(obj, request.old_object):
         return "the update does not change the pod template"
-    views = [slot.view(obj, raw) for slot in kind.templates(obj) if (raw := slot.read(obj)) is not None]
-    if honour_opt_out and views and all(labelled_disabled(view) for view in views):
+    if honour_opt_out and _every_template_disabled(kind, obj):
         return f"pod template labelled {INJECT_LABEL}=disabled"
     return None
+
+
+def _every_template_disabled(kind: WorkloadKind, obj: JSONObject) -> bool:
+    """The object has pod templates and every one is labelled `placer.dev/inject: disabled`."""
+    found = False
+    for slot in kind.templates(obj):
+        raw = slot.read(obj)
+        if raw is None:
+            continue
+        if not labelled_disabled(slot.view(obj, raw)):
+            return False
+        found = True
+    return found
 
 
 

@@ -10,7 +10,11 @@ from typing import Any
 def copy_json(value: Any) -> Any:
     """The same tree with new dicts and lists; scalars (str, int, float, bool, None) are shared."""
     if isinstance(value, dict):
-        return {key: copy_json(item) for key, item in value.items()}
+        copied = dict(value)  # scalars stay as they are: only containers below are copied, one call each
+        for key, item in value.items():
+            if isinstance(item, (dict, list)):
+                copied[key] = copy_json(item)
+        return copied
     if isinstance(value, list):
-        return [copy_json(item) for item in value]
+        return [copy_json(item) if isinstance(item, (dict, list)) else item for item in value]
     return value
