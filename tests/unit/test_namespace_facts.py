@@ -149,3 +149,30 @@ def test_facts_are_kept_per_namespace_object_and_bounded(monkeypatch: pytest.Mon
     assert (kept.recall(keys[0]), kept.recall(keys[1]), kept.recall(keys[2])) == ("a", "b", None)
     kept.remember(keys[2], "c")
     assert (kept.recall(keys[0]), kept.recall(keys[2])) == (None, "c"), "past FACTS_KEPT: dropped first"
+
+
+BY_NAMESPACE = """apiVersion: placer.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: by-namespace}
+spec:
+  rules:
+  - name: pooled
+    condition: "'pool' in namespaceObject.metadata.labels"
+    action: add-labels
+    parameters: {pooled: "yes"}
+  - name: zoned
+    condition: "'zone' in namespaceObject.metadata.labels"
+    action: add-labels
+    parameters: {zoned: "yes"}
+"""
+
+
+def test_a_batch_of_conditions_that_read_only_the_namespace_is_evaluated_once_per_namespace(
+        evaluated: list[str]) -> None:
+    snapshot = snapshot_of(BY_NAMESPACE)
+    info = namespace(pool="ml")
+    first = answer(admit(snapshot, info))
+    assert [(rule, outcome) for _, rule, outcome, _ in first[3]] == [("pooled", "applied"), ("zoned", "not-matched")]
+    for _ in range(3):
+        assert answer(admit(snapshot, info)) == first
+    assert len(evaluated) == 1, evaluated

@@ -70,15 +70,15 @@ class PolicyScope:
 
         A program that reads only the namespace (`parameterExpressions: {pool:
         "namespaceObject.metadata.labels['pool']"}`) gives every request in the namespace the same outcome, so it
-        is evaluated once per namespace and program. Kept: a scalar value or a missing key; an error is
-        evaluated again each time (one may come of the deadline).
+        is evaluated once per namespace and program. Kept: a scalar, a list of booleans (a batch of conditions)
+        or a missing key; an error is evaluated again each time (one may come of the deadline).
         """
         facts = self._facts
         if facts is not None and program.reads_only_namespace:
             result: cel.Result | None = facts.recall(program)
             if result is None:
                 result = cel.evaluate(program, activation)
-                if result.missing is not None or (result.error is None and isinstance(result.value, _SCALARS)):
+                if result.missing is not None or (result.error is None and _shareable(result.value)):
                     facts.remember(program, result)
             return result
         if self._memo is not None and activation is self._base_activation:
@@ -110,3 +110,9 @@ class PolicyScope:
                 return None, self._failures[name]
         return self._activation, None
 
+
+def _shareable(value: Any) -> bool:
+    """A value every request of the namespace may be handed: one no caller changes."""
+    if isinstance(value, list):
+        return all(item is True or item is False for item in value)
+    return isinstance(value, _SCALARS)

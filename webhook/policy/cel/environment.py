@@ -70,7 +70,7 @@ class Program:
     """With `tree`: the text compiled, `source` with literal library calls resolved (`cel_libraries.literals`)."""
     reads_only_namespace: bool = field(default=False, compare=False, repr=False)
     """It reads no variable but `namespaceObject` (its analysis says so): its outcome is the same for every
-    request in one namespace, and the engine keeps it with the namespace (`NamespaceInfo.memo`)."""
+    request in one namespace, and the engine keeps it per namespace (`webhook.policy.namespace_facts`)."""
 
 
 @dataclass(frozen=True, slots=True)
