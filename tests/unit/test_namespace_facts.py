@@ -4,7 +4,6 @@ snapshot, give the answers they gave when worked out for each request, and are w
 namespace changes."""
 
 import copy
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -55,20 +54,6 @@ def answer(mutation: Mutation) -> tuple[Any, ...]:
     return (mutation.patch, mutation.warnings, mutation.notes, [
         (trace.policy, trace.rule, trace.outcome, trace.detail) for trace in mutation.traces],
         mutation.passed_through)
-
-
-@pytest.fixture
-def evaluated(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The source of every expression the engine evaluates, in order."""
-    sources: list[str] = []
-    evaluate = cel.evaluate
-
-    def counted(program: cel.Program, bound: Any, **options: Any) -> cel.Result:
-        sources.append(program.source)
-        return evaluate(program, bound, **options)
-
-    monkeypatch.setattr(cel, "evaluate", counted)
-    yield sources
 
 
 def test_a_parameter_read_from_the_namespace_is_evaluated_once_per_namespace(evaluated: list[str]) -> None:

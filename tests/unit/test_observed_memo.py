@@ -3,7 +3,6 @@ on every observed field gets the earlier outcomes without an evaluation, one tha
 every answer is the one a fresh evaluation gives."""
 
 import copy
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,20 +49,6 @@ def answer(mutation: Mutation) -> tuple[Any, ...]:
     return (mutation.patch, mutation.warnings, mutation.notes, [
         (trace.policy, trace.rule, trace.outcome, trace.detail) for trace in mutation.traces],
         mutation.passed_through, mutation.denial)
-
-
-@pytest.fixture
-def evaluated(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The source of every expression evaluated, in order; and every binding of variables for the runtime."""
-    sources: list[str] = []
-    evaluate = cel.evaluate
-
-    def counted(program: cel.Program, bound: Any, **options: Any) -> cel.Result:
-        sources.append(program.source)
-        return evaluate(program, bound, **options)
-
-    monkeypatch.setattr(cel, "evaluate", counted)
-    yield sources
 
 
 def test_a_pod_observed_alike_is_answered_without_evaluating_or_binding_anything(

@@ -6,9 +6,7 @@ from typing import Any
 from webhook.policy.cel import environment as cel
 from webhook.policy.model import ConditionBatch, Policy, Rule
 from webhook.policy.namespace_facts import NamespaceFacts
-from webhook.policy.observed_memo import ObservedMemo
-
-_SCALARS = (str, int, float, bool, type(None))
+from webhook.policy.observed_memo import ObservedMemo, keepable
 
 
 class PolicyScope:
@@ -78,7 +76,7 @@ class PolicyScope:
             result: cel.Result | None = facts.recall(program)
             if result is None:
                 result = cel.evaluate(program, activation)
-                if result.missing is not None or (result.error is None and _shareable(result.value)):
+                if keepable(result):
                     facts.remember(program, result)
             return result
         if self._memo is not None and activation is self._base_activation:
@@ -109,10 +107,3 @@ class PolicyScope:
             if name in self._failures:
                 return None, self._failures[name]
         return self._activation, None
-
-
-def _shareable(value: Any) -> bool:
-    """A value every request of the namespace may be handed: one no caller changes."""
-    if isinstance(value, list):
-        return all(item is True or item is False for item in value)
-    return isinstance(value, _SCALARS)

@@ -63,7 +63,7 @@ class ObservedMemo:
             self._hits += 1
             return found[1]
         result = cel.evaluate(program, activation, stepwise_on_budget=stepwise_on_budget)
-        if _keepable(result):
+        if keepable(result):
             if len(self._kept) >= KEPT:
                 self._kept.clear()
             self._kept[(id(program), key)] = (program, result)
@@ -90,7 +90,9 @@ class ObservedMemo:
         return text
 
 
-def _keepable(result: cel.Result) -> bool:
+def keepable(result: cel.Result) -> bool:
+    """An outcome every request may be handed: a missing key, a scalar or a list of booleans (which no caller
+    changes); never an error (one may be the deadline's)."""
     if result.missing is not None:
         return True
     if result.error is not None:
