@@ -68,7 +68,7 @@ def test_the_driver_pod_the_operator_makes_agrees_with_its_template() -> None:
     """The rule ran on `spec.driver`; the driver Pod Spark makes from it carries `spark-role: driver` and passes."""
     app = mutated(read_yaml(OBJECTS / "sparkapplication.yaml"), "spark-role", "driver")
     driver = app["spec"]["driver"]
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+    pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": "spark-pi-driver", "namespace": "team-a",
         "labels": {**driver.get("labels", {}), "spark-role": "driver", "sparkoperator.k8s.io/app-name": "spark-pi"},
         "annotations": dict(driver.get("annotations", {})),
