@@ -43,6 +43,7 @@ WORKLOAD_CONTEXT = {
 
 CONTROLLERS = "['Deployment', 'ReplicaSet', 'StatefulSet', 'DaemonSet']"
 
+
 def _job_pods(spec: str) -> str:
     """The pods the Job whose spec is at `spec` runs together (`webhook.workloads.builtin.job_pods`)."""
     parallelism = f"{spec}.?parallelism.orValue(1)"
