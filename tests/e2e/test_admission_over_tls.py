@@ -184,7 +184,7 @@ def test_each_worker_serves_on_the_standard_event_loop(server: RunningServer) ->
 
 @pytest.mark.parametrize("namespace,obj,where,key,value", [
     ("spark", "sparkapplication", ("spec", "executor", "annotations"),
-     "scheduling.volcano.sh/group-min-member", "11"),
+     "scheduling.volcano.sh/group-min-member", "10"),  # the executors: the driver starts by itself
     ("training", "pytorchjob", ("spec", "pytorchReplicaSpecs", "Worker", "template", "metadata", "labels"),
      "pod-group.scheduling.kubenexus.io/min-available", "9"),
     ("ray", "raycluster", ("spec", "workerGroupSpecs", 1, "template", "metadata", "annotations"),

@@ -42,5 +42,7 @@ def test_namespace_object_is_the_whole_namespace() -> None:
 
 
 def test_a_namespace_known_only_by_name_still_has_its_maps() -> None:
-    assert outcome("namespaceObject.metadata.labels == {} && namespaceObject.metadata.name == 'team-a'",
+    """Its labels are the one the API server writes on every Namespace (`kubernetes.io/metadata.name`)."""
+    assert outcome("namespaceObject.metadata.labels == {'kubernetes.io/metadata.name': 'team-a'} && "
+                   "namespaceObject.metadata.annotations == {} && namespaceObject.metadata.name == 'team-a'",
                    namespace=NamespaceInfo("team-a")) == "applied"

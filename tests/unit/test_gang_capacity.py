@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import fixture_request
-from tests.helpers import snapshot_of
+from tests.conftest import REPO, fixture_request
+from tests.helpers import read_yaml, review_for, snapshot_of
 from webhook.admission.pipeline import admit
 from webhook.admission.review import parse_review
 from webhook.placement.feasibility import PlacementCheck
@@ -109,3 +109,18 @@ def test_a_failing_gang_check_never_fails_the_admission(tmp_path: Path, monkeypa
 def test_pods_that_fit_a_node_running_nothing_else(requests: dict[str, float], allocatable: dict[str, str],
                                                    fits: int) -> None:
     assert pods_that_fit(requests, allocatable) == fits
+
+
+def test_a_spark_gang_that_waits_for_its_members_must_fit_its_executors(tmp_path: Path) -> None:
+    """Volcano counts the 10 executors, not the driver (`webhook.gang.members`): they must fit together."""
+    app = read_yaml(REPO / "tests" / "gang" / "objects" / "sparkapplication.yaml")
+    policy = gang_policy().replace("scheduler: coscheduling", "scheduler: volcano")
+    snapshot = snapshot_of(policy, namespaces=[NamespaceInfo("team-a")])
+    nodes = {f"cpu-{index}": {"labels": {"node-pool": "gpu"},
+                              "allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110"}} for index in range(2)}
+    result = admit(parse_review(review_for(app, namespace="team-a")), snapshot, default_workload_table(),
+                   placement=PlacementCheck(publish(tmp_path, nodes)))
+    assert result.over_capacity == 1
+    assert result.response["response"]["warnings"][-1] == (
+        "placer: rule training/gang: gang spark-pi: 10 pods of executor of cpu 1, memory 0.875Gi never fit, "
+        "2 matching nodes hold 8")

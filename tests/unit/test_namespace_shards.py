@@ -79,7 +79,7 @@ def test_a_reader_parses_a_shard_again_only_when_it_changed(tmp_path: Path) -> N
     first = reader["a"]
     assert reader["a"] is first, "unchanged shard: the same parsed namespace"
     writer.put(info("a", team="b"))
-    assert reader["a"].labels == {"team": "b"}
+    assert reader["a"].labels == {"team": "b", "kubernetes.io/metadata.name": "a"}
 
 
 def test_what_a_reader_keeps_is_bounded_whatever_the_number_of_namespaces(tmp_path: Path) -> None:
@@ -101,7 +101,7 @@ def test_layers_answer_first_wins_without_copying(tmp_path: Path) -> None:
     NamespaceShardWriter(tmp_path).replace({"both": info("both", "cluster"), "cluster-only": info("cluster-only")})
     layered = LayeredNamespaces([NamespaceShards(tmp_path), {"both": info("both", "file"),
                                                              "file-only": info("file-only")}])
-    assert layered["both"].labels == {"team": "cluster"}
+    assert layered["both"].labels == {"team": "cluster", "kubernetes.io/metadata.name": "both"}
     assert layered.get("file-only") == info("file-only") and layered.get("nowhere") is None
     assert sorted(layered) == ["both", "cluster-only", "file-only"]
     with pytest.raises(KeyError):
@@ -112,6 +112,6 @@ def test_layers_are_reduced_to_the_fewest_that_answer_the_same(tmp_path: Path) -
     shards = NamespaceShards(tmp_path)
     first, second = {"a": info("a", "first")}, {"a": info("a", "second"), "b": info("b")}
     merged = LayeredNamespaces.of([first, LayeredNamespaces([second, {}])])
-    assert isinstance(merged, dict) and merged["a"].labels == {"team": "first"} and set(merged) == {"a", "b"}
+    assert isinstance(merged, dict) and merged["a"].labels["team"] == "first" and set(merged) == {"a", "b"}
     layered = LayeredNamespaces.of([shards, first, second])
     assert isinstance(layered, LayeredNamespaces) and layered._layers[0] is shards and len(layered._layers) == 2

@@ -14,6 +14,7 @@ from webhook.actions.native_gang import native_gang
 from webhook.actions.scheduling import apply_scheduler_name
 from webhook.gang.flavours import FLAVOURS, YUNIKORN_TASK_GROUP_NAME, YUNIKORN_TASK_GROUPS, Flavour, Key
 from webhook.gang.identity import Derived, group_name, group_size
+from webhook.gang.members import left_out_of_gang
 from webhook.gang.native import NATIVE
 from webhook.gang.native_operators import PER_GROUP, SHAPES
 from webhook.gang.pod_groups import MIN_MEMBER_ANNOTATION, OWNER_KINDS, POD_GROUP_LABEL
@@ -49,6 +50,10 @@ def add_gang_labels(template: JSONObject, params: Mapping[str, Any], context: Ac
         context.conflict(f"{facts.kind}: each group (a leader and its workers) is a gang of its own, which only "
                          f"scheduler native names per group; {flavour.name} keys left out")
         return False
+    out = left_out_of_gang(flavour, facts, context.template)
+    if out is not None:  # made once another member runs: never counted (`webhook.gang.members`)
+        context.notes.append(f"{flavour.name} gang: {out}; it gets the scheduler and queue, not the group")
+        return _scheduler_and_queue(template, params, context, flavour)
     derived_key = (flavour.name, params.get("groupName"), params.get("minAvailable"))
     if derived_key not in facts.derived:
         group = group_name(flavour, params.get("groupName"), facts)
@@ -77,6 +82,18 @@ def add_gang_labels(template: JSONObject, params: Mapping[str, Any], context: Ac
         changed = apply_scheduler_name(template, scheduler, context) or changed
     if params.get("createPodGroup") == "true":
         _mark_for_pod_group(params, context, group.value, facts.kind)
+    return changed
+
+
+def _scheduler_and_queue(template: JSONObject, params: Mapping[str, Any], context: ActionContext,
+                         flavour: Flavour) -> bool:
+    """What a pod outside the gang still needs: the gang's scheduler and, where it has one, its queue."""
+    changed = False
+    if flavour.queue is not None and params.get("queue"):
+        changed = _write(template, flavour.queue, params["queue"], context)
+    scheduler = params.get("schedulerName") or flavour.scheduler_name
+    if scheduler:
+        changed = apply_scheduler_name(template, scheduler, context) or changed
     return changed
 
 

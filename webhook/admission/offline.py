@@ -26,7 +26,7 @@ from webhook.placement.share_counts import CountedShares
 from webhook.pods.dra import CLAIM_KIND, CLASS_KIND, TEMPLATE_KIND, class_entry, device_entry, is_dra_api_version
 from webhook.pods.volumes import claim_entry, volume_entry
 from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
+from webhook.policy.snapshot import NAMESPACE_NAME_LABEL, NamespaceInfo, PolicySnapshot
 from webhook.policy.sources.documents import (
     ManifestError,
     expand_lists,
@@ -313,7 +313,7 @@ def _explain(
 def _unselected_for_want_of_labels(snapshot: PolicySnapshot, namespace: NamespaceInfo) -> bool:
     """A namespaceSelector left a policy out and the namespace has no labels of its own: the usual reason is
     that the user did not say what they are (offline, labels come only from manifests or the flag)."""
-    own = {key for key in namespace.labels if key != "kubernetes.io/metadata.name"}
+    own = {key for key in namespace.labels if key != NAMESPACE_NAME_LABEL}
     return not own and any(not policy.applies_to_namespace(namespace.labels) for policy in snapshot.policies)
 
 

@@ -23,6 +23,7 @@ from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.cluster.client.reflector import StoreSink
 from webhook.engine.enforcement import ENFORCE_LABEL
 from webhook.policy.exemptions import NEVER_ENFORCED_NAMESPACES
+from webhook.policy.snapshot import with_name_label
 from webhook.support.selectors import LabelIndex, LabelSelector
 
 log = logging.getLogger(__name__)
@@ -58,9 +59,7 @@ def wanted_label(name: str, labels: Mapping[str, str], selectors: list[LabelSele
 def selected_labels(name: str, labels: Mapping[str, str]) -> dict[str, str]:
     """What a policy's selector is matched against: the namespace's labels but this one, and its name label
     (the API server sets `kubernetes.io/metadata.name` on every namespace)."""
-    own = {key: value for key, value in labels.items() if key != ENFORCE_LABEL}
-    own.setdefault("kubernetes.io/metadata.name", name)
-    return own
+    return dict(with_name_label(name, {key: value for key, value in labels.items() if key != ENFORCE_LABEL}))
 
 
 def changes(namespaces: Mapping[str, Mapping[str, str]], selectors: list[LabelSelector | None]) -> dict[str, bool]:

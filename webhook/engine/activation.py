@@ -35,15 +35,17 @@ def workload_variable(request: AdmissionRequest, kind: WorkloadKind, obj: JSONOb
     return workload
 
 
-def pod_variable(template: JSONObject, quantities: dict[str, float] | None = None
-                 ) -> tuple[JSONObject, JSONObject, list[str]]:
+def pod_variable(template: JSONObject, quantities: dict[str, float] | None = None,
+                 role_labels: tuple[tuple[str, str], ...] = ()) -> tuple[JSONObject, JSONObject, list[str]]:
     """`pod` (metadata maps always present) and `resources` for one template, plus quantity notes;
-    `quantities`: the values of quantity strings already read (`effective_resources`)."""
+    `quantities`: the values of quantity strings already read (`effective_resources`); `role_labels`: what the
+    operator labels every pod of the template with (`TemplateSlot.role_labels`), shown over the template's."""
     metadata = as_map(template.get("metadata"))
     spec = as_map(template.get("spec"))
+    labels = as_map(metadata.get("labels"))
     pod = {
         "metadata": {
-            "labels": as_map(metadata.get("labels")),
+            "labels": {**labels, **dict(role_labels)} if role_labels else labels,
             "annotations": as_map(metadata.get("annotations")),
         },
         "spec": spec,

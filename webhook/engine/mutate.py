@@ -31,6 +31,7 @@ from webhook.engine.selection import (
 from webhook.pods.capacity_share import ShareLedger
 from webhook.pods.pod_share import PodShare
 from webhook.pods.volumes import ClaimPlacement
+from webhook.policy.model import Policy
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, ResourcesOfPod, UnknownNamespace
 from webhook.support.typing import JSONObject
 from webhook.workloads import WorkloadKind, WorkloadTable, controller_reference
@@ -129,9 +130,11 @@ def _evaluate(
     if reason is not None:
         return Mutation(passed_through=reason)
     if pod_only:
-        policies = judged_rules(policies, enforced if judged else frozenset(), pod_only=True)
-        if not policies:
+        kept = judged_rules(policies, enforced if judged else frozenset(), pod_only=True)
+        if not kept:
             return Mutation(passed_through=controller_owned(kind, obj))
+        mutation.notes.extend(_left_to_the_template(controller_owned(kind, obj), policies, kept))
+        policies = kept
     if not policies:
         if not mutation.warnings:
             mutation.passed_through = "no policy selects this namespace"
@@ -172,6 +175,19 @@ def _evaluate(
     mutation.warnings = unique_messages(mutation.warnings)
     mutation.share = share.decision if share is not None else None
     return mutation
+
+
+def _left_to_the_template(reason: str | None, policies: list[Policy], kept: list[Policy]) -> list[str]:
+    """Say which rules do not run on a Pod made from a template Placer already mutated: they ran on the
+    template (`placer.dev/applied` lists those that changed it); only the rules that read what the Pod alone has
+    run on the Pod. Without this, explain shows such a rule nowhere for the Pod."""
+    running = {(policy.name, rule.name) for policy in kept for rule in policy.rules}
+    left = [f"{policy.name}/{rule.name}" for policy in policies for rule in policy.rules
+            if (policy.name, rule.name) not in running]
+    if not left:
+        return []
+    return [f"{reason}: only the rules that read what the Pod alone has run on it; "
+            f"not run here, they ran on the template: {', '.join(left)}"]
 
 
 def _enforced_may_select(snapshot: PolicySnapshot) -> bool:

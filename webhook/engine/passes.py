@@ -246,7 +246,7 @@ class Run:
                   enforced: frozenset[str], exempt: frozenset[str], old: JSONObject | None
                   ) -> tuple[JSONObject, bool]:
         template = working_copy(original)
-        pod, resources, notes = pod_variable(original, self.snapshot.quantities)
+        pod, resources, notes = pod_variable(original, self.snapshot.quantities, slot.role_labels)
         if self.devices is not None and pod["spec"].get("resourceClaims"):
             resources = dict(self.devices(pod["spec"], resources))
         if notes:

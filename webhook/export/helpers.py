@@ -43,9 +43,16 @@ WORKLOAD_CONTEXT = {
 
 CONTROLLERS = "['Deployment', 'ReplicaSet', 'StatefulSet', 'DaemonSet']"
 
+
+def _job_pods(spec: str) -> str:
+    """The pods the Job whose spec is at `spec` runs together (`webhook.workloads.builtin.job_pods`)."""
+    parallelism = f"{spec}.?parallelism.orValue(1)"
+    return f"({spec}.?completions.orValue({parallelism}) < {parallelism} ? {spec}.completions : {parallelism})"
+
+
 WORKLOAD_REPLICAS = (
-    "object.kind == 'Pod' ? 1 : object.kind == 'Job' ? object.spec.?parallelism.orValue(1) : "
-    "object.kind == 'CronJob' ? object.spec.jobTemplate.spec.?parallelism.orValue(1) : "
+    f"object.kind == 'Pod' ? 1 : object.kind == 'Job' ? {_job_pods('object.spec')} : "
+    f"object.kind == 'CronJob' ? {_job_pods('object.spec.jobTemplate.spec')} : "
     "object.spec.?replicas.orValue(1)"
 )
 CONTROLLER_SELECTOR = dyn_map({

@@ -11,6 +11,7 @@ from typing import Any
 
 from webhook.gang.native import not_for_native, scheduling_group
 from webhook.gang.native_lifecycle import joins_running
+from webhook.gang.native_members import counted_pods, never_counted
 from webhook.gang.native_operators import operator_manages, pods_per_gang
 from webhook.pods.resources import effective_resources
 from webhook.support.typing import JSONObject, as_map
@@ -57,6 +58,12 @@ class GangFacts:
     per_gang: dict[str, int] | None = None
     """Per member template, its pods in one native gang where the workload holds one gang per replica (a
     JobSet's child Jobs: `native_operators.pods_per_gang`); None where the workload is one gang."""
+    counted: dict[str, int] | None = None
+    """Per member template, its pods that exist together before any of them must run, where that is not every
+    pod of every member (`native_members.counted_pods`: a Spark application's executors, not its driver); a
+    gang whose scheduler waits for its members to exist counts only them. None where it is every pod."""
+    uncounted: str | None = None
+    """Why no pods of the workload last together to be counted (`native_members.never_counted`), if so."""
     derived: dict[Any, Any] = field(default_factory=dict, compare=False)
     """Values derived from these facts (group name and size per flavour and parameters), computed once per
     request however many templates and rules ask: a 1,000-job JobSet asks a thousand times."""
@@ -102,7 +109,8 @@ def gang_facts(kind: WorkloadKind, obj: JSONObject, fallback_name: str, *, uniqu
     return GangFacts(kind.kind, str(name), owner, kind.members(obj), tuple(templates), native_version,
                      not_for_native(kind.kind, obj) or operator_manages(kind.kind, obj), job_gangs,
                      _job_spec(kind.kind, obj),
-                     joins_running(kind, obj, old, stored=stored), pods_per_gang(kind.kind, obj))
+                     joins_running(kind, obj, old, stored=stored), pods_per_gang(kind.kind, obj),
+                     counted_pods(kind.kind, obj), never_counted(kind.kind, obj))
 
 
 def _job_spec(kind: str, obj: JSONObject) -> JSONObject | None:

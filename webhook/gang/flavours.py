@@ -58,6 +58,10 @@ class Flavour:
     pod_field: bool = False
     """native: the group is named in the pod's `spec.schedulingGroup` (`webhook.gang.native`); `group` is
     only read, as the name a template may already give its gang."""
+    placeholders: bool = False
+    """YuniKorn: the scheduler reserves every task group's members with placeholder pods as soon as the first
+    pod of the application arrives, so a member made only once another runs (a Spark application's executors)
+    can be counted. Every other scheduler holds a gang until `size` members exist (`webhook.gang.members`)."""
 
 
 YUNIKORN_TASK_GROUP_NAME = Key("annotations", "yunikorn.apache.org/task-group-name")
@@ -88,6 +92,7 @@ FLAVOURS: dict[str, Flavour] = {
             Key("labels", "yunikorn.apache.org/queue"),
             "yunikorn",
             task_groups=True,
+            placeholders=True,
         ),
         Flavour("native", Key("labels", "placer.dev/pod-group"), None, None, None, pod_field=True),
         Flavour(

@@ -11,6 +11,7 @@ from typing import Any
 
 from webhook.gang.facts import GangFacts
 from webhook.gang.flavours import FLAVOURS, OPERATOR_GROUP_LABELS, Flavour, Key
+from webhook.gang.members import counted_size
 from webhook.support.names import label_value_error
 
 MAX_LABEL_VALUE = 63
@@ -82,6 +83,9 @@ def group_size(flavour: Flavour, parameter: int | None, group: Derived, facts: G
     """
     if parameter is not None:
         return Derived(str(parameter), "minAvailable")
+    counted = counted_size(flavour, facts)
+    if counted is not None:  # only the pods made together (`webhook.gang.members`)
+        return Derived(str(counted), f"{facts.kind} pods made together") if counted > 0 else None
     member_of_larger = facts.kind == "Pod" and group.shared
     if facts.size is not None and facts.size > 0 and not member_of_larger:
         return Derived(str(facts.size), f"{facts.kind} size")

@@ -22,6 +22,8 @@ from typing import Any
 from webhook.actions.metadata import rules_applied
 from webhook.engine.mutate import Mutation
 from webhook.gang.facts import GangFacts, MemberTemplate
+from webhook.gang.flavours import FLAVOURS
+from webhook.gang.members import waits_for_members
 from webhook.gang.native import NATIVE
 from webhook.gang.native_operators import one_template_per_gang
 from webhook.placement.node_fit import NodeAnswers, Nodes, node_filter, placement_key, pod_spec_of
@@ -99,6 +101,12 @@ def _needed(facts: GangFacts) -> tuple[str, list[tuple[MemberTemplate, int]]]:
         if isinstance(fixed, int) and one_template_per_gang(facts.kind):  # minAvailable sizes each gang
             needs = [(template, fixed) for template, _ in needs]
         elif isinstance(fixed, int) and fixed < sum(needed for _, needed in needs):
+            return group.value, []  # which members start is the scheduler's choice
+        return group.value, needs
+    if facts.counted is not None and facts.kind != "Pod" and waits_for_members(FLAVOURS[flavour]):
+        counted = facts.counted  # only the pods made together (`webhook.gang.members`): a Spark app's executors
+        needs = [(template, counted[template.name]) for template in facts.members if counted.get(template.name)]
+        if isinstance(fixed, int) and fixed < sum(needed for _, needed in needs):
             return group.value, []  # which members start is the scheduler's choice
         return group.value, needs
     if len(facts.members) == 1:  # one template: the gang's size is how many of its pods must run at once

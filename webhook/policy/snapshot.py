@@ -22,17 +22,40 @@ ResourcesOfPod = Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, A
 devices the pod claims through DRA (`webhook.placement.claims.AdmissionDevices`)."""
 
 
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+"""The label the API server writes on every Namespace, always equal to its name, whatever the request said:
+kubernetes pkg/registry/core/namespace/strategy.go, `namespaceStrategy.Canonicalize` (and
+`SetDefaults_Namespace` in pkg/apis/core/v1/defaults.go); GA since 1.22 (feature gate NamespaceDefaultLabelName,
+since removed)."""
+
+
+def with_name_label(name: str, labels: Mapping[str, str]) -> Mapping[str, str]:
+    """`labels` as the API server stores them on Namespace `name`: with `NAMESPACE_NAME_LABEL` set to its name
+    (the same mapping when it already is, the usual case for a namespace read from a cluster)."""
+    if not name or labels.get(NAMESPACE_NAME_LABEL) == name:
+        return labels
+    return {**labels, NAMESPACE_NAME_LABEL: name}
+
+
 @dataclass(frozen=True, slots=True)
 class NamespaceInfo:
     """The Namespace as `namespaceObject` shows it, as in Kubernetes: metadata (name, uid, creationTimestamp,
     labels and annotations, always maps), spec and status. Managed fields and the last-applied annotation
-    are left out: no policy needs them and every replica keeps one of these per namespace."""
+    are left out: no policy needs them and every replica keeps one of these per namespace.
+
+    Its labels always hold `kubernetes.io/metadata.name: <name>`, as every Namespace's do on a cluster: this
+    is the one place that holds for namespaces Placer builds itself (a Namespace manifest, `--namespace-labels`,
+    a `placer test` suite, a namespace nobody described), so a policy selecting a namespace by its name
+    selects it offline too."""
 
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     rest: Mapping[str, Any] = field(default_factory=dict)
     """`uid` and `creationTimestamp` (under `metadata`), `spec` and `status`, where known."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", with_name_label(self.name, self.labels))
 
     def as_cel(self) -> dict[str, Any]:
         metadata = {**self.rest.get("metadata", {}), "name": self.name, "labels": dict(self.labels),

@@ -211,31 +211,36 @@ def builtin_kinds() -> list[WorkloadKind]:
             "Job",
             CREATE,
             template,
-            field_int("spec", "parallelism"),
+            job_pods,
             job_pods_term,
             spec_selector_keys("spec", "selector"),
-            gang_size=job_pods,
         ),
         WorkloadKind(
             "batch",
             "CronJob",
             CREATE_UPDATE,
             fixed("spec", "jobTemplate", "spec", "template"),
-            field_int("spec", "jobTemplate", "spec", "parallelism"),
+            lambda obj: job_pods(read_job_spec(obj)),
             template_pods,
             spec_selector_keys("spec", "jobTemplate", "spec", "selector"),
-            gang_size=lambda obj: job_pods(read_job_spec(obj)),
         ),
     ]
 
 
 def job_pods(job: JSONObject) -> int | None:
-    """Pods a Job runs at once: `parallelism`, but never more than `completions` when that is set."""
+    """The pods a Job runs together: `parallelism`, never more than `completions` when that is set.
+
+    The Job controller wants `min(parallelism, completions - succeeded)` pods active, or `parallelism` when
+    `completions` is unset (a work queue), Indexed or not (kubernetes pkg/controller/job/job_controller.go,
+    `manageJob`, `wantActive`); `parallelism` defaults to 1 (pkg/apis/batch/v1/defaults.go, `SetDefaults_Job`),
+    and 0 runs none. At admission nothing has succeeded yet. A suspended Job runs none until it is resumed,
+    then this many: `suspend` is not counted (Kueue creates every Job suspended and resumes it when admitted).
+    """
     parallelism = int_at(job, "spec", "parallelism")
     completions = int_at(job, "spec", "completions", default=None)
     if parallelism is None or completions is None:
         return parallelism
-    return min(parallelism, completions)
+    return max(0, min(parallelism, completions))
 
 
 def read_job_spec(cronjob: JSONObject) -> JSONObject:

@@ -59,13 +59,30 @@ def total_members(templates: Callable[[JSONObject], list[TemplateSlot]]) -> Coun
     return count
 
 
+KUBEFLOW_REPLICA_TYPE = "training.kubeflow.org/replica-type"
+"""training-operator (kubeflow.org/v1): every pod is labelled with its replica type, lowercased, over the
+template's labels (pkg/controller.v1/common/pod.go, `ReconcilePods` and `createNewPod`)."""
+MPI_JOB_ROLE = "training.kubeflow.org/job-role"
+"""mpi-operator (kubeflow.org/v2beta1): the launcher and the workers are labelled `launcher` or `worker`, over
+the template's labels (pkg/controller/mpi_job_controller.go, `defaultLabels`)."""
+RAY_NODE_TYPE = "ray.io/node-type"
+RAY_GROUP = "ray.io/group"
+"""KubeRay labels every pod `ray.io/node-type: head|worker` and `ray.io/group: headgroup|<groupName>`
+(ray-operator/controllers/ray/common/pod.go, `labelPod`; utils/constant.go)."""
+JOBSET_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
+"""JobSet labels each child Job and its pods with the replicated job's name (api/jobset/v1alpha2,
+`ReplicatedJobNameKey`)."""
+
+
 def kubeflow_templates(field: str) -> Callable[[JSONObject], list[TemplateSlot]]:
     def templates(obj: JSONObject) -> list[TemplateSlot]:
         specs = read_path(obj, ("spec", field))
         if not isinstance(specs, dict):
             return []
+        key = MPI_JOB_ROLE if str(obj.get("apiVersion")).endswith("/v2beta1") else KUBEFLOW_REPLICA_TYPE
         return [
-            TemplateSlot(str(role), ("spec", field, str(role), "template"), members=int_at(spec, "replicas"))
+            TemplateSlot(str(role), ("spec", field, str(role), "template"), members=int_at(spec, "replicas"),
+                         role_labels=((key, str(role).lower()),))
             for role, spec in specs.items()
             if isinstance(spec, dict)
         ]
@@ -100,15 +117,19 @@ def ray_cluster_slots(cluster_spec: Any, prefix: tuple[str, ...]) -> list[Templa
         return []
     slots = []
     if isinstance(cluster_spec.get("headGroupSpec"), dict):
-        slots.append(TemplateSlot(RAY_HEAD_GROUP, (*prefix, "headGroupSpec", "template"), members=1))
+        slots.append(TemplateSlot(RAY_HEAD_GROUP, (*prefix, "headGroupSpec", "template"), members=1,
+                                  role_labels=((RAY_NODE_TYPE, "head"), (RAY_GROUP, RAY_HEAD_GROUP))))
     groups = cluster_spec.get("workerGroupSpecs")
     for index, group in enumerate(groups if isinstance(groups, list) else []):
         name = group.get("groupName") if isinstance(group, dict) else None
+        role = ((RAY_NODE_TYPE, "worker"), (RAY_GROUP, name)) if isinstance(name, str) and name else (
+            (RAY_NODE_TYPE, "worker"),)
         slots.append(
             TemplateSlot(
                 str(name or f"worker-{index}"),
                 (*prefix, "workerGroupSpecs", index, "template"),
                 members=_ray_workers(group),
+                role_labels=role,
             )
         )
     return slots
@@ -133,11 +154,13 @@ def jobset_templates(obj: JSONObject) -> list[TemplateSlot]:
             continue
         replicas, pods = int_at(job, "replicas"), job_pods(as_map(job.get("template")))
         members = None if replicas is None or pods is None else replicas * pods
+        name = job.get("name")
         slots.append(
             TemplateSlot(
-                str(job.get("name") or f"job-{index}"),
+                str(name or f"job-{index}"),
                 ("spec", "replicatedJobs", index, "template", "spec", "template"),
                 members=members,
+                role_labels=((JOBSET_REPLICATED_JOB, name),) if isinstance(name, str) and name else (),
             )
         )
     return slots

@@ -42,6 +42,10 @@ class TemplateSlot:
     members: int | None = 1
     gang_member: bool = True
     projection: Projection | None = None
+    role_labels: tuple[tuple[str, str], ...] = ()
+    """The labels the operator writes on every pod of this template to say its role (Spark's `spark-role`,
+    KubeRay's `ray.io/node-type`, ...), over whatever the template says: the `pod` variable shows them, so a
+    condition on them holds on the template and on the Pod the operator makes from it. Never written."""
 
     @property
     def pointer(self) -> str:

@@ -186,11 +186,19 @@ def _conf_int(conf: JSONObject, key: str) -> int | None:
     return int(value) if value.isdigit() else None
 
 
+SPARK_ROLE_LABEL = "spark-role"
+"""apache/spark resource-managers/kubernetes `Constants.SPARK_ROLE_LABEL`, `driver` or `executor` on every pod
+Spark makes (BasicDriverFeatureStep, BasicExecutorFeatureStep); a user's own `spark-role` label is refused
+(`KubernetesConf`: "reserved for Spark bookkeeping operations")."""
+
+
 def spark_templates(obj: JSONObject) -> list[TemplateSlot]:
     return [
-        TemplateSlot("driver", ("spec", "driver"), members=1, projection=SparkRoleProjection("driver")),
+        TemplateSlot("driver", ("spec", "driver"), members=1, projection=SparkRoleProjection("driver"),
+                     role_labels=((SPARK_ROLE_LABEL, "driver"),)),
         TemplateSlot(
-            "executor", ("spec", "executor"), members=executor_count(obj), projection=SparkRoleProjection("executor")
+            "executor", ("spec", "executor"), members=executor_count(obj), projection=SparkRoleProjection("executor"),
+            role_labels=((SPARK_ROLE_LABEL, "executor"),),
         ),
     ]
 
