@@ -5,6 +5,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
+from webhook.admission.audit_annotations import audit_annotations
 from webhook.admission.review import build_response
 from webhook.admission.sibling_cache import RuleCounts, SiblingCache, response_for
 from webhook.engine.enforcement import ENFORCE_LABEL
@@ -198,12 +199,15 @@ def _decide(
             return _refuse(request, f"{NOT_DECIDED}: internal error evaluating policies")
         warning = "internal error evaluating policies; admitted unchanged"
         return Admission(request, _respond(request, warnings=[warning]), "error", Mutation(warnings=[warning]))
+    audited = audit_annotations(mutation.audits) if mutation.audits else {}
     if mutation.denial is not None:
-        response = _respond(request, allowed=False, warnings=mutation.warnings, denial=mutation.denial)
+        response = _respond(request, allowed=False, warnings=mutation.warnings, denial=mutation.denial,
+                            audit_annotations=audited or None)
         return Admission(request, response, "denied", mutation)
     if mutation.passed_through is not None:
-        return Admission(request, _respond(request, warnings=mutation.warnings), "skipped", mutation)
-    audit = {"applied": ",".join(mutation.applied)} if mutation.applied else None
+        response = _respond(request, warnings=mutation.warnings, audit_annotations=audited or None)
+        return Admission(request, response, "skipped", mutation)
+    audit = {"applied": ",".join(mutation.applied), **audited} if mutation.applied else audited or None
     findings = _placement_warnings(placement, mutation, snapshot, request)
     response = _respond(request, patch=mutation.patch, warnings=mutation.warnings, audit_annotations=audit)
     _record_share(ledger, request, mutation)

@@ -1,0 +1,35 @@
+"""Lines of `placer apply -o explain` (and `kubectl placer explain`) for one rule, and for an Audit policy."""
+
+from webhook.engine.outcome import AuditRecord, RuleTrace
+from webhook.engine.patch_words import patch_words
+
+
+def trace_line(trace: RuleTrace, *, audit: bool = False) -> str:
+    where = f" [{trace.template}]" if trace.template else ""
+    verdict = {
+        "applied": "matched, " + (("would change the object" if audit else "changed the object") if trace.changed
+                                  else "nothing to change"),
+        "not-matched": "not matched",
+        "missing": "not matched (missing key)",
+        "error": "ERROR",
+        "skipped": "matched, action skipped",
+        "denied": "matched, would be refused",
+        "audit": "matched, would change the object",
+    }[trace.outcome]
+    detail = f" ({trace.detail})" if trace.detail else ""
+    return f"    {trace.rule}{where}: {'audit: ' if audit else ''}{verdict}{detail}"
+
+
+def audit_lines(record: AuditRecord) -> list[str]:
+    """An Audit policy's rules, then what it would have written: `audit: would add nodeSelector node-pool=gpu`."""
+    lines = [trace_line(trace, audit=True) for trace in record.traces]
+    if record.verdict == "would-change":
+        lines.extend(f"    audit: would {words}" for words in patch_words(record.patch))
+    elif record.verdict == "no-change":
+        lines.append("    audit: would change nothing")
+    elif record.verdict == "would-deny":
+        lines.append(f"    audit: would deny: {record.detail}")
+    else:
+        lines.append(f"    audit: not evaluated: {record.detail}")
+    lines.extend(f"    audit: would warn: {warning}" for warning in record.warnings)
+    return lines

@@ -1,0 +1,101 @@
+"""`enforcement: Audit`: what each Audit policy would write, never applied.
+
+An Audit policy is evaluated on every admission exactly as it would be once promoted to Advisory, and its
+answer is recorded, never sent. Its *would-be patch* is the difference promoting it would make: the object as
+the served policies leave it, against the object as the served policies and it (as Advisory, in its place in
+the priority order) would leave it (`PolicySnapshot.audit_view`). So a served rule that writes a field first
+still wins over it, as it would after the promotion, and an Audit policy that runs first shows the values it
+would take from a later served one.
+
+The served answer is never touched: the served policies are evaluated on a snapshot that does not hold the
+Audit policies (`PolicySnapshot.audited` is kept apart), with its own caches, so the patch, warnings and
+refusals the API server gets are byte for byte what they would be without them. An Audit policy never refuses,
+never fails closed (its failurePolicy Fail and what it would refuse become `would deny` records), and its
+answer reaches no PodGroup, no spot-share ledger entry and no exemption seal: those follow the served answer
+only.
+"""
+
+from collections.abc import Callable
+
+import jsonpatch
+
+from webhook.engine.outcome import AUDIT_OUTCOME, DEADLINE_WARNING, AuditRecord, Mutation, RuleTrace
+from webhook.pods.capacity_share import CapacityClass, ShareCounts, ShareLedger
+from webhook.policy.model import Policy
+from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, UnknownNamespace
+from webhook.support.patches import diff
+from webhook.support.typing import JSONObject
+
+
+class ReadOnce:
+    """A spot-share ledger read once per workload for the whole admission: the served run and each audited one
+    decide from the same counts (a second read could find other counts, and show a difference no policy made).
+    Everything else goes to the ledger itself; only the served answer is ever recorded in it (the pipeline)."""
+
+    __slots__ = ("_counts", "_ledger")
+
+    def __init__(self, ledger: ShareLedger) -> None:
+        self._ledger = ledger
+        self._counts: dict[tuple[str, str], ShareCounts] = {}
+
+    def counts(self, namespace: str, owner_uid: str) -> ShareCounts:
+        found = self._counts.get((namespace, owner_uid))
+        if found is None:
+            found = self._counts[(namespace, owner_uid)] = self._ledger.counts(namespace, owner_uid)
+        return found
+
+    def admitted(self, namespace: str, owner_uid: str, capacity_class: CapacityClass) -> None:
+        self._ledger.admitted(namespace, owner_uid, capacity_class)
+
+    def release(self) -> None:
+        self._ledger.release()
+
+
+Evaluate = Callable[[PolicySnapshot], Mutation]
+"""Runs the engine on the request under a snapshot, with everything else as the served run had it."""
+
+
+def audit_policies(snapshot: PolicySnapshot, namespace: NamespaceInfo | UnknownNamespace) -> list[Policy]:
+    """The Audit policies whose namespaceSelector selects the namespace (all of them, where it is unknown: their
+    evaluation says what cannot be decided)."""
+    if not isinstance(namespace, NamespaceInfo):
+        return list(snapshot.audited)
+    return [policy for policy in snapshot.audited if policy.applies_to_namespace(namespace.labels)]
+
+
+def audit(obj: JSONObject, served: Mutation, policies: list[Policy], snapshot: PolicySnapshot,
+          evaluate: Evaluate, *, out_of_time: Callable[[], bool]) -> list[AuditRecord]:
+    """One record per Audit policy in `policies`: what it would have added to the served answer `served`."""
+    if not policies:
+        return []
+    served_object = jsonpatch.apply_patch(obj, served.patch) if served.patch else obj
+    records = []
+    for policy in policies:
+        if out_of_time():
+            records.append(AuditRecord(policy.name, "not-evaluated", detail="deadline reached"))
+            continue
+        promoted = evaluate(snapshot.audit_view(policy))
+        records.append(_record(policy, obj, served, served_object, promoted))
+    return records
+
+
+def _record(policy: Policy, obj: JSONObject, served: Mutation, served_object: JSONObject,
+            promoted: Mutation) -> AuditRecord:
+    traces = [trace for trace in promoted.traces if trace.policy == policy.name]
+    warnings = [warning for warning in promoted.warnings if warning not in served.warnings]
+    if promoted.denial is not None:
+        return AuditRecord(policy.name, "would-deny", traces=traces, warnings=warnings, detail=promoted.denial)
+    if DEADLINE_WARNING in promoted.warnings and promoted.passed_through is not None:
+        return AuditRecord(policy.name, "not-evaluated", traces=traces, detail="deadline reached")
+    after = jsonpatch.apply_patch(obj, promoted.patch) if promoted.patch else obj
+    patch = diff(served_object, after)
+    rules = list(dict.fromkeys(trace.rule for trace in traces if trace.outcome == "applied" and trace.changed))
+    return AuditRecord(policy.name, "would-change" if patch else "no-change", patch, rules if patch else [],
+                       traces, warnings)
+
+
+def audit_traces(records: list[AuditRecord]) -> list[RuleTrace]:
+    """The audited rules' traces as metrics count them: a rule that matched counts as `audit`."""
+    return [RuleTrace(trace.policy, trace.rule, trace.template, AUDIT_OUTCOME if trace.outcome in ("applied", "denied")
+                      else trace.outcome, trace.detail, trace.changed)
+            for record in records for trace in record.traces]
