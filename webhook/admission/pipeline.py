@@ -312,7 +312,7 @@ def _namespace(
     resolve: NamespaceResolver | None,
 ) -> NamespaceInfo | UnknownNamespace | None:
     """The request's namespace, looked up only when policies could be evaluated for it."""
-    if resolve is None or not request.namespace or not snapshot.policies:
+    if resolve is None or not request.namespace or not snapshot.every_policy:
         return None
     if workloads.lookup(request.group, request.kind) is None:
         return None

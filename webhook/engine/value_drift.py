@@ -122,7 +122,8 @@ class ValueCheck:
         self.source = snapshot
         self.ledger = Ledger()
         policies = tuple(self._policy(policy) for policy in snapshot.policies)
-        self.snapshot = dataclasses.replace(snapshot, policies=policies)
+        audited = tuple(self._policy(policy) for policy in snapshot.audited)
+        self.snapshot = dataclasses.replace(snapshot, policies=policies, audited=audited)
 
     def judging(self, ledger: Ledger) -> PolicySnapshot:
         """The wrapped snapshot, reporting to `ledger` until the next call."""
