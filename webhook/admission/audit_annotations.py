@@ -11,9 +11,9 @@ admission/attributes.go, `checkKeyFormat`, called by `AddAnnotation`). A policy 
 The API server sets no limit on a value, but its audit backends do: an event over `--audit-log-truncate-max-
 event-size` (or the webhook backend's) first loses its request and response objects and, if still too large,
 is not written at all (staging/src/k8s.io/apiserver/plugin/pkg/audit/truncate/truncate.go, `ProcessEvents`).
-So what one request adds is bounded: `VALUE_LIMIT` per policy, `TOTAL_LIMIT` in all. A value over its limit
-keeps the operations that fit and says what was cut (`cut`); a policy past the total keeps its verdict and rules
-and says its patch was left out. Nothing is dropped silently. Every value is JSON.
+So what one request adds is bounded: `VALUE_LIMIT` per policy, `TOTAL_LIMIT` for them all but `SUMMARY_LIMIT`
+for each policy past it. A value over its limit keeps the operations that fit and says what was cut (`cut`); a
+policy past the total keeps its verdict and rules and says its patch was left out. Nothing is dropped silently.
 """
 
 import hashlib
@@ -28,7 +28,9 @@ NAME_LIMIT = 63
 VALUE_LIMIT = 4096
 """Bytes of one policy's value."""
 TOTAL_LIMIT = 16384
-"""Bytes of every Audit policy's value in one response, far below an audit event's default limit."""
+"""Bytes of the Audit policies' patches in one response, far below an audit event's default limit."""
+SUMMARY_LIMIT = 512
+"""Bytes a policy past `TOTAL_LIMIT` still gets: its verdict, rules and a note that its patch was left out."""
 WHOLE_PATCH = "the whole patch: the workload's PolicyReport, or placer apply -o explain"
 
 
@@ -49,7 +51,7 @@ def audit_annotations(records: list[AuditRecord]) -> dict[str, str]:
     for record in records:
         if record.verdict == "no-change":
             continue
-        value = _value(record, min(VALUE_LIMIT, room))
+        value = _value(record, min(VALUE_LIMIT, room)) if room >= SUMMARY_LIMIT else _summary(record)
         found[audit_key(record.policy)] = value
         room = max(room - len(value.encode()), 0)
     return found
@@ -75,9 +77,18 @@ def _value(record: AuditRecord, limit: int) -> str:
         kept.append(op)
     if kept:
         return _encode({**head, "patch": kept, "cut": _cut_note(len(kept), record, size)})
+    return _summary(record)
+
+
+def _summary(record: AuditRecord) -> str:
+    """A policy's verdict and rules, its patch left out (past the response's total, or too large alone)."""
+    head: dict[str, Any] = {"verdict": record.verdict}
+    if record.rules:
+        head["rules"] = record.rules
+    size = len(_encode(record.patch).encode())
     note = (f"patch of {len(record.patch)} operation(s), {size} bytes, left out: over this response's limit; "
             f"{WHOLE_PATCH}")
-    return _cut_text(_encode({**head, "cut": note}), limit)
+    return _cut_text(_encode({**head, "cut": note}), SUMMARY_LIMIT)
 
 
 def _cut_note(shown: int, record: AuditRecord, size: int) -> str:

@@ -15,15 +15,17 @@ answer reaches no PodGroup, no spot-share ledger entry and no exemption seal: th
 only.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jsonpatch
 
+from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.engine.outcome import AUDIT_OUTCOME, DEADLINE_WARNING, AuditRecord, Mutation, RuleTrace
 from webhook.pods.capacity_share import CapacityClass, ShareCounts, ShareLedger
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, UnknownNamespace
-from webhook.support.patches import diff
+from webhook.support.patches import diff, escape
 from webhook.support.typing import JSONObject
 
 
@@ -89,9 +91,18 @@ def _record(policy: Policy, obj: JSONObject, served: Mutation, served_object: JS
         return AuditRecord(policy.name, "not-evaluated", traces=traces, detail="deadline reached")
     after = jsonpatch.apply_patch(obj, promoted.patch) if promoted.patch else obj
     patch = diff(served_object, after)
+    if not any(not _applied_mark(op) for op in patch):  # only the applied mark: it would change nothing
+        return AuditRecord(policy.name, "no-change", traces=traces, warnings=warnings)
     rules = list(dict.fromkeys(trace.rule for trace in traces if trace.outcome == "applied" and trace.changed))
-    return AuditRecord(policy.name, "would-change" if patch else "no-change", patch, rules if patch else [],
-                       traces, warnings)
+    return AuditRecord(policy.name, "would-change", patch, rules, traces, warnings)
+
+
+def _applied_mark(op: Mapping[str, Any]) -> bool:
+    """An operation that writes only Placer's `placer.dev/applied` mark (the rules that applied, no placement)."""
+    path = str(op.get("path"))
+    value = op.get("value")
+    return path.endswith("/" + escape(APPLIED_ANNOTATION)) or (
+        path.endswith("/annotations") and isinstance(value, dict) and set(value) == {APPLIED_ANNOTATION})
 
 
 def audit_traces(records: list[AuditRecord]) -> list[RuleTrace]:
