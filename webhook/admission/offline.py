@@ -18,7 +18,7 @@ import yaml
 from webhook.admission.explain_lines import audit_lines, trace_line
 from webhook.admission.request_options import RequestOptions
 from webhook.admission.review import decode_json
-from webhook.engine.mutate import Mutation, mutate
+from webhook.engine.mutate import NO_POLICY, Mutation, mutate
 from webhook.engine.request import AdmissionRequest
 from webhook.gang.native import NOT_SERVED, served_from
 from webhook.placement.claims import ClaimLookup
@@ -272,8 +272,12 @@ def _explain(
 ) -> str:
     lines = [f"{result.title} ({result.origin})"]
     mutation = result.mutation
-    if mutation.passed_through:  # the served policies'; the Audit policies' records follow
-        lines.append(f"  {'not mutated' if mutation.audits else 'not evaluated'}: {mutation.passed_through}")
+    if mutation.passed_through and mutation.audits:  # the served policies'; the Audit policies' records follow
+        reason = mutation.passed_through
+        lines.append("  not mutated: " + ("only Audit policies select this namespace" if reason == NO_POLICY
+                                          else reason))
+    elif mutation.passed_through:
+        lines.append(f"  not evaluated: {mutation.passed_through}")
     lines.extend(f"  note: {note}" for note in mutation.notes)
     by_policy: dict[str, list[str]] = {}
     for trace in mutation.traces:

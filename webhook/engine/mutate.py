@@ -45,8 +45,12 @@ from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, ResourcesOfPo
 from webhook.support.typing import JSONObject
 from webhook.workloads import WorkloadKind, WorkloadTable, controller_reference
 
+NO_POLICY = "no policy selects this namespace"
+"""Why an object passes through when no served policy selects its namespace (Audit policies may still)."""
+
 __all__ = [
-    "DEADLINE_WARNING", "INJECT_LABEL", "Mutation", "RuleTrace", "mutate", "pass_through_reason", "pointer_tokens",
+    "DEADLINE_WARNING", "INJECT_LABEL", "NO_POLICY", "Mutation", "RuleTrace", "mutate", "pass_through_reason",
+    "pointer_tokens",
 ]
 
 
@@ -162,7 +166,7 @@ def _evaluate(
             return Mutation(passed_through=controller_owned(kind, obj))
     if not policies:
         if not mutation.warnings:
-            mutation.passed_through = "no policy selects this namespace"
+            mutation.passed_through = NO_POLICY
         return mutation
 
     def run_with(sealed_slots: frozenset[str], into: Mutation) -> Run:

@@ -179,7 +179,7 @@ class RuleTally:
         for (policy, rule), counts in sorted(self._totals.items()):
             totals = {name: counts[name] for name in RESULTS}
             worst = next(name for name in ("error", "fail", "warn", "pass", "skip") if totals[name])
-            audited = f", {totals['warn']} an Audit rule would change" if totals["warn"] else ""
+            audited = f", {totals['warn']} the Audit rule would change" if totals["warn"] else ""
             message = (f"{totals['fail']} workloads out of step, {totals['error']} with errors, {totals['pass']} "
                        f"in step, {totals['skip']} skipped{audited}; "
                        f"{len(self._failing.get((policy, rule), ()))} namespaces to look at")
