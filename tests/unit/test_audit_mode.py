@@ -8,15 +8,16 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from tests.helpers import decode_patch, review_for, run, snapshot_of
+from tests.helpers import decode_patch, review_for, snapshot_of
+from webhook.admission.audit import mutate_audited
 from webhook.admission.audit_annotations import SUMMARY_LIMIT, TOTAL_LIMIT, VALUE_LIMIT, audit_annotations, audit_key
+from webhook.admission.patch_words import patch_words
 from webhook.admission.pipeline import admit
 from webhook.admission.review import parse_review
 from webhook.admission.sibling_cache import SiblingCache, memoisable, rule_counts
-from webhook.engine.outcome import AuditRecord
-from webhook.engine.patch_words import patch_words
+from webhook.engine.outcome import AuditRecord, Mutation
 from webhook.pods.capacity_share import CapacityClass, ShareCounts
-from webhook.policy.snapshot import NamespaceInfo
+from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.workloads import default_workload_table
 
 ML = NamespaceInfo("ml", {"team": "ml"})
@@ -41,6 +42,10 @@ def deployment(template_spec: dict[str, Any] | None = None, labels: dict[str, st
                 "metadata": {"labels": {"app": "train"}},
                 "spec": {"containers": [{"name": "c", "image": "registry.example/train:1"}],
                          **(template_spec or {})}}}}
+
+
+def run(snapshot: PolicySnapshot, body: dict[str, Any]) -> Mutation:
+    return mutate_audited(parse_review(body), snapshot, default_workload_table())
 
 
 def answer(*texts: str, obj: dict[str, Any] | None = None) -> dict[str, Any]:

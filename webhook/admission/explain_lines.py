@@ -1,7 +1,7 @@
 """Lines of `placer apply -o explain` (and `kubectl placer explain`) for one rule, and for an Audit policy."""
 
+from webhook.admission.patch_words import patch_words
 from webhook.engine.outcome import AuditRecord, RuleTrace
-from webhook.engine.patch_words import patch_words
 
 
 def trace_line(trace: RuleTrace, *, audit: bool = False) -> str:

@@ -15,10 +15,11 @@ from typing import Any
 import jsonpatch
 import yaml
 
+from webhook.admission.audit import mutate_audited
 from webhook.admission.explain_lines import audit_lines, trace_line
 from webhook.admission.request_options import RequestOptions
 from webhook.admission.review import decode_json
-from webhook.engine.mutate import NO_POLICY, Mutation, mutate
+from webhook.engine.mutate import NO_POLICY, Mutation
 from webhook.engine.request import AdmissionRequest
 from webhook.gang.native import NOT_SERVED, served_from
 from webhook.placement.claims import ClaimLookup
@@ -157,8 +158,8 @@ def apply_manifests(
         request = _request_for(obj, namespace.name, operation, index, options)
         serving = dataclasses.replace(snapshot, namespaces={**namespaces, namespace.name: namespace})
         devices = claims.devices_for(request, snapshot, workloads)
-        mutation = mutate(request, serving, workloads, claims=claims.for_admission(request, snapshot), devices=devices,
-                          ledger=shares, seals=seals)
+        mutation = mutate_audited(request, serving, workloads, claims=claims.for_admission(request, snapshot),
+                                  devices=devices, ledger=shares, seals=seals)
         _count_pod(shares, request, mutation)
         if devices is not None:  # a claim Placer does not know: a warning, and a note for explain
             mutation.warnings.extend(devices.notes)

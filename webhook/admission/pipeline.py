@@ -5,12 +5,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
+from webhook.admission.audit import mutate_audited
 from webhook.admission.audit_annotations import audit_annotations
 from webhook.admission.review import build_response
 from webhook.admission.sibling_cache import RuleCounts, SiblingCache, response_for
 from webhook.engine.enforcement import ENFORCE_LABEL
 from webhook.engine.exemption_seal import Seals
-from webhook.engine.mutate import INJECT_LABEL, Mutation, mutate
+from webhook.engine.mutate import INJECT_LABEL, Mutation
 from webhook.engine.request import AdmissionRequest
 from webhook.placement.claims import AdmissionDevices, ClaimLookup
 from webhook.placement.feasibility import Findings, PlacementCheck
@@ -188,8 +189,8 @@ def _decide(
     try:
         placements = _claims(claims, snapshot, request)
         devices = _devices(claims, snapshot, request, workloads)
-        mutation = mutate(request, snapshot, workloads, deadline=deadline, namespace=namespace, claims=placements,
-                          devices=devices, ledger=ledger, seals=seals)
+        mutation = mutate_audited(request, snapshot, workloads, deadline=deadline, namespace=namespace,
+                                  claims=placements, devices=devices, ledger=ledger, seals=seals)
         if devices is not None:  # a claim Placer does not know: a warning, and a note for explain
             mutation.warnings.extend(devices.notes)
             mutation.notes.extend(devices.notes)

@@ -45,9 +45,9 @@ from dataclasses import dataclass, replace
 
 import orjson
 
+from webhook.admission.audit import audit_traces
 from webhook.admission.review import decode_json, parse_review
 from webhook.admission.sibling_bytes import plain_holes, proven, shape
-from webhook.engine.audit import audit_traces
 from webhook.engine.outcome import DEADLINE_WARNING, Mutation
 from webhook.engine.request import AdmissionRequest
 from webhook.gang.native_operators import member_group

@@ -9,10 +9,8 @@ through what the caller hands it: the spot-share ledger, and the owner lookup of
 for a Pod an Enforced policy would otherwise refuse (`exemption_seal.pod_sealed`).
 """
 
-import time
 from collections.abc import Mapping
 
-from webhook.engine.audit import ReadOnce, audit, audit_policies
 from webhook.engine.configuration import gang_warnings
 from webhook.engine.enforced_check import check_unchanged, checked_unchanged, deadline_denial, judged_rules
 from webhook.engine.enforcement import enforcing, holding, names_its_node, node_name_refusal, refusal_mutation
@@ -20,7 +18,6 @@ from webhook.engine.exemption_seal import Seals, pod_sealed
 from webhook.engine.native_pods import with_native_groups
 from webhook.engine.outcome import (
     DEADLINE_WARNING,
-    AuditRecord,
     DeadlineReached,
     DenyRequest,
     Mutation,
@@ -81,27 +78,9 @@ def mutate(
     if kind is None:
         unhandled = f"{request.kind} is not a workload kind Placer handles; admitted unchanged"
         return Mutation(passed_through=unhandled, warnings=[unhandled])
-    info = namespace if namespace is not None else snapshot.namespace(request.namespace)
-    audited = audit_policies(snapshot, info) if snapshot.audited else []
-    if audited and ledger is not None:
-        ledger = ReadOnce(ledger)  # the served run and the audited ones decide from the same counts
-
-    def evaluate(serving: PolicySnapshot) -> Mutation:
-        found = _evaluate(request, serving, kind, workloads, deadline=deadline, namespace=namespace, claims=claims,
-                          devices=devices, ledger=ledger, seals=seals)
-        return with_native_groups(request, kind, serving.native_gang_version, found)
-
-    mutation = evaluate(snapshot)
-    if not audited or request.object is None:
-        return mutation
-    unaudited = ("the served policies deny the request" if mutation.denial is not None
-                 else "deadline reached" if DEADLINE_WARNING in mutation.warnings else None)
-    if unaudited is not None:
-        mutation.audits = [AuditRecord(policy.name, "not-evaluated", detail=unaudited) for policy in audited]
-    else:
-        mutation.audits = audit(request.object, mutation, audited, snapshot, evaluate,
-                                out_of_time=lambda: deadline is not None and time.monotonic() > deadline)
-    return mutation
+    mutation = _evaluate(request, snapshot, kind, workloads, deadline=deadline, namespace=namespace, claims=claims,
+                         devices=devices, ledger=ledger, seals=seals)
+    return with_native_groups(request, kind, snapshot.native_gang_version, mutation)
 
 
 def _evaluate(

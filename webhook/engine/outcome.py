@@ -15,7 +15,7 @@ DEADLINE_WARNING = "deadline reached before every rule was evaluated; admitted u
 
 Outcome = Literal["applied", "not-matched", "missing", "error", "skipped", "denied", "audit"]
 """`denied`: the rule matched and an Enforced policy refuses what the object has (`webhook.engine.enforcement`);
-`audit`: an Audit policy's rule matched and would have applied (`webhook.engine.audit`; counted, never sent)."""
+`audit`: an Audit policy's rule matched and would have applied (`webhook.admission.audit`; counted, never sent)."""
 
 
 @dataclass(slots=True)
@@ -81,7 +81,7 @@ class Mutation:
     share: ShareDecision | None = None
     """The capacity class `spot-share` gave a Pod, and why: the pipeline tells the ledger of it."""
     audits: list[AuditRecord] = field(default_factory=list)
-    """What each Audit policy that selects the request would have added (`webhook.engine.audit`): recorded in the
+    """What each Audit policy that selects the request would have added (`webhook.admission.audit`): recorded in the
     response's auditAnnotations, reports, metrics and explain, never in the patch."""
 
 

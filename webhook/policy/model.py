@@ -153,7 +153,7 @@ class Policy:
 
     @property
     def audited(self) -> bool:
-        """The policy is evaluated but never applied (`enforcement: Audit`, `webhook.engine.audit`)."""
+        """The policy is evaluated but never applied (`enforcement: Audit`, `webhook.admission.audit`)."""
         return self.enforcement == "Audit"
 
     @property

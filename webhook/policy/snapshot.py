@@ -128,7 +128,7 @@ class PolicySnapshot:
     WorkloadWithJob): native gang rules write that field on Jobs instead of a PodGroup of Placer's."""
     audited: tuple[Policy, ...] = ()
     """The `enforcement: Audit` policies, in evaluation order: never among `policies`, so nothing the engine
-    serves is derived from them (`webhook.engine.audit` evaluates each in its own `audit_view`)."""
+    serves is derived from them (`webhook.admission.audit` evaluates each in its own `audit_view`)."""
     enforces: bool = field(init=False, default=False)
     """Some policy is Enforced: a Pod Placer would pass (made from a template it mutated) is checked again."""
     reads_claims: bool = field(init=False, default=False)

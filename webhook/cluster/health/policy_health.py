@@ -34,7 +34,7 @@ DENIED = "denied"
 were some, so the status of a policy that refuses nothing reads as before."""
 AUDITED = "audited"
 AUDIT_OUTCOME = "audit"
-"""An Audit policy's rule matched and would have applied (`webhook.engine.audit`): written as `audited` only when
+"""An Audit policy's rule matched and would have applied (`webhook.admission.audit`): written as `audited` only when
 there were some, as `denied` is."""
 
 

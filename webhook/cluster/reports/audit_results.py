@@ -9,7 +9,7 @@ own too: https://kyverno.io/docs/policy-reports/). Per audited rule that matches
 
 - `warn`: the rule would change the workload; the message says how, in words (`audit: would add nodeSelector
   node-pool=gpu`), and the `patch` property holds the policy's would-be JSON Patch (the promotion's patch,
-  `webhook.engine.audit`), with `enforcement: Audit`;
+  `webhook.admission.audit`), with `enforcement: Audit`;
 - `pass`: it matches and would change nothing;
 - `warn` too when promoting the policy would deny the workload (the message says why);
 - `error`: the rule errors on the workload; `skip`: its action was skipped, or the policy was not evaluated.
@@ -18,9 +18,9 @@ own too: https://kyverno.io/docs/policy-reports/). Per audited rule that matches
 import json
 from collections.abc import Iterable
 
+from webhook.admission.patch_words import patch_words
 from webhook.cluster.reports.results import RuleResult
 from webhook.engine.outcome import AuditRecord
-from webhook.engine.patch_words import patch_words
 
 PATCH_LIMIT = 4096
 """Characters of the would-be patch kept in a result's `patch` property (cut with a marker past it)."""

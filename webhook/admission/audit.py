@@ -1,4 +1,5 @@
-"""`enforcement: Audit`: what each Audit policy would write, never applied.
+"""`enforcement: Audit`: what each Audit policy would write, never applied (`mutate_audited`, the engine's entry
+for the webhook, explain and reports).
 
 An Audit policy is evaluated on every admission exactly as it would be once promoted to Advisory, and its
 answer is recorded, never sent. Its *would-be patch* is the difference promoting it would make: the object as
@@ -15,18 +16,24 @@ answer reaches no PodGroup, no spot-share ledger entry and no exemption seal: th
 only.
 """
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import jsonpatch
 
 from webhook.actions.metadata import APPLIED_ANNOTATION
+from webhook.engine.exemption_seal import Seals
+from webhook.engine.mutate import mutate
 from webhook.engine.outcome import AUDIT_OUTCOME, DEADLINE_WARNING, AuditRecord, Mutation, RuleTrace
+from webhook.engine.request import AdmissionRequest
 from webhook.pods.capacity_share import CapacityClass, ShareCounts, ShareLedger
+from webhook.pods.volumes import ClaimPlacement
 from webhook.policy.model import Policy
-from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, UnknownNamespace
+from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, ResourcesOfPod, UnknownNamespace
 from webhook.support.patches import diff, escape
 from webhook.support.typing import JSONObject
+from webhook.workloads import WorkloadTable
 
 
 class ReadOnce:
@@ -55,6 +62,45 @@ class ReadOnce:
 
 Evaluate = Callable[[PolicySnapshot], Mutation]
 """Runs the engine on the request under a snapshot, with everything else as the served run had it."""
+
+
+def mutate_audited(
+    request: AdmissionRequest,
+    snapshot: PolicySnapshot,
+    workloads: WorkloadTable,
+    *,
+    deadline: float | None = None,
+    namespace: NamespaceInfo | UnknownNamespace | None = None,
+    claims: Mapping[str, ClaimPlacement] | None = None,
+    devices: ResourcesOfPod | None = None,
+    ledger: ShareLedger | None = None,
+    seals: Seals | None = None,
+) -> Mutation:
+    """`engine.mutate` (the served answer, as if no Audit policy were there) and, in its `audits`, a record per
+    Audit policy that selects the request's namespace; every argument is `mutate`'s, handed on as it is to
+    each evaluation but the ledger, read once for all."""
+    audited = []
+    if snapshot.audited and request.object is not None and workloads.lookup(request.group, request.kind):
+        audited = audit_policies(snapshot, namespace if namespace is not None else snapshot.namespace(
+            request.namespace))
+    if audited and ledger is not None:
+        ledger = ReadOnce(ledger)  # the served run and the audited ones decide from the same counts
+
+    def evaluate(serving: PolicySnapshot) -> Mutation:
+        return mutate(request, serving, workloads, deadline=deadline, namespace=namespace, claims=claims,
+                      devices=devices, ledger=ledger, seals=seals)
+
+    mutation = evaluate(snapshot)
+    if not audited or request.object is None:
+        return mutation
+    unaudited = ("the served policies deny the request" if mutation.denial is not None
+                 else "deadline reached" if DEADLINE_WARNING in mutation.warnings else None)
+    if unaudited is not None:
+        mutation.audits = [AuditRecord(policy.name, "not-evaluated", detail=unaudited) for policy in audited]
+    else:
+        mutation.audits = audit(request.object, mutation, audited, snapshot, evaluate,
+                                out_of_time=lambda: deadline is not None and time.monotonic() > deadline)
+    return mutation
 
 
 def audit_policies(snapshot: PolicySnapshot, namespace: NamespaceInfo | UnknownNamespace) -> list[Policy]:
