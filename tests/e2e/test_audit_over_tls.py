@@ -50,6 +50,18 @@ def test_an_audit_policy_answers_without_a_patch_and_with_the_would_be_patch(ser
     assert after["spec"]["template"]["spec"]["nodeSelector"] == {"node-pool": "gpu"}
 
 
+def test_the_log_line_names_the_verdict_and_rules_never_the_patch(server: RunningServer) -> None:
+    body = review_for(train())
+    server.post("/mutate?timeout=5s", json=body)
+    deadline = time.monotonic() + 5
+    while not (entries := [json.loads(line) for line in server.log_text().splitlines()
+                           if '"placer.admission"' in line and body["request"]["uid"] in line]):
+        assert time.monotonic() < deadline, "no admission log line"
+        time.sleep(0.1)
+    assert entries[0]["audited"] == {"gpu-pool": {"verdict": "would-change", "rules": ["gpu-nodes", "gpu-taint"]}}
+    assert "nodeSelector" not in json.dumps(entries[0])
+
+
 def test_the_audited_rules_are_counted_as_audit(server: RunningServer) -> None:
     server.post("/mutate?timeout=5s", json=review_for(train()))
     metrics = server.get("/metrics").text

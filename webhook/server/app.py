@@ -258,6 +258,9 @@ def _record(metrics: Metrics, admission_log: AdmissionLog, admission: Admission,
         "reason": mutation.passed_through or mutation.denial,
         "durationMs": round(seconds * 1000, 3),
     }
+    if mutation.audits:  # each Audit policy's verdict and rules; its patch (object values) stays out of logs
+        fields["audited"] = {record.policy: {"verdict": record.verdict, "rules": record.rules}
+                             for record in mutation.audits}
 
     def write() -> None:
         metrics.observe_admission(kind, operation, result, seconds, rules, problems=problems)
