@@ -37,21 +37,23 @@ def test_a_running_workload_shows_what_the_audit_policy_would_change_per_rule() 
         ("gpu-pool", "gpu-nodes", "warn"), ("gpu-pool", "gpu-taint", "warn")]
     assert not verdict.drifted and verdict.patch == [] and verdict.skipped is None
     result = verdict.results[0]
-    assert result.message == ("audit: would add nodeSelector node-pool=gpu; would add toleration "
-                              "nvidia.com/gpu:NoSchedule")
+    assert [r.message for r in verdict.results] == ["audit: would add nodeSelector node-pool=gpu",
+                                                    "audit: would add toleration nvidia.com/gpu:NoSchedule"]
     properties = dict(result.properties)
     assert properties["enforcement"] == "Audit"
-    patched = jsonpatch.apply_patch(as_create(stored_train()), json.loads(properties["patch"]))
-    assert patched["spec"]["template"]["spec"]["nodeSelector"] == {"node-pool": "gpu"}
+    assert json.loads(properties["patch"]) == [
+        {"op": "add", "path": "/spec/template/spec/nodeSelector", "value": {"node-pool": "gpu"}}]
 
 
 def test_promoted_the_same_workload_is_out_of_step_with_the_same_change() -> None:
     audit = evaluate(stored_train(), snapshot_of(AUDIT, namespaces=[ML]), WORKLOADS)
     promoted = evaluate(stored_train(), snapshot_of(PROMOTED, namespaces=[ML]), WORKLOADS)
     assert [r.result for r in promoted.results] == ["fail", "fail"] and promoted.drifted
-    patch = json.loads(dict(audit.results[0].properties)["patch"])
     create = as_create(stored_train())
-    assert jsonpatch.apply_patch(create, patch) == jsonpatch.apply_patch(create, promoted.patch)
+    for result in audit.results:  # each rule's part of the would-be patch, together: what promotion writes
+        create = jsonpatch.apply_patch(create, json.loads(dict(result.properties)["patch"]))
+    promoted_template = jsonpatch.apply_patch(as_create(stored_train()), promoted.patch)["spec"]["template"]
+    assert create["spec"]["template"]["spec"] == promoted_template["spec"]
 
 
 def test_a_workload_the_audit_policy_leaves_alone_passes_and_one_it_does_not_select_has_no_result() -> None:
@@ -71,7 +73,7 @@ def test_the_report_holds_the_warn_results_with_their_patch_and_counts_them() ->
     report = workload_report(verdict, found=1_765_000_000)
     assert report["summary"] == {"pass": 0, "fail": 0, "warn": 2, "error": 0, "skip": 0}
     assert report["results"][0]["properties"]["enforcement"] == "Audit"
-    assert json.loads(report["results"][0]["properties"]["patch"])[1]["path"] == "/spec/template/spec/nodeSelector"
+    assert json.loads(report["results"][0]["properties"]["patch"])[0]["path"] == "/spec/template/spec/nodeSelector"
     crd = yaml.safe_load((REPO / "deploy/components/policy-reports/policyreports.yaml").read_text())
     jsonschema.validate(report, crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
     tally = RuleTally()

@@ -35,10 +35,8 @@ def test_explain_says_what_the_audit_policy_would_write(capsys: pytest.CaptureFi
     assert out.splitlines()[1:] == [
         "  not mutated: only Audit policies select this namespace",
         "  policy gpu-pool (priority 100, failurePolicy Ignore, Audit)",
-        "    gpu-nodes: audit: matched, would change the object",
-        "    gpu-taint: audit: matched, would change the object",
-        "    audit: would add nodeSelector node-pool=gpu",
-        "    audit: would add toleration nvidia.com/gpu:NoSchedule",
+        "    gpu-nodes: audit: would add nodeSelector node-pool=gpu",
+        "    gpu-taint: audit: would add toleration nvidia.com/gpu:NoSchedule",
         "  patch: 0 operation(s)",
         "",
     ]

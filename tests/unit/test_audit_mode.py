@@ -251,3 +251,19 @@ def test_patch_words_say_what_would_be_written() -> None:
                         {"op": "remove", "path": "/spec/priority"},
                         {"op": "add", "path": "/metadata/labels/team", "value": "ml"}]) == [
         "set schedulerName volcano", "remove spec.priority", "add label team=ml"]
+
+
+def test_each_rule_is_told_its_own_part_of_the_would_be_patch() -> None:
+    rules = ("  - {name: pool, action: add-node-selector, parameters: {node-pool: gpu}}\n"
+             "  - {name: zone, action: add-node-selector, parameters: {zone-class: fast}}\n"
+             "  - {name: spread, action: add-pod-anti-affinity, parameters: {topologyKey: kubernetes.io/hostname}}\n"
+             "  - {name: near, action: add-node-affinity, parameters: {key: disk, values: ssd}}\n")
+    record = run(snapshot_of(policy("split", rules), namespaces=[ML]), review_for(deployment())).audits[0]
+    assert record.rules == ["pool", "zone", "spread", "near"]
+    assert record.by_rule["pool"] == [
+        {"op": "add", "path": "/spec/template/spec/nodeSelector", "value": {"node-pool": "gpu"}}]
+    assert record.by_rule["zone"] == [
+        {"op": "add", "path": "/spec/template/spec/nodeSelector", "value": {"zone-class": "fast"}}]
+    assert [set(op["value"]) for op in record.by_rule["spread"]] == [{"podAntiAffinity"}]
+    assert [set(op["value"]) for op in record.by_rule["near"]] == [{"nodeAffinity"}]
+    assert patch_words(record.by_rule["zone"]) == ["add nodeSelector zone-class=fast"]

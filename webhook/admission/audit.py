@@ -23,6 +23,7 @@ from typing import Any
 import jsonpatch
 
 from webhook.actions.metadata import APPLIED_ANNOTATION
+from webhook.admission.patch_words import rule_operations
 from webhook.engine.exemption_seal import Seals
 from webhook.engine.mutate import mutate
 from webhook.engine.outcome import AUDIT_OUTCOME, DEADLINE_WARNING, AuditRecord, Mutation, RuleTrace
@@ -140,7 +141,14 @@ def _record(policy: Policy, obj: JSONObject, served: Mutation, served_object: JS
     if not any(not _applied_mark(op) for op in patch):  # only the applied mark: it would change nothing
         return AuditRecord(policy.name, "no-change", traces=traces, warnings=warnings)
     rules = list(dict.fromkeys(trace.rule for trace in traces if trace.outcome == "applied" and trace.changed))
-    return AuditRecord(policy.name, "would-change", patch, rules, traces, warnings)
+    changes = [op for op in patch if not _applied_mark(op)]
+    by_rule = {}
+    for rule in policy.rules:
+        if rule.name in rules and not rule.parameter_expressions:
+            found = rule_operations(rule.action.name, rule.parameters, changes)
+            if found is not None:
+                by_rule[rule.name] = found
+    return AuditRecord(policy.name, "would-change", patch, rules, by_rule, traces, warnings)
 
 
 def _applied_mark(op: Mapping[str, Any]) -> bool:

@@ -21,15 +21,25 @@ def trace_line(trace: RuleTrace, *, audit: bool = False) -> str:
 
 
 def audit_lines(record: AuditRecord) -> list[str]:
-    """An Audit policy's rules, then what it would have written: `audit: would add nodeSelector node-pool=gpu`."""
-    lines = [trace_line(trace, audit=True) for trace in record.traces]
-    if record.verdict == "would-change":
-        lines.extend(f"    audit: would {words}" for words in patch_words(record.patch))
-    elif record.verdict == "no-change":
+    """An Audit policy's rules, each that would change the object with what it would write (`gpu-nodes: audit:
+    would add nodeSelector node-pool=gpu`), then its verdict when it would change nothing or deny."""
+    lines: list[str] = []
+    told: set[str] = set()
+    for trace in record.traces:
+        if record.verdict == "would-change" and trace.rule in record.rules and trace.changed:
+            if trace.rule in told:
+                continue
+            told.add(trace.rule)
+            words = patch_words(record.by_rule.get(trace.rule, record.patch))
+            lines.extend(f"    {trace.rule}: audit: would {phrase}" for phrase in words)
+            if words:
+                continue
+        lines.append(trace_line(trace, audit=True))
+    if record.verdict == "no-change":
         lines.append("    audit: would change nothing")
     elif record.verdict == "would-deny":
         lines.append(f"    audit: would deny: {record.detail}")
-    else:
+    elif record.verdict == "not-evaluated":
         lines.append(f"    audit: not evaluated: {record.detail}")
     lines.extend(f"    audit: would warn: {warning}" for warning in record.warnings)
     return lines

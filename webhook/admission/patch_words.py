@@ -33,7 +33,7 @@ def _tokens(path: str) -> list[str]:
 
 def _phrase(op: str, tokens: list[str], value: Any) -> str:
     verb = VERBS.get(op, op)
-    inner = tokens[len(tokens) - 1 - tokens[::-1].index("template") + 1:] if "template" in tokens else tokens
+    inner = tokens[len(tokens) - tokens[::-1].index("template"):] if "template" in tokens else tokens
     if inner[:2] == ["metadata", "labels"] or inner[:2] == ["metadata", "annotations"]:
         return _pairs(verb, "label" if inner[1] == "labels" else "annotation", inner[2:], value)
     if inner[:2] == ["spec", "nodeSelector"]:
@@ -82,3 +82,59 @@ def _spread(item: Any) -> str:
         return json.dumps(item)
     return (f"on {item.get('topologyKey')} (maxSkew {item.get('maxSkew')}, "
             f"{item.get('whenUnsatisfiable', 'DoNotSchedule')})")
+
+
+KEYED: dict[str, tuple[str, ...]] = {
+    "add-node-selector": ("spec", "nodeSelector"),
+    "add-labels": ("metadata", "labels"),
+    "add-annotations": ("metadata", "annotations"),
+}
+"""Actions that write the keys of their parameters into one map of the template."""
+FIELDS: dict[str, tuple[str, ...]] = {
+    "add-toleration": ("spec", "tolerations"),
+    "add-topology-spread": ("spec", "topologySpreadConstraints"),
+    "set-scheduler-name": ("spec", "schedulerName"),
+    "set-priority-class": ("spec", "priorityClassName"),
+    "add-node-affinity": ("spec", "affinity", "nodeAffinity"),
+    "add-pod-affinity": ("spec", "affinity", "podAffinity"),
+    "add-pod-anti-affinity": ("spec", "affinity", "podAntiAffinity"),
+}
+"""Actions that write one field of the template (a Pod's priority goes with its priority class)."""
+
+
+def rule_operations(action: str, parameters: Mapping[str, Any], patch: JSONPatch) -> JSONPatch | None:
+    """The operations of a policy's `patch` that a rule with this action and these parameters writes, by the
+    field the action writes (a map's keys for the keyed ones); None for an action whose fields are not known
+    here (gangs, spot shares, node pools...), whose part of the patch is not told apart."""
+    if action in KEYED:
+        keyed = KEYED[action]
+        keys = {str(key) for key in parameters}
+        found: JSONPatch = []
+        for op in patch:
+            tokens = _inner(str(op.get("path")))
+            if tuple(tokens[:2]) != keyed:
+                continue
+            if len(tokens) > 2 and tokens[2] in keys:
+                found.append(op)
+            elif len(tokens) == 2 and isinstance(op.get("value"), dict):
+                value = {key: item for key, item in op["value"].items() if key in keys}
+                if value:
+                    found.append({**op, "value": value})
+        return found
+    where = FIELDS.get(action)
+    if where is None:
+        return None
+    found = []
+    for op in patch:
+        inner = tuple(_inner(str(op.get("path"))))
+        if inner[:len(where)] == where or (action == "set-priority-class" and inner[:2] in (
+                ("spec", "priority"), ("spec", "preemptionPolicy"))):
+            found.append(op)
+        elif len(where) == 3 and inner == where[:2] and isinstance(op.get("value"), dict) and where[2] in op["value"]:
+            found.append({**op, "value": {where[2]: op["value"][where[2]]}})
+    return found
+
+
+def _inner(path: str) -> list[str]:
+    tokens = _tokens(path)
+    return tokens[len(tokens) - tokens[::-1].index("template"):] if "template" in tokens else tokens

@@ -48,6 +48,9 @@ class AuditRecord:
     """JSON Patch (RFC 6902) on the object as the served policies leave it: what promoting the policy adds."""
     rules: list[str] = field(default_factory=list)
     """The policy's rules that matched and would have changed the object, in order."""
+    by_rule: dict[str, JSONPatch] = field(default_factory=dict)
+    """For each of `rules` whose action's fields are known, the operations of `patch` it writes (a keyed map's
+    value cut to its own keys); the others' part of the patch is not told apart."""
     traces: list[RuleTrace] = field(default_factory=list)
     """The policy's own rule traces, as its evaluation as Advisory made them."""
     warnings: list[str] = field(default_factory=list)

@@ -8,8 +8,9 @@ workload yet needs a look (Kyverno reports a validation policy's audit-mode viol
 own too: https://kyverno.io/docs/policy-reports/). Per audited rule that matches the workload:
 
 - `warn`: the rule would change the workload; the message says how, in words (`audit: would add nodeSelector
-  node-pool=gpu`), and the `patch` property holds the policy's would-be JSON Patch (the promotion's patch,
-  `webhook.admission.audit`), with `enforcement: Audit`;
+  node-pool=gpu`), and the `patch` property holds the rule's part of the policy's would-be JSON Patch (the
+  promotion's patch, `webhook.admission.audit`; the whole patch where the rule's part is not told apart:
+  gangs, spot shares, node pools), with `enforcement: Audit`;
 - `pass`: it matches and would change nothing;
 - `warn` too when promoting the policy would deny the workload (the message says why);
 - `error`: the rule errors on the workload; `skip`: its action was skipped, or the policy was not evaluated.
@@ -21,6 +22,7 @@ from collections.abc import Iterable
 from webhook.admission.patch_words import patch_words
 from webhook.cluster.reports.results import RuleResult
 from webhook.engine.outcome import AuditRecord
+from webhook.support.typing import JSONPatch
 
 PATCH_LIMIT = 4096
 """Characters of the would-be patch kept in a result's `patch` property (cut with a marker past it)."""
@@ -59,13 +61,14 @@ def _result(record: AuditRecord, rule: str, outcomes: set[str]) -> RuleResult | 
     if rule not in record.rules:
         return RuleResult(record.policy, rule, "pass", "audit: matches; applying it would change nothing",
                           properties=(("enforcement", "Audit"),))
-    words = "; ".join(f"would {phrase}" for phrase in patch_words(record.patch)) or "would change the workload"
+    patch = record.by_rule.get(rule, record.patch)
+    words = "; ".join(f"would {phrase}" for phrase in patch_words(patch)) or "would change the workload"
     return RuleResult(record.policy, rule, "warn", f"audit: {words}",
-                      properties=(("enforcement", "Audit"), ("patch", _patch_text(record))))
+                      properties=(("enforcement", "Audit"), ("patch", _patch_text(patch))))
 
 
-def _patch_text(record: AuditRecord) -> str:
-    text = json.dumps(record.patch, separators=(",", ":"))
+def _patch_text(patch: JSONPatch) -> str:
+    text = json.dumps(patch, separators=(",", ":"))
     if len(text) <= PATCH_LIMIT:
         return text
     marker = f"...[cut: {len(text)} characters; the whole patch: placer apply -o patch]"
