@@ -9,9 +9,11 @@ import yaml
 
 from tests.conftest import REPO
 from tests.helpers import snapshot_of
+from webhook.admission.offline import load_policies
 from webhook.cluster.health.policy_health import PolicyHealth, RuleCounts, healthy_condition, recent_status
 from webhook.cluster.reports.compliance import as_create, evaluate
 from webhook.cluster.reports.reports import RuleTally, counted, workload_report
+from webhook.engine.value_drift import ValueCheck
 from webhook.policy.snapshot import NamespaceInfo
 from webhook.workloads import default_workload_table
 
@@ -94,3 +96,25 @@ def test_health_counts_audited_evaluations_and_the_crd_keeps_them() -> None:
     crd = yaml.safe_load((REPO / "deploy/base/crd.yaml").read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["recent"]
     assert "audited" in schema["properties"] and "audited" in schema["properties"]["rules"]["items"]["properties"]
+
+
+STORED = sorted(path for path in (REPO / "tests/fixtures/requests").glob("*-update-*.json"))
+
+
+def test_the_served_policies_results_are_the_same_with_audit_policies_beside_them() -> None:
+    """Every stored object of the captured UPDATEs, judged by the example policies with and without the Audit
+    policies of tests/fixtures/audit (one of which writes the served rules' fields first): the served
+    policies' results and the patch are the same."""
+    served = load_policies([str(REPO / "policies")], required=True)
+    both = load_policies([str(REPO / "policies"), str(REPO / "tests/fixtures/audit/audit-policies.yaml")],
+                         required=True)
+    audited = {policy.name for policy in both.audited}
+    compared = 0
+    for path in STORED:
+        stored = json.loads(path.read_text())["body"]["request"]["oldObject"]
+        alone = evaluate(stored, served, WORKLOADS, ValueCheck(served))
+        beside = evaluate(stored, both, WORKLOADS, ValueCheck(both))
+        assert [r for r in beside.results if r.policy not in audited] == list(alone.results), path.name
+        assert beside.patch == alone.patch and beside.skipped == alone.skipped, path.name
+        compared += 1
+    assert compared >= 4
