@@ -147,6 +147,8 @@ class PolicySnapshot:
     """What the engine worked out from each namespace alone under this snapshot (bounded)."""
     observed_memo: ObservedMemo = field(init=False, default_factory=ObservedMemo, compare=False, repr=False)
     """The outcome of each expression by the observed fields it was evaluated on (bounded)."""
+    everything: tuple[Policy, ...] = field(init=False, default=(), compare=False, repr=False)
+    """`every_policy` when there are Audit policies (sorted once)."""
     audit_views: dict[str, "PolicySnapshot"] = field(init=False, default_factory=dict, compare=False, repr=False)
     """Per Audit policy, the snapshot that serves it as Advisory beside `policies` (`audit_view`)."""
 
@@ -156,15 +158,16 @@ class PolicySnapshot:
         shares = any(rule.action.name == SPOT_SHARE for policy in self.policies for rule in policy.rules)
         object.__setattr__(self, "reads_shares", shares)
         object.__setattr__(self, "enforces", any(policy.enforced for policy in self.policies))
+        if self.audited:
+            every = tuple(sorted((*self.policies, *self.audited), key=lambda policy: policy.order_key))
+            object.__setattr__(self, "everything", every)
         fields = (program.fields for policy in self.policies for program in policy.programs())
         object.__setattr__(self, "observed", merged(fields, VARIABLE_NAMES))
 
     @property
     def every_policy(self) -> tuple[Policy, ...]:
         """The served and the audited policies, in evaluation order (for listing, export and reports)."""
-        if not self.audited:
-            return self.policies
-        return tuple(sorted((*self.policies, *self.audited), key=lambda policy: policy.order_key))
+        return self.everything if self.audited else self.policies
 
     def audit_view(self, policy: Policy) -> "PolicySnapshot":
         """The snapshot that would serve if the Audit `policy` were promoted to Advisory: `policies` and it, with
