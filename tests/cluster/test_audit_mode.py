@@ -100,7 +100,7 @@ def recorder(cluster: Cluster, tmp_path: Path) -> Iterator[tuple[Recorder, str]]
               "metadata": {"name": RECORDER}, "webhooks": [{
                   "name": "recorder.placer-e2e.placer.dev", "admissionReviewVersions": ["v1"],
                   "sideEffects": "None", "failurePolicy": "Fail", "timeoutSeconds": 10,
-                  "clientConfig": {"url": f"https://{host}:{port}/mutate?timeout=5s", "caBundle": certs.ca_bundle()},
+                  "clientConfig": {"url": f"https://{host}:{port}/mutate", "caBundle": certs.ca_bundle()},
                   "namespaceSelector": {"matchLabels": {"placer-e2e-recorder": tag}},
                   "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"],
                              "resources": ["deployments"]}]}]}
