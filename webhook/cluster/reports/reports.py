@@ -184,7 +184,8 @@ class RuleTally:
                        f"in step, {totals['skip']} skipped{audited}; "
                        f"{len(self._failing.get((policy, rule), ()))} namespaces to look at")
             results.append({"policy": policy, "rule": rule, "result": worst, "message": message, "source": SOURCE,
-                            "scored": True, "properties": {name: str(count) for name, count in totals.items()}})
+                            "scored": True, "properties": {name: str(count) for name, count in totals.items()
+                                                          if name != "warn" or count}})
         summary = {name: sum(counts[name] for counts in self._totals.values()) for name in RESULTS}
         return {"apiVersion": API_VERSION, "kind": "ClusterPolicyReport",
                 "metadata": {"name": CLUSTER_REPORT_NAME, "labels": dict(MANAGED_BY)},
