@@ -1,6 +1,7 @@
 """`enforcement: Audit` offline: explain says what it would write, lint and the validating webhook accept it,
 export refuses it with the reason, and promoting it is one field."""
 
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -90,3 +91,14 @@ def test_the_crd_the_compiler_and_the_validating_webhook_agree_on_the_values() -
     document["spec"]["enforcement"] = "Shadow"
     answered = AppClient(app).post("/validate", json=review).get_json()["response"]
     assert answered["allowed"] is False and "must be Advisory, Enforced or Audit" in answered["status"]["message"]
+
+
+def test_an_audit_rule_that_errors_fails_placer_apply_as_any_rule(capsys: pytest.CaptureFixture[str],
+                                                                    tmp_path: Path) -> None:
+    """An Audit policy is on trial: a rule that errors on a manifest is a policy that does not work there."""
+    policy = tmp_path / "broken.yaml"
+    policy.write_text(AUDIT.read_text().replace("\"'nvidia.com/gpu' in resources.limits\"",
+                                                "\"int(workload.name) > 0\"", 1))
+    status, out, err = run(capsys, "apply", "--policies", str(policy), *MANIFESTS, "-o", "yaml")
+    assert status == 1 and "nodeSelector" not in out
+    assert "rule gpu-pool/gpu-nodes errors" in err

@@ -177,8 +177,9 @@ def apply_manifests(
 
 def rule_errors(mutation: Mutation) -> list[str]:
     """Each rule's error on an object, as `placer apply` and `placer test` report it."""
+    traces = [*mutation.traces, *(trace for record in mutation.audits for trace in record.traces)]
     return [f"rule {trace.policy}/{trace.rule} errors" + (f" (template {trace.template})" if trace.template else "")
-            + f": {trace.detail}" for trace in mutation.traces if trace.outcome == "error"]
+            + f": {trace.detail}" for trace in traces if trace.outcome == "error"]
 
 
 def _count_pod(shares: CountedShares, request: AdmissionRequest, mutation: Mutation) -> None:
