@@ -32,8 +32,8 @@ from webhook.pods.capacity_share import CapacityClass, ShareCounts, ShareLedger
 from webhook.pods.volumes import ClaimPlacement
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, ResourcesOfPod, UnknownNamespace
-from webhook.support.patches import diff, escape
-from webhook.support.typing import JSONObject
+from webhook.support.patches import apply_sharing, diff, escape
+from webhook.support.typing import JSONObject, JSONPatch
 from webhook.workloads import WorkloadTable
 
 
@@ -117,7 +117,7 @@ def audit(obj: JSONObject, served: Mutation, policies: list[Policy], snapshot: P
     """One record per Audit policy in `policies`: what it would have added to the served answer `served`."""
     if not policies:
         return []
-    served_object = jsonpatch.apply_patch(obj, served.patch) if served.patch else obj
+    served_object = _patched(obj, served.patch)
     records = []
     for policy in policies:
         if out_of_time():
@@ -136,7 +136,7 @@ def _record(policy: Policy, obj: JSONObject, served: Mutation, served_object: JS
         return AuditRecord(policy.name, "would-deny", traces=traces, warnings=warnings, detail=promoted.denial)
     if DEADLINE_WARNING in promoted.warnings and promoted.passed_through is not None:
         return AuditRecord(policy.name, "not-evaluated", traces=traces, detail="deadline reached")
-    after = jsonpatch.apply_patch(obj, promoted.patch) if promoted.patch else obj
+    after = _patched(obj, promoted.patch)
     patch = diff(served_object, after)
     if not any(not _applied_mark(op) for op in patch):  # only the applied mark: it would change nothing
         return AuditRecord(policy.name, "no-change", traces=traces, warnings=warnings)
@@ -157,6 +157,21 @@ def _applied_mark(op: Mapping[str, Any]) -> bool:
     value = op.get("value")
     return path.endswith("/" + escape(APPLIED_ANNOTATION)) or (
         path.endswith("/annotations") and isinstance(value, dict) and set(value) == {APPLIED_ANNOTATION})
+
+
+def _patched(obj: JSONObject, patch: JSONPatch) -> JSONObject:
+    """`obj` with the engine's `patch` applied, sharing what it does not change (`apply_sharing`: the engine's
+    patches are add, remove and replace with explicit indices); a deep copy by jsonpatch for anything else."""
+    if not patch:
+        return obj
+    if all(op.get("op") in ("add", "remove", "replace") for op in patch):
+        try:
+            shared: JSONObject = apply_sharing(obj, patch)
+            return shared
+        except (KeyError, IndexError, TypeError, ValueError):
+            pass
+    copied: JSONObject = jsonpatch.apply_patch(obj, patch)
+    return copied
 
 
 def audit_traces(records: list[AuditRecord]) -> list[RuleTrace]:
