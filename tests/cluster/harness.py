@@ -65,6 +65,12 @@ class Cluster:
     """Paths to delete at the end, in reverse order."""
     exemption_key: Path | None = None
     """The key Placer seals exempt users' templates with, when this process started Placer with one."""
+    webhook_host: str = ""
+    """Where the API server reaches this machine (`PLACER_E2E_WEBHOOK_HOST`), when Placer runs here."""
+    placer_url: str = ""
+    """`https://127.0.0.1:<port>` of the Placer this process started; empty when Placer is deployed."""
+    placer_ca: Path | None = None
+    """The CA of that Placer's serving certificate."""
 
     def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
         created = self.api.create(path, obj)
@@ -218,6 +224,7 @@ def _local_placer(state: Cluster, kubeconfig: Path, server: str, workdir: Path) 
     host = os.environ.get("PLACER_E2E_WEBHOOK_HOST") or address_towards(server)
     port = int(os.environ.get("PLACER_E2E_WEBHOOK_PORT", "9443"))
     certs = issue(workdir / "certs", [host, "localhost", "127.0.0.1"], common_name=host)
+    state.webhook_host, state.placer_url, state.placer_ca = host, f"https://127.0.0.1:{port}", certs.ca_cert
     empty = workdir / "no-file-policies"
     empty.mkdir()
     state.exemption_key = workdir / "exemption.key"

@@ -264,7 +264,7 @@ def test_the_review_answer_is_a_403_with_the_message() -> None:
 
 
 @pytest.mark.parametrize(("spec", "message"), [
-    ("enforcement: Strict", "spec.enforcement: must be Advisory or Enforced, not 'Strict'"),
+    ("enforcement: Strict", "spec.enforcement: must be Advisory, Enforced or Audit, not 'Strict'"),
     ("exemptions: {users: alice}", "spec.exemptions.users: must be a list of non-empty strings"),
     ("exemptions: {namespaces: [Bad_NS]}", "spec.exemptions.namespaces: 'Bad_NS'"),
     ("exemptions: {who: [x]}", "spec.exemptions.who: unknown field"),

@@ -119,4 +119,4 @@ def test_the_validating_webhook_refuses_a_bad_enforcement_at_its_field() -> None
     assert response["allowed"] is False and response["status"]["code"] == 422
     assert response["status"]["details"]["causes"] == [
         {"reason": "FieldValueInvalid", "field": "spec.enforcement",
-         "message": "must be Advisory or Enforced, not 'Always'"}]
+         "message": "must be Advisory, Enforced or Audit, not 'Always'"}]

@@ -40,7 +40,7 @@ class Served:
         self.lines: list[logging.LogRecord] = []
 
     def post(self, body: bytes, path: str = "/mutate") -> dict[str, Any]:
-        decided = pipeline.mutate
+        decided = pipeline.mutate_audited
 
         def decode(raw: bytes) -> Any:
             self.decoded += 1
@@ -57,7 +57,8 @@ class Served:
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         try:
-            with mock.patch.object(app_module, "decode_json", decode), mock.patch.object(pipeline, "mutate", mutate):
+            with (mock.patch.object(app_module, "decode_json", decode),
+                  mock.patch.object(pipeline, "mutate_audited", mutate)):
                 reply = self.client.post(path, data=body, content_type="application/json")
         finally:
             logger.removeHandler(handler)

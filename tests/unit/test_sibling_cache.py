@@ -59,7 +59,7 @@ class Decisions:
 
     def __init__(self) -> None:
         self.count = 0
-        self._mutate = pipeline.mutate
+        self._mutate = pipeline.mutate_audited
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.count += 1
@@ -69,7 +69,7 @@ class Decisions:
 @pytest.fixture
 def decisions() -> Any:
     counter = Decisions()
-    with mock.patch.object(pipeline, "mutate", counter):
+    with mock.patch.object(pipeline, "mutate_audited", counter):
         yield counter
 
 

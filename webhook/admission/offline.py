@@ -15,9 +15,11 @@ from typing import Any
 import jsonpatch
 import yaml
 
+from webhook.admission.audit import mutate_audited
+from webhook.admission.explain_lines import audit_lines, trace_line
 from webhook.admission.request_options import RequestOptions
 from webhook.admission.review import decode_json
-from webhook.engine.mutate import Mutation, mutate
+from webhook.engine.mutate import NO_POLICY, Mutation
 from webhook.engine.request import AdmissionRequest
 from webhook.gang.native import NOT_SERVED, served_from
 from webhook.placement.claims import ClaimLookup
@@ -156,8 +158,8 @@ def apply_manifests(
         request = _request_for(obj, namespace.name, operation, index, options)
         serving = dataclasses.replace(snapshot, namespaces={**namespaces, namespace.name: namespace})
         devices = claims.devices_for(request, snapshot, workloads)
-        mutation = mutate(request, serving, workloads, claims=claims.for_admission(request, snapshot), devices=devices,
-                          ledger=shares, seals=seals)
+        mutation = mutate_audited(request, serving, workloads, claims=claims.for_admission(request, snapshot),
+                                  devices=devices, ledger=shares, seals=seals)
         _count_pod(shares, request, mutation)
         if devices is not None:  # a claim Placer does not know: a warning, and a note for explain
             mutation.warnings.extend(devices.notes)
@@ -175,8 +177,9 @@ def apply_manifests(
 
 def rule_errors(mutation: Mutation) -> list[str]:
     """Each rule's error on an object, as `placer apply` and `placer test` report it."""
+    traces = [*mutation.traces, *(trace for record in mutation.audits for trace in record.traces)]
     return [f"rule {trace.policy}/{trace.rule} errors" + (f" (template {trace.template})" if trace.template else "")
-            + f": {trace.detail}" for trace in mutation.traces if trace.outcome == "error"]
+            + f": {trace.detail}" for trace in traces if trace.outcome == "error"]
 
 
 def _count_pod(shares: CountedShares, request: AdmissionRequest, mutation: Mutation) -> None:
@@ -271,32 +274,30 @@ def _explain(
 ) -> str:
     lines = [f"{result.title} ({result.origin})"]
     mutation = result.mutation
-    if mutation.passed_through:
+    if mutation.passed_through and mutation.audits:  # the served policies'; the Audit policies' records follow
+        reason = mutation.passed_through
+        lines.append("  not mutated: " + ("only Audit policies select this namespace" if reason == NO_POLICY
+                                          else reason))
+    elif mutation.passed_through:
         lines.append(f"  not evaluated: {mutation.passed_through}")
     lines.extend(f"  note: {note}" for note in mutation.notes)
     by_policy: dict[str, list[str]] = {}
     for trace in mutation.traces:
-        where = f" [{trace.template}]" if trace.template else ""
-        verdict = {
-            "applied": "matched, " + ("changed the object" if trace.changed else "nothing to change"),
-            "not-matched": "not matched",
-            "missing": "not matched (missing key)",
-            "error": "ERROR",
-            "skipped": "matched, action skipped",
-            "denied": "matched, would be refused",
-        }[trace.outcome]
-        detail = f" ({trace.detail})" if trace.detail else ""
-        by_policy.setdefault(trace.policy, []).append(f"    {trace.rule}{where}: {verdict}{detail}")
-    if not mutation.passed_through:
-        for policy in snapshot.policies:
-            if not policy.applies_to_namespace(result.namespace.labels):
-                lines.append(f"  policy {policy.name}: namespaceSelector does not select {result.namespace.name}")
-            elif policy.name in by_policy:
-                lines.append(
-                    f"  policy {policy.name} (priority {policy.priority}, failurePolicy {policy.failure_policy}"
-                    + (", Enforced)" if policy.enforced else ")")
-                )
-                lines.extend(by_policy[policy.name])
+        by_policy.setdefault(trace.policy, []).append(trace_line(trace))
+    for record in mutation.audits:
+        by_policy.setdefault(record.policy, []).extend(audit_lines(record))
+    audited = {record.policy for record in mutation.audits}
+    for policy in snapshot.every_policy:
+        if mutation.passed_through and policy.name not in audited:
+            continue
+        if not policy.applies_to_namespace(result.namespace.labels):
+            lines.append(f"  policy {policy.name}: namespaceSelector does not select {result.namespace.name}")
+        elif policy.name in by_policy:
+            lines.append(
+                f"  policy {policy.name} (priority {policy.priority}, failurePolicy {policy.failure_policy}"
+                + (f", {policy.enforcement})" if policy.enforcement != "Advisory" else ")")
+            )
+            lines.extend(by_policy[policy.name])
     if mutation.denial:
         lines.append(f"  would be refused: {mutation.denial}" if mutation.refused else f"  DENIED: {mutation.denial}")
     if _unselected_for_want_of_labels(snapshot, result.namespace):
@@ -314,7 +315,7 @@ def _unselected_for_want_of_labels(snapshot: PolicySnapshot, namespace: Namespac
     """A namespaceSelector left a policy out and the namespace has no labels of its own: the usual reason is
     that the user did not say what they are (offline, labels come only from manifests or the flag)."""
     own = {key for key in namespace.labels if key != NAMESPACE_NAME_LABEL}
-    return not own and any(not policy.applies_to_namespace(namespace.labels) for policy in snapshot.policies)
+    return not own and any(not policy.applies_to_namespace(namespace.labels) for policy in snapshot.every_policy)
 
 
 def _fit_lines(obj: JSONObject, nodes: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:

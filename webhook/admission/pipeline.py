@@ -5,11 +5,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
+from webhook.admission.audit import mutate_audited
+from webhook.admission.audit_annotations import audit_annotations
 from webhook.admission.review import build_response
 from webhook.admission.sibling_cache import RuleCounts, SiblingCache, response_for
 from webhook.engine.enforcement import ENFORCE_LABEL
 from webhook.engine.exemption_seal import Seals
-from webhook.engine.mutate import INJECT_LABEL, Mutation, mutate
+from webhook.engine.mutate import INJECT_LABEL, Mutation
 from webhook.engine.request import AdmissionRequest
 from webhook.placement.claims import AdmissionDevices, ClaimLookup
 from webhook.placement.feasibility import Findings, PlacementCheck
@@ -187,8 +189,8 @@ def _decide(
     try:
         placements = _claims(claims, snapshot, request)
         devices = _devices(claims, snapshot, request, workloads)
-        mutation = mutate(request, snapshot, workloads, deadline=deadline, namespace=namespace, claims=placements,
-                          devices=devices, ledger=ledger, seals=seals)
+        mutation = mutate_audited(request, snapshot, workloads, deadline=deadline, namespace=namespace,
+                                  claims=placements, devices=devices, ledger=ledger, seals=seals)
         if devices is not None:  # a claim Placer does not know: a warning, and a note for explain
             mutation.warnings.extend(devices.notes)
             mutation.notes.extend(devices.notes)
@@ -198,12 +200,15 @@ def _decide(
             return _refuse(request, f"{NOT_DECIDED}: internal error evaluating policies")
         warning = "internal error evaluating policies; admitted unchanged"
         return Admission(request, _respond(request, warnings=[warning]), "error", Mutation(warnings=[warning]))
+    audited = audit_annotations(mutation.audits) if mutation.audits else {}
     if mutation.denial is not None:
-        response = _respond(request, allowed=False, warnings=mutation.warnings, denial=mutation.denial)
+        response = _respond(request, allowed=False, warnings=mutation.warnings, denial=mutation.denial,
+                            audit_annotations=audited or None)
         return Admission(request, response, "denied", mutation)
     if mutation.passed_through is not None:
-        return Admission(request, _respond(request, warnings=mutation.warnings), "skipped", mutation)
-    audit = {"applied": ",".join(mutation.applied)} if mutation.applied else None
+        response = _respond(request, warnings=mutation.warnings, audit_annotations=audited or None)
+        return Admission(request, response, "skipped", mutation)
+    audit = {"applied": ",".join(mutation.applied), **audited} if mutation.applied else audited or None
     findings = _placement_warnings(placement, mutation, snapshot, request)
     response = _respond(request, patch=mutation.patch, warnings=mutation.warnings, audit_annotations=audit)
     _record_share(ledger, request, mutation)
@@ -308,7 +313,7 @@ def _namespace(
     resolve: NamespaceResolver | None,
 ) -> NamespaceInfo | UnknownNamespace | None:
     """The request's namespace, looked up only when policies could be evaluated for it."""
-    if resolve is None or not request.namespace or not snapshot.policies:
+    if resolve is None or not request.namespace or not snapshot.every_policy:
         return None
     if workloads.lookup(request.group, request.kind) is None:
         return None

@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 
 import orjson
 
+from webhook.admission.audit import audit_traces
 from webhook.admission.review import decode_json, parse_review
 from webhook.admission.sibling_bytes import plain_holes, proven, shape
 from webhook.engine.outcome import DEADLINE_WARNING, Mutation
@@ -69,7 +70,7 @@ RuleCounts = tuple[list[tuple[str, str, str]], list[tuple[str, str, str, str]]]
 
 
 def rule_counts(mutation: Mutation) -> RuleCounts:
-    traces = mutation.traces
+    traces = mutation.traces if not mutation.audits else [*mutation.traces, *audit_traces(mutation.audits)]
     return ([(trace.policy, trace.rule, trace.outcome) for trace in traces],
             [(trace.policy, trace.rule, trace.outcome, trace.detail) for trace in traces
              if trace.outcome in PROBLEM_OUTCOMES])
@@ -187,9 +188,11 @@ class SiblingCache:
         rest = {name: value for name, value in answered.items() if name != "uid"}
         # what the log line and metrics read of the answer; not the templates it placed (a copy of the object)
         said = Mutation(warnings=mutation.warnings, applied=mutation.applied, traces=mutation.traces,
-                        denial=mutation.denial, refused=mutation.refused, passed_through=mutation.passed_through)
+                        denial=mutation.denial, refused=mutation.refused, passed_through=mutation.passed_through,
+                        audits=mutation.audits)
         size = (len(key) + len(str(rest.get("patch", ""))) + sum(len(warning) for warning in said.warnings)
-                + TRACE_BYTES * len(said.traces))
+                + TRACE_BYTES * (len(said.traces) + sum(len(record.traces) for record in said.audits))
+                + sum(len(str(record.patch)) for record in said.audits))
         if size > self.answer_bytes // 8:
             return  # one answer may not push out most of the others
         found = self._shape(body, request, key) if body is not None else None
@@ -233,7 +236,8 @@ class SiblingCache:
         self._bytes = 0
         self._snapshot = snapshot
         self._usable = memoisable(snapshot)
-        self._strip_managed_fields = not reads_managed_fields(snapshot.observed)
+        self._strip_managed_fields = not any(reads_managed_fields(view.observed) for view in (
+            snapshot, *(snapshot.audit_view(policy) for policy in snapshot.audited)))
 
 
 def response_for(request: AdmissionRequest, kept: Kept) -> JSONObject:
@@ -248,7 +252,10 @@ def memoisable(snapshot: PolicySnapshot) -> bool:
         return False
     if any(rule.action.per_pod for policy in snapshot.policies for rule in policy.rules):
         return False
-    return not reads_identity(snapshot.observed)
+    if reads_identity(snapshot.observed):
+        return False
+    # An Audit policy's record is part of the answer: kept only where its evaluation could be kept too.
+    return all(memoisable(snapshot.audit_view(policy)) for policy in snapshot.audited)
 
 
 def reads_identity(observed: Mapping[str, FieldTree]) -> bool:

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         # The target of the field checks (the flag, the cluster's with --kube, or the newest supported) is
         # the API server the objects are for: its CEL environment and its admissionregistration version.
         target = parse_version(compiler.fields.version)
-        exports = export_policies(snapshot.policies, args.api_version, target=target,
+        exports = export_policies(snapshot.every_policy, args.api_version, target=target,
                                   allow_partial=bool(args.allow_partial))
     except ValueError as error:
         print(f"placer export: {error}", file=sys.stderr)

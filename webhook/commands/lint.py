@@ -39,12 +39,12 @@ def run(args: argparse.Namespace) -> int:
     if snapshot.errors:
         print(f"{len(snapshot.errors)} error(s)", file=sys.stderr)
         return 1
-    if not snapshot.policies:
+    if not snapshot.every_policy:
         print(f"no SchedulingPolicy found in {', '.join(paths)}")
         return 1
-    print(f"{len(snapshot.policies)} policies OK: {', '.join(p.name for p in snapshot.policies)}")
+    print(f"{len(snapshot.every_policy)} policies OK: {', '.join(p.name for p in snapshot.every_policy)}")
     target = compiler.fields.version
-    for policy in snapshot.policies:  # loads, but cannot work as written: said, not an error
+    for policy in snapshot.every_policy:  # loads, but cannot work as written: said, not an error
         for finding in gang_not_enforced(policy):
             print(f"Warning: {policy.source}: {finding.message}", file=sys.stderr)
         for rule in native_gang_rules(policy) if not served_from(target) else ():

@@ -39,8 +39,13 @@ REFUSING_ACTIONS = frozenset({"add-node-selector", "add-node-affinity", "set-sch
 def lint_lines(policy: Policy) -> list[str]:
     """What `placer lint` says of a policy's enforcement: which rules refuse, or that exemptions do nothing."""
     if not policy.enforced:
-        return [f"Warning: {policy.source}: policy {policy.name}: spec.exemptions has no effect under "
-                "enforcement Advisory"] if policy.exemptions is not None else []
+        lines = [f"Warning: {policy.source}: policy {policy.name}: spec.exemptions has no effect under "
+                 f"enforcement {policy.enforcement}"] if policy.exemptions is not None else []
+        if policy.audited:
+            lines.append(f"{policy.name}: Audit: evaluated on every admission as Advisory, never applied; what it "
+                         "would write goes to audit annotations, PolicyReports and metrics (promote: "
+                         "spec.enforcement: Advisory)")
+        return lines
     refusing = [rule.name for rule in policy.rules if rule.action.name in REFUSING_ACTIONS and not rule.override
                 and rule.parameters.get("type", "required") == "required"]
     line = (f"{policy.name}: Enforced in namespaces {_selector_text(policy)}: refuses a Pod or template naming its "

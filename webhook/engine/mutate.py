@@ -16,7 +16,14 @@ from webhook.engine.enforced_check import check_unchanged, checked_unchanged, de
 from webhook.engine.enforcement import enforcing, holding, names_its_node, node_name_refusal, refusal_mutation
 from webhook.engine.exemption_seal import Seals, pod_sealed
 from webhook.engine.native_pods import with_native_groups
-from webhook.engine.outcome import DEADLINE_WARNING, DeadlineReached, DenyRequest, Mutation, RuleTrace, unique_messages
+from webhook.engine.outcome import (
+    DEADLINE_WARNING,
+    DeadlineReached,
+    DenyRequest,
+    Mutation,
+    RuleTrace,
+    unique_messages,
+)
 from webhook.engine.passes import Run
 from webhook.engine.patch_assembly import marks_patch, pointer_tokens
 from webhook.engine.request import AdmissionRequest
@@ -36,8 +43,12 @@ from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot, ResourcesOfPo
 from webhook.support.typing import JSONObject
 from webhook.workloads import WorkloadKind, WorkloadTable, controller_reference
 
+NO_POLICY = "no policy selects this namespace"
+"""Why an object passes through when no served policy selects its namespace (Audit policies may still)."""
+
 __all__ = [
-    "DEADLINE_WARNING", "INJECT_LABEL", "Mutation", "RuleTrace", "mutate", "pass_through_reason", "pointer_tokens",
+    "DEADLINE_WARNING", "INJECT_LABEL", "NO_POLICY", "Mutation", "RuleTrace", "mutate", "pass_through_reason",
+    "pointer_tokens",
 ]
 
 
@@ -137,7 +148,7 @@ def _evaluate(
         policies = kept
     if not policies:
         if not mutation.warnings:
-            mutation.passed_through = "no policy selects this namespace"
+            mutation.passed_through = NO_POLICY
         return mutation
 
     def run_with(sealed_slots: frozenset[str], into: Mutation) -> Run:

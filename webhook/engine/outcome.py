@@ -13,8 +13,9 @@ from webhook.support.typing import JSONObject, JSONPatch
 
 DEADLINE_WARNING = "deadline reached before every rule was evaluated; admitted unchanged"
 
-Outcome = Literal["applied", "not-matched", "missing", "error", "skipped", "denied"]
-"""`denied`: the rule matched and an Enforced policy refuses what the object has (`webhook.engine.enforcement`)."""
+Outcome = Literal["applied", "not-matched", "missing", "error", "skipped", "denied", "audit"]
+"""`denied`: the rule matched and an Enforced policy refuses what the object has (`webhook.engine.enforcement`);
+`audit`: an Audit policy's rule matched and would have applied (`webhook.admission.audit`; counted, never sent)."""
 
 
 @dataclass(slots=True)
@@ -30,6 +31,32 @@ class RuleTrace:
     outcome: Outcome
     detail: str = ""
     changed: bool = False
+
+
+AuditVerdict = Literal["would-change", "no-change", "would-deny", "not-evaluated"]
+AUDIT_OUTCOME: Outcome = "audit"
+"""The outcome metrics and health count for an Audit policy's rule that matched: it would have applied."""
+
+
+@dataclass(slots=True)
+class AuditRecord:
+    """What one Audit policy would have done to this request."""
+
+    policy: str
+    verdict: AuditVerdict
+    patch: JSONPatch = field(default_factory=list)
+    """JSON Patch (RFC 6902) on the object as the served policies leave it: what promoting the policy adds."""
+    rules: list[str] = field(default_factory=list)
+    """The policy's rules that matched and would have changed the object, in order."""
+    by_rule: dict[str, JSONPatch] = field(default_factory=dict)
+    """For each of `rules` whose action's fields are known, the operations of `patch` it writes (a keyed map's
+    value cut to its own keys); the others' part of the patch is not told apart."""
+    traces: list[RuleTrace] = field(default_factory=list)
+    """The policy's own rule traces, as its evaluation as Advisory made them."""
+    warnings: list[str] = field(default_factory=list)
+    """What it would have warned of (conflicts, rule errors) that the served answer does not."""
+    detail: str = ""
+    """For `would-deny`, the denial it would have given; for `not-evaluated`, why not."""
 
 
 @dataclass(slots=True)
@@ -56,6 +83,9 @@ class Mutation:
     flavour's group name and size), for the gang capacity check."""
     share: ShareDecision | None = None
     """The capacity class `spot-share` gave a Pod, and why: the pipeline tells the ledger of it."""
+    audits: list[AuditRecord] = field(default_factory=list)
+    """What each Audit policy that selects the request would have added (`webhook.admission.audit`): recorded in the
+    response's auditAnnotations, reports, metrics and explain, never in the patch."""
 
 
 class DenyRequest(Exception):

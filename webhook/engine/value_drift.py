@@ -123,6 +123,8 @@ class ValueCheck:
         self.ledger = Ledger()
         policies = tuple(self._policy(policy) for policy in snapshot.policies)
         self.snapshot = dataclasses.replace(snapshot, policies=policies)
+        for policy in snapshot.audited:  # judged as they are: their runs must tell the ledger nothing
+            self.snapshot.audit_views[policy.name] = snapshot.audit_view(policy)
 
     def judging(self, ledger: Ledger) -> PolicySnapshot:
         """The wrapped snapshot, reporting to `ledger` until the next call."""

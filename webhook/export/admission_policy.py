@@ -35,6 +35,9 @@ GANG_REASON = ("add-gang-labels: the group identity and size Placer derives (ope
 ENFORCED_REASON = ("enforcement: Enforced: a MutatingAdmissionPolicy cannot refuse an object, and the export does "
                    "not write the ValidatingAdmissionPolicy that would (nor can one refuse a Pod naming its node "
                    "only when no node creates it); an Enforced policy stays with the webhook")
+AUDIT_REASON = ("enforcement: Audit: a MutatingAdmissionPolicy has no audit mode (it applies its mutations or is "
+                "not bound; the API server records no would-be patch of one); an Audit policy stays with the "
+                "webhook, and is exported once promoted to Advisory")
 VOLUME_REASON = ("pin-to-volume-node: the node a pod's claims are on comes from PersistentVolumeClaims and "
                  "PersistentVolumes, which a MutatingAdmissionPolicy cannot read (it sees only the request)")
 SHARE_REASON = ("spot-share: a pod's capacity class depends on the live pods of its workload, which a "
@@ -172,6 +175,8 @@ class Exporter:
                        policy_rules: Sequence[str]) -> str:
         if policy.enforced:
             raise NotExportable(ENFORCED_REASON)
+        if policy.audited:
+            raise NotExportable(AUDIT_REASON)
         params = self._parameters(rule, unexportable)
         return rule_expression(rule.action.name, params, override=rule.override,
                                condition=self._condition(rule), rule_id=f"{policy.name}/{rule.name}",

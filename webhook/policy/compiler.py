@@ -85,7 +85,7 @@ class PolicyCompiler:
             errors.add(f"must be Ignore or Fail, not {failure_policy!r}", field="spec.failurePolicy")
         enforcement = spec.get("enforcement", "Advisory")
         if enforcement not in ENFORCEMENTS:
-            errors.add(f"must be Advisory or Enforced, not {enforcement!r}", field="spec.enforcement")
+            errors.add(f"must be Advisory, Enforced or Audit, not {enforcement!r}", field="spec.enforcement")
         exemptions = parse_exemptions(spec.get("exemptions"), errors.add)
         if enforcement == "Enforced" and spec.get("namespaceSelector") is None:
             errors.add(ENFORCED_NEEDS_NAMESPACES, field="spec.namespaceSelector")

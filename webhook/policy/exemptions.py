@@ -17,8 +17,9 @@ from typing import Any, Literal
 
 from webhook.support.names import dns1123_label_error
 
-Enforcement = Literal["Advisory", "Enforced"]
-ENFORCEMENTS: tuple[Enforcement, ...] = ("Advisory", "Enforced")
+Enforcement = Literal["Advisory", "Enforced", "Audit"]
+ENFORCEMENTS: tuple[Enforcement, ...] = ("Advisory", "Enforced", "Audit")
+"""`Audit`: evaluated as Advisory, never applied: what it would write is recorded (`webhook.admission.audit`)."""
 EXEMPTION_FIELDS = ("namespaces", "users", "groups")
 NEVER_ENFORCED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "placer-system")
 """Namespaces Placer's controller never labels `placer.dev/enforce=true`, whatever an Enforced policy selects,

@@ -152,6 +152,11 @@ class Policy:
         return self.enforcement == "Enforced"
 
     @property
+    def audited(self) -> bool:
+        """The policy is evaluated but never applied (`enforcement: Audit`, `webhook.admission.audit`)."""
+        return self.enforcement == "Audit"
+
+    @property
     def order_key(self) -> tuple[int, str]:
         """Lower priority runs first; ties are broken by name."""
         return (self.priority, self.name)

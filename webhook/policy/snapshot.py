@@ -4,6 +4,7 @@ Sources build a new snapshot and swap it in with one assignment, so every admiss
 set or the new one, never a mix.
 """
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -148,6 +149,9 @@ class PolicySnapshot:
     job_gangs: bool = False
     """The Job controller keeps a Job's gang from the Job's own `spec.scheduling` (1.37+, feature gate
     WorkloadWithJob): native gang rules write that field on Jobs instead of a PodGroup of Placer's."""
+    audited: tuple[Policy, ...] = ()
+    """The `enforcement: Audit` policies, in evaluation order: never among `policies`, so nothing the engine
+    serves is derived from them (`webhook.admission.audit` evaluates each in its own `audit_view`)."""
     enforces: bool = field(init=False, default=False)
     """Some policy is Enforced: a Pod Placer would pass (made from a template it mutated) is checked again."""
     reads_claims: bool = field(init=False, default=False)
@@ -166,6 +170,10 @@ class PolicySnapshot:
     """What the engine worked out from each namespace alone under this snapshot (bounded)."""
     observed_memo: ObservedMemo = field(init=False, default_factory=ObservedMemo, compare=False, repr=False)
     """The outcome of each expression by the observed fields it was evaluated on (bounded)."""
+    everything: tuple[Policy, ...] = field(init=False, default=(), compare=False, repr=False)
+    """`every_policy` when there are Audit policies (sorted once)."""
+    audit_views: dict[str, "PolicySnapshot"] = field(init=False, default_factory=dict, compare=False, repr=False)
+    """Per Audit policy, the snapshot that serves it as Advisory beside `policies` (`audit_view`)."""
 
     def __post_init__(self) -> None:
         reads = any(rule.action.pod_only for policy in self.policies for rule in policy.rules)
@@ -173,8 +181,27 @@ class PolicySnapshot:
         shares = any(rule.action.name == SPOT_SHARE for policy in self.policies for rule in policy.rules)
         object.__setattr__(self, "reads_shares", shares)
         object.__setattr__(self, "enforces", any(policy.enforced for policy in self.policies))
+        if self.audited:
+            every = tuple(sorted((*self.policies, *self.audited), key=lambda policy: policy.order_key))
+            object.__setattr__(self, "everything", every)
         fields = (program.fields for policy in self.policies for program in policy.programs())
         object.__setattr__(self, "observed", merged(fields, VARIABLE_NAMES))
+
+    @property
+    def every_policy(self) -> tuple[Policy, ...]:
+        """The served and the audited policies, in evaluation order (for listing, export and reports)."""
+        return self.everything if self.audited else self.policies
+
+    def audit_view(self, policy: Policy) -> "PolicySnapshot":
+        """The snapshot that would serve if the Audit `policy` were promoted to Advisory: `policies` and it, with
+        caches of its own (the served snapshot's memo, namespace facts and policy sets never see it)."""
+        view = self.audit_views.get(policy.name)
+        if view is None:
+            advisory = dataclasses.replace(policy, enforcement="Advisory")
+            view = dataclasses.replace(self, policies=tuple(sorted((*self.policies, advisory),
+                                                                    key=lambda kept: kept.order_key)), audited=())
+            self.audit_views[policy.name] = view
+        return view
 
     def observable(self, variables: Mapping[str, Any]) -> dict[str, Any]:
         """The CEL variables cut down to what the policies can observe of them (`field_reads.prune`): the
@@ -237,8 +264,10 @@ class PolicySnapshot:
         job_gangs: bool = False,
     ) -> "PolicySnapshot":
         ordered = tuple(sorted(policies, key=lambda policy: policy.order_key))
-        return cls(ordered, namespaces, tuple(errors), environment, ready, default_priority_class, pod_groups_served,
-                   native_gang_version, job_gangs)
+        served = tuple(policy for policy in ordered if not policy.audited)
+        audited = tuple(policy for policy in ordered if policy.audited) if len(served) < len(ordered) else ()
+        return cls(served, namespaces, tuple(errors), environment, ready, default_priority_class, pod_groups_served,
+                   native_gang_version, job_gangs, audited)
 
     def namespace(self, name: str) -> NamespaceInfo:
         """The known namespace, or one with no labels (a policy selecting on labels will not match)."""

@@ -212,7 +212,7 @@ def create_app(
         snapshot = holder.current
         if not snapshot.ready:
             return 503, JSON, error_reply(503, "policies not loaded yet").body
-        lines = [f"ok: {len(snapshot.policies)} policies, {len(snapshot.errors)} errors"]
+        lines = [f"ok: {len(snapshot.every_policy)} policies, {len(snapshot.errors)} errors"]
         if settings.cluster_state is not None:
             # what the controller discovered, and the minor this worker checks policies' fields against
             lines.append(f"api server: {read_served_apis(settings.cluster_state).summary()}")
@@ -224,7 +224,7 @@ def create_app(
 
     def prometheus() -> tuple[int, str, bytes]:
         snapshot = holder.current
-        metrics.observe_policies(len(snapshot.policies), len(snapshot.errors))
+        metrics.observe_policies(len(snapshot.every_policy), len(snapshot.errors))
         payload, content_type = metrics.render()
         return 200, content_type, payload
 
@@ -258,6 +258,9 @@ def _record(metrics: Metrics, admission_log: AdmissionLog, admission: Admission,
         "reason": mutation.passed_through or mutation.denial,
         "durationMs": round(seconds * 1000, 3),
     }
+    if mutation.audits:  # each Audit policy's verdict and rules; its patch (object values) stays out of logs
+        fields["audited"] = {record.policy: {"verdict": record.verdict, "rules": record.rules}
+                             for record in mutation.audits}
 
     def write() -> None:
         metrics.observe_admission(kind, operation, result, seconds, rules, problems=problems)

@@ -54,13 +54,13 @@ def build_worker_app(settings: Settings) -> PlacerApp:
 
     def publish(snapshot: PolicySnapshot) -> None:
         holder.swap(snapshot)
-        metrics.observe_policies(len(snapshot.policies), len(snapshot.errors))
+        metrics.observe_policies(len(snapshot.every_policy), len(snapshot.errors))
 
     reloader = PolicyReloader(sources, compiler.environment, publish, interval=settings.reload_interval)
     holder = SnapshotHolder(reloader.load())
     publish(holder.current)
     reloader.start()
-    log.info("worker %d ready with %d policies", os.getpid(), len(holder.current.policies))
+    log.info("worker %d ready with %d policies", os.getpid(), len(holder.current.every_policy))
     placement, claims, shares = None, None, None
     if settings.cluster_state is not None:
         nodes = NodeFactsReader(nodes_directory(settings.cluster_state))

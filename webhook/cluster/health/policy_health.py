@@ -32,6 +32,10 @@ OUTCOME_FIELDS = {"applied": "applied", "not-matched": "notMatched", "missing": 
 DENIED = "denied"
 """Refusals of an Enforced policy's rule (`webhook.engine.enforcement`): written as `denied` only when there
 were some, so the status of a policy that refuses nothing reads as before."""
+AUDITED = "audited"
+AUDIT_OUTCOME = "audit"
+"""An Audit policy's rule matched and would have applied (`webhook.admission.audit`): written as `audited` only when
+there were some, as `denied` is."""
 
 
 @dataclass(slots=True)
@@ -86,6 +90,8 @@ def recent_status(health: PolicyHealth) -> dict[str, Any]:
             entry[key] = counts.counts.get(outcome, 0)
         if counts.counts.get(DENIED):
             entry[DENIED] = counts.counts[DENIED]
+        if counts.counts.get(AUDIT_OUTCOME):
+            entry[AUDITED] = counts.counts[AUDIT_OUTCOME]
         if counts.last_error is not None:
             entry["lastError"] = counts.last_error.detail
         if counts.last_missing is not None:
@@ -102,6 +108,9 @@ def recent_status(health: PolicyHealth) -> dict[str, Any]:
     denied = sum(rule.get(DENIED, 0) for rule in rules)
     if denied:
         recent[DENIED] = denied
+    audited = sum(rule.get(AUDITED, 0) for rule in rules)
+    if audited:
+        recent[AUDITED] = audited
     recent["rules"] = rules
     return recent
 
@@ -118,7 +127,8 @@ def healthy_condition(policy: str, health: PolicyHealth | None, findings: Iterab
         if errors:
             last = f"; last: {counts.last_error.detail}" if counts.last_error is not None else ""
             problems[RULE_ERRORS].append(f"rule {policy}/{name}: {errors} error(s) in the last {window}{last}")
-        if missing and not counts.counts.get("applied") and not errors:  # a failing rule is named once
+        applied = counts.counts.get("applied") or counts.counts.get(AUDIT_OUTCOME)
+        if missing and not applied and not errors:  # a failing rule is named once
             last = f"; last: {counts.last_missing.detail}" if counts.last_missing is not None else ""
             problems[MISSING_KEYS].append(
                 f"rule {policy}/{name}: {missing} missing key(s) and never applied in the last {window}{last}")

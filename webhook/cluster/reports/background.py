@@ -295,7 +295,7 @@ class BackgroundReports:
 
     def _policy_change(self, snapshot: PolicySnapshot) -> None:
         """Mark the workloads of every namespace a changed policy (old or new version) selects."""
-        current = {policy.name: policy for policy in snapshot.policies}
+        current = {policy.name: policy for policy in snapshot.every_policy}
         changed = [name for name in current.keys() | self._policies.keys()
                    if current.get(name) is not self._policies.get(name)]
         versions = [policy for name in changed for policy in (current.get(name), self._policies.get(name)) if policy]

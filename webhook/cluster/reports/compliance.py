@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.admission.pipeline import admit
+from webhook.cluster.reports.audit_results import audit_results
 from webhook.cluster.reports.exempt_results import exempt_policies, judged_as_exempt
 from webhook.cluster.reports.results import RESULTS, Result, RuleResult
 from webhook.engine.exemption_seal import Seals
@@ -119,7 +120,7 @@ def evaluate(stored: JSONObject, snapshot: PolicySnapshot, workloads: WorkloadTa
     `ValueCheck(snapshot)`, made once for many workloads judged against the same snapshot. `seal_key`: the key
     of exemption seals (`placer serve --exemption-key`), to honour a sealed workload as its admission did."""
     workload = reference_of(stored)
-    policies = [policy for policy in snapshot.policies
+    policies = [policy for policy in snapshot.every_policy
                 if policy.applies_to_namespace(snapshot.namespace(workload.namespace).labels)]
     owner = controller_reference(stored)
     if workload.kind == "Pod" and owner is not None:
@@ -134,12 +135,18 @@ def evaluate(stored: JSONObject, snapshot: PolicySnapshot, workloads: WorkloadTa
     mutation = admission.mutation
     if admission.result == "error":
         return Verdict(workload, _for_every_rule(policies, "error", "internal error evaluating the policies"))
+    audited = audit_results(mutation.audits)
     if mutation.passed_through is not None:
-        return _skipped(workload, policies, mutation.passed_through)
+        if not audited:
+            return _skipped(workload, policies, mutation.passed_through)
+        served = [policy for policy in policies if not policy.audited]
+        return Verdict(workload, _for_every_rule(served, "skip", mutation.passed_through) + tuple(audited),
+                       skipped=mutation.passed_through if served else None)
     exempt = exempt_policies(policies, workload.namespace, create, kind, seal_key)
     changes = _changes(mutation.patch)
     results = list(_rule_results(mutation.traces, changes, _unique(ledger.found), ledger.adding,
                                  refused=mutation.refused))
+    results.extend(audited)
     if mutation.refused and mutation.denial is not None:
         # An Enforced policy would refuse this workload if it were created now: each refusing rule is `fail` with
         # its refusal; the other rules are judged on their own, and no patch can bring the workload in step.

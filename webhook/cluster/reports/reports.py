@@ -91,14 +91,17 @@ def workload_report(verdict: Verdict, found: float) -> JSONObject:
 
 def _result(rule: RuleResult, resource: JSONObject, found: float) -> JSONObject:
     message = rule.message if len(rule.message) <= MESSAGE_LIMIT else rule.message[:MESSAGE_LIMIT - 1] + "…"
-    return {"policy": rule.policy, "rule": rule.rule, "result": rule.result, "message": message,
-            "resources": [resource], "source": SOURCE, "scored": True,
-            "timestamp": {"seconds": int(found), "nanos": 0}}
+    result: JSONObject = {"policy": rule.policy, "rule": rule.rule, "result": rule.result, "message": message,
+                          "resources": [resource], "source": SOURCE, "scored": True,
+                          "timestamp": {"seconds": int(found), "nanos": 0}}
+    if rule.properties:
+        result["properties"] = dict(rule.properties)
+    return result
 
 
 def summary_of(results: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     counted = Counter(result["result"] for result in results)
-    return {**{name: counted[name] for name in RESULTS}, "warn": 0}
+    return {name: counted[name] for name in RESULTS}
 
 
 def within_budget(report: JSONObject, budget: int = REPORT_BUDGET) -> JSONObject:
@@ -175,16 +178,18 @@ class RuleTally:
         results = []
         for (policy, rule), counts in sorted(self._totals.items()):
             totals = {name: counts[name] for name in RESULTS}
-            worst = next(name for name in ("error", "fail", "pass", "skip") if totals[name])
+            worst = next(name for name in ("error", "fail", "warn", "pass", "skip") if totals[name])
+            audited = f", {totals['warn']} the Audit rule would change" if totals["warn"] else ""
             message = (f"{totals['fail']} workloads out of step, {totals['error']} with errors, {totals['pass']} "
-                       f"in step, {totals['skip']} skipped; {len(self._failing.get((policy, rule), ()))} "
-                       "namespaces to look at")
+                       f"in step, {totals['skip']} skipped{audited}; "
+                       f"{len(self._failing.get((policy, rule), ()))} namespaces to look at")
             results.append({"policy": policy, "rule": rule, "result": worst, "message": message, "source": SOURCE,
-                            "scored": True, "properties": {name: str(count) for name, count in totals.items()}})
+                            "scored": True, "properties": {name: str(count) for name, count in totals.items()
+                                                          if name != "warn" or count}})
         summary = {name: sum(counts[name] for counts in self._totals.values()) for name in RESULTS}
         return {"apiVersion": API_VERSION, "kind": "ClusterPolicyReport",
                 "metadata": {"name": CLUSTER_REPORT_NAME, "labels": dict(MANAGED_BY)},
-                "summary": {**summary, "warn": 0}, "results": results}
+                "summary": summary, "results": results}
 
 
 def _add(table: dict[tuple[str, str], Counter[str]], key: tuple[str, str], name: str, sign: int) -> None:

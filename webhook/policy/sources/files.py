@@ -116,7 +116,7 @@ class FilePolicySource:
         ]
         merged = combine([SourceContent(errors=tuple(errors)), *files], self._compiler.environment)
         return SourceContent(
-            {p.name: p for p in merged.policies},
+            {p.name: p for p in merged.every_policy},
             merged.namespaces,
             merged.errors,
             default_priority_class=merged.default_priority_class,
