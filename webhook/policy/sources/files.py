@@ -1,7 +1,9 @@
 """Policies from files and directories (`--policies`), re-read while serving.
 
-A file that no longer parses keeps serving its last good content; a policy that no longer compiles keeps
-serving its last good version. Either way the error is reported, and no other policy is affected.
+A file that cannot be read keeps serving its last good content; a document of it that no longer parses (an
+unclosed `{`) costs only the policies it held, which keep serving their last good versions while the file's
+other documents load; a policy that no longer compiles keeps serving its last good version. Either way the
+error is reported, and no other policy is affected.
 """
 
 import logging
@@ -15,12 +17,11 @@ from webhook.policy.errors import PolicyError
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.policy.sources.documents import (
-    ManifestError,
     expand_lists,
     global_default_class_from,
     is_policy,
     namespace_from,
-    read_documents,
+    read_documents_separately,
 )
 from webhook.policy.sources.reloader import SourceContent, combine
 
@@ -130,19 +131,18 @@ class FilePolicySource:
         """The file's new state; policies that no longer load keep their last good version from `previous`."""
         source = str(path)
         try:
-            documents = list(expand_lists(read_documents(path.read_text(encoding="utf-8"))))
-        except (OSError, UnicodeDecodeError, ManifestError) as error:
+            documents, broken = read_documents_separately(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as error:
             # Keep the last good content: a half-written file must not drop policies that were serving.
-            place = error.place if isinstance(error, ManifestError) else None
-            problem = error.problem if isinstance(error, ManifestError) and place is not None else str(error)
             return _FileState(
                 fingerprint,
                 previous.policies,
                 previous.namespaces,
-                [PolicyError(source, f"cannot read: {problem}", place=place)],
+                [PolicyError(source, f"cannot read: {error}")],
                 default_priority_class=previous.default_priority_class,
                 kept_last_good=True,
             )
+        documents = list(expand_lists(documents))
         state = _FileState(fingerprint)
         for document in documents:
             namespace = namespace_from(document.content)
@@ -159,6 +159,12 @@ class FilePolicySource:
             elif result.name is not None and result.name in previous.policies:
                 state.policies[result.name] = previous.policies[result.name]
                 state.stale.append(result.name)
+        for mistake in broken:  # the other documents load; what the broken one held keeps its last good version
+            state.mistakes.append(PolicyError(source, f"cannot read: {mistake.problem}", place=mistake.place))
+        if broken:
+            kept = {name: policy for name, policy in previous.policies.items() if name not in state.policies}
+            state.policies.update(kept)
+            state.stale.extend(kept)
         return state
 
     @staticmethod
@@ -168,7 +174,7 @@ class FilePolicySource:
             log.error("policy file %s: %s (keeping its last good content)", path, state.errors[0].message)
             return
         for name in state.stale:
-            log.error("policy %s in %s does not compile; its last good version keeps serving", name, path)
+            log.error("policy %s in %s does not load; its last good version keeps serving", name, path)
         for problem in state.errors:
             log.error("%s", problem)
 
