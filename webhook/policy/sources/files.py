@@ -160,7 +160,7 @@ class FilePolicySource:
                 state.policies[result.name] = previous.policies[result.name]
                 state.stale.append(result.name)
         for mistake in broken:  # the other documents load; what the broken one held keeps its last good version
-            state.mistakes.append(PolicyError(source, f"cannot read: {mistake.problem}", place=mistake.place))
+            state.errors.append(PolicyError(source, f"cannot read: {mistake.problem}", place=mistake.place))
         if broken:
             kept = {name: policy for name, policy in previous.policies.items() if name not in state.policies}
             state.policies.update(kept)
