@@ -99,3 +99,48 @@ def test_lint_says_everything_on_stderr_and_counts_in_words(tmp_path: Path,
     assert captured.out == ""
     assert captured.err.splitlines()[-1] == "1 error"
     assert "unknown action 'add-magic'" in captured.err.splitlines()[0]
+
+
+POD = """apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: default}
+spec:
+  containers: [{name: c, image: nginx}]
+"""
+
+
+def test_apply_says_which_policies_it_loaded_and_from_where(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """On stderr, so that `-o yaml` stays pipeable; the default directory is named as the flag's default."""
+    (tmp_path / "pod.yaml").write_text(POD)
+    (tmp_path / "one.yaml").write_text(ONE)
+    assert main(["apply", "--policies", str(tmp_path / "one.yaml"), "-f", str(tmp_path / "pod.yaml")]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == f"placer apply: 1 policy from {tmp_path}/one.yaml: one\n"
+    assert "pool: a" in captured.out
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "two.yaml").write_text(ONE.replace("one", "two"))
+    (tmp_path / "policies" / "three.yaml").write_text(ONE.replace("one", "three"))
+    assert main(["apply", "-f", "pod.yaml", "-o", "patch"]) == 0
+    assert capsys.readouterr().err == ("placer apply: 2 policies from ./policies (the default of --policies): "
+                                       "three, two\n")
+
+
+def test_apply_without_policies_names_the_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "pod.yaml").write_text(POD)
+    monkeypatch.chdir(tmp_path)
+    assert main(["apply", "-f", "pod.yaml"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == ("placer apply: no policies: --policies names none and ./policies (its default) does "
+                            "not exist; name policy files or directories with --policies PATH (repeatable)\n")
+
+    (tmp_path / "policies").mkdir()
+    assert main(["apply", "-f", "pod.yaml"]) == 1
+    assert capsys.readouterr().err == ("placer apply: no SchedulingPolicy in ./policies (the default of "
+                                       "--policies); name policy files or directories with --policies PATH\n")
+    assert main(["apply", "--policies", "pod.yaml", "-f", "pod.yaml"]) == 1
+    assert "no SchedulingPolicy in pod.yaml;" in capsys.readouterr().err

@@ -3,6 +3,7 @@ shown offline; nothing is ever written to the cluster."""
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from webhook.admission.offline import DEFAULT_NAMESPACE, apply_manifests, parse_labels, render
@@ -13,6 +14,7 @@ from webhook.commands.field_targets import add_target_flags, compiler_from_flags
 from webhook.commands.live import LiveError, cluster_snapshot, read_namespaces, read_nodes, read_object
 from webhook.policy.sources.documents import ManifestError
 from webhook.support.config import DEFAULT_POLICIES
+from webhook.support.suggestions import counted
 
 
 def add_parser(commands: Any) -> None:
@@ -84,8 +86,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"{prog}: {error}", file=sys.stderr)
             return 1
     else:
+        paths = args.policies or [DEFAULT_POLICIES]
+        if not args.policies and not Path(DEFAULT_POLICIES).exists():
+            print(f"{prog}: no policies: --policies names none and {DEFAULT_POLICIES} (its default) does not exist; "
+                  "name policy files or directories with --policies PATH (repeatable)", file=sys.stderr)
+            return 2
         report = apply_manifests(
-            policy_paths=args.policies or [DEFAULT_POLICIES],
+            policy_paths=paths,
             manifest_paths=args.manifests,
             namespace_labels=labels,
             operation=args.operation,
@@ -93,6 +100,16 @@ def run(args: argparse.Namespace) -> int:
             compiler=compiler,
             request_options=options,
         )
+    if not args.kube:
+        found = report.snapshot.policies
+        where = ", ".join(paths) + ("" if args.policies else " (the default of --policies)")
+        if not found and not report.snapshot.errors:
+            print(f"{prog}: no SchedulingPolicy in {where}; name policy files or directories with --policies PATH",
+                  file=sys.stderr)
+            return 1
+        names = ", ".join(policy.name for policy in found)
+        print(f"{prog}: {counted(len(found), 'policy', 'policies')} from {where}" + (f": {names}" if names else ""),
+              file=sys.stderr)
     for problem in (*report.problems, *report.rule_errors):
         print(f"error: {problem}", file=sys.stderr)
     for warning in report.warnings:

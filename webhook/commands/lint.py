@@ -17,6 +17,7 @@ from webhook.commands.field_targets import (
 from webhook.engine.configuration import gang_not_enforced
 from webhook.engine.enforcement import lint_lines
 from webhook.gang.native import served_from, unavailable_on
+from webhook.support.suggestions import counted
 
 
 def add_parser(commands: Any) -> None:
@@ -25,11 +26,6 @@ def add_parser(commands: Any) -> None:
     add_policy_paths(lint)
     add_target_flags(lint)
     lint.set_defaults(run=run)
-
-
-def counted(count: int, singular: str, plural: str | None = None) -> str:
-    """`1 error`, `2 errors`, `1 policy`: a count with its noun."""
-    return f"{count} {singular if count == 1 else plural or singular + 's'}"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,5 +1,5 @@
-"""The one "did you mean" of Placer's messages: a misspelt field, parameter, action or selector key is met with
-the closest known name, else with the names there are.
+"""Words of Placer's messages: counted nouns, and the one "did you mean": a misspelt field, parameter, action
+or selector key is met with the closest known name, else with the names there are.
 
 difflib's ratio (twice the matched characters over both lengths) at 0.6, the cutoff `get_close_matches`
 defaults to: `maxSpotPercent` finds `maxSpotPercentage` (0.90), `namespaceSelctor` `namespaceSelector`
@@ -33,3 +33,8 @@ def unknown_name(message: str, name: str, known: Iterable[str]) -> str:
     if close is not None:
         return f"{message}; did you mean `{close}`?"
     return f"{message} (known: {listed(known, limit=len(known))})" if known else message
+
+
+def counted(count: int, singular: str, plural: str | None = None) -> str:
+    """`1 error`, `2 errors`, `1 policy`: a count with its noun."""
+    return f"{count} {singular if count == 1 else plural or singular + 's'}"
