@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from webhook.commands.cli import main
+from webhook.export.helpers import MATCHED_KINDS, RESOURCE_RULES
 from webhook.support.suggestions import closest, unknown_name
 
 TYPOS = """apiVersion: placer.dev/v1alpha1
@@ -144,3 +145,64 @@ def test_apply_without_policies_names_the_flag(tmp_path: Path, monkeypatch: pyte
                                        "--policies); name policy files or directories with --policies PATH\n")
     assert main(["apply", "--policies", "pod.yaml", "-f", "pod.yaml"]) == 1
     assert "no SchedulingPolicy in pod.yaml;" in capsys.readouterr().err
+
+
+SPARK = """apiVersion: placer.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: spark}
+spec:
+  rules:
+  - name: spark-pool
+    condition: "object.kind == 'SparkApplication'"
+    action: add-node-selector
+    parameters: {pool: spark}
+  - name: mixed
+    condition: "object.kind in ['Deployment', 'RayCluster'] && workload.replicas > 1"
+    action: add-node-selector
+    parameters: {zone: a}
+  - name: spark-pods
+    condition: "workload.kind == 'SparkApplication'"
+    action: add-labels
+    parameters: {spark: "yes"}
+"""
+
+GANG_ONLY = """apiVersion: placer.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: gangs}
+spec:
+  rules:
+  - {name: gang, action: add-gang-labels, parameters: {scheduler: volcano}}
+"""
+
+
+def test_export_says_which_rules_match_kinds_it_does_not(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The exported policy matches the built-in kinds only: a rule for SparkApplications would run on nothing,
+    and is said not exported, with why; a rule also for an operator kind, or for the pods of one, says so."""
+    (tmp_path / "spark.yaml").write_text(SPARK)
+    assert main(["export", str(tmp_path / "spark.yaml")]) == 1
+    report = capsys.readouterr().err.splitlines()
+    assert report[1] == ("spark/spark-pool: not exported: its condition holds only for SparkApplication, which the "
+                         "exported policy does not match: its matchConstraints hold the built-in kinds (Pod, "
+                         "Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob); an operator resource's pod "
+                         "templates, one per role, stay with the webhook")
+    assert ("spark: rule mixed: exported for Deployment only; the exported policy does not match RayCluster "
+            "(operator resources stay with the webhook)") in report
+    assert any(line.startswith("spark: rule spark-pods: its condition holds only for workloads of kind "
+                               "SparkApplication") for line in report)
+
+
+def test_export_allow_partial_that_writes_nothing_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "gangs.yaml").write_text(GANG_ONLY)
+    assert main(["export", "--allow-partial", str(tmp_path / "gangs.yaml")]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines()[-1] == "placer export: nothing written: no rule of any policy can be exported"
+
+    (tmp_path / "spark.yaml").write_text(SPARK)
+    assert main(["export", "--allow-partial", str(tmp_path)]) == 0, "something written: a partial export"
+    assert "kind: MutatingAdmissionPolicy" in capsys.readouterr().out
+
+
+def test_the_kinds_export_matches_are_those_of_its_resource_rules() -> None:
+    resources = {resource for rule in RESOURCE_RULES for resource in rule["resources"]}
+    assert {kind.lower() + "s" for kind in MATCHED_KINDS} == resources

@@ -51,8 +51,8 @@ _ExpressionDumper.add_representer(str, _represent_text)
 def run(args: argparse.Namespace) -> int:
     """The objects on stdout (ready for `kubectl apply -f -`), the exportability report on stderr; exit 1
     when a policy does not load (nothing is written then) or is not exported whole (the others are written,
-    unless --allow-partial: then every rule that can be is written, and the exit is 0); 2 for a target or
-    API version the export does not support."""
+    unless --allow-partial: then every rule that can be is written, and the exit is 0 if that is anything at
+    all); 2 for a target or API version the export does not support."""
     quiet_policy_log()
     paths = policy_paths(args)
     compiler = compiler_from_flags(args)
@@ -73,6 +73,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"placer export: {error}", file=sys.stderr)
         return 2
     objects = [obj for export in exports for obj in export.objects]
+    if not objects and not any(export.refused for export in exports):
+        # --allow-partial with no rule that can be exported: an empty output is no success
+        for line in report_lines(exports, target):
+            print(line, file=sys.stderr)
+        print("placer export: nothing written: no rule of any policy can be exported", file=sys.stderr)
+        return 1
     if args.output == "json":
         print(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
     else:
