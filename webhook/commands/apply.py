@@ -11,6 +11,7 @@ from webhook.admission.request_options import RequestOptions
 from webhook.cluster.client.api import TransportError, api_from_flags
 from webhook.cluster.client.connection import ConnectionSetupError
 from webhook.commands.field_targets import add_target_flags, compiler_from_flags, quiet_policy_log
+from webhook.commands.flags import add_cluster, add_output, add_policies
 from webhook.commands.live import LiveError, cluster_snapshot, read_namespaces, read_nodes, read_object
 from webhook.policy.sources.documents import ManifestError
 from webhook.support.config import DEFAULT_POLICIES
@@ -21,23 +22,27 @@ def add_parser(commands: Any) -> None:
     """`placer apply` and its flags."""
     apply = commands.add_parser("apply", help="show offline what the policies do to manifests")
     apply.add_argument("targets", nargs="*", metavar="KIND/NAME", help="live objects (with --kube)")
-    apply.add_argument("--policies", action="append", required=False, metavar="PATH")
-    apply.add_argument("-f", "--filename", action="append", dest="manifests", metavar="MANIFEST")
+    add_policies(apply)
+    apply.add_argument("-f", "--filename", action="append", dest="manifests", metavar="MANIFEST",
+                       help="manifests to admit, YAML or JSON, multi-document or kind: List (repeatable)")
     apply.add_argument(
         "--kube", action="store_true", default=False,
         help="the cluster's SchedulingPolicies and namespaces, and live objects (read, never written)",
     )
-    apply.add_argument("--kubeconfig", metavar="FILE")
-    apply.add_argument("--context", metavar="NAME", help="kubeconfig context (with --kube)")
-    apply.add_argument("-n", "--namespace", metavar="NS", help="namespace of live objects and of manifests without one")
+    add_cluster(apply, when="--kube")
+    apply.add_argument("-n", "--namespace", metavar="NS",
+                       help="namespace of live objects and of manifests without one (default: default)")
     apply.add_argument("--namespace-labels", metavar="k=v,...", help="labels of the manifests' namespace")
-    apply.add_argument("--operation", default="CREATE", choices=["CREATE", "UPDATE"])
+    apply.add_argument("--operation", default="CREATE", choices=["CREATE", "UPDATE"],
+                       help="the admission request's operation (default: %(default)s)")
     apply.add_argument("--old", action="append", default=None, metavar="MANIFEST",
                        help="with --operation UPDATE: the objects as they were (matched by kind, namespace, name)")
-    apply.add_argument("--as", dest="as_user", metavar="USER", help="the request's user (as kubectl --as)")
+    apply.add_argument("--as", dest="as_user", metavar="USER",
+                       help="the request's user, as kubectl --as (default: placer-apply)")
     apply.add_argument("--as-group", action="append", default=None, metavar="GROUP", help="a group of the user")
     apply.add_argument("--exemption-key", metavar="FILE", help="the key of exemption seals (as placer serve)")
-    apply.add_argument("-o", "--output", default="yaml", choices=["yaml", "json", "patch", "explain"])
+    add_output(apply, ["yaml", "json", "patch", "explain"],
+               "the mutated manifests (yaml, json), their JSON patches, or every rule's verdict and why")
     add_target_flags(apply, kube=False)
     apply.set_defaults(run=run)
 

@@ -9,6 +9,7 @@ from typing import Any
 from webhook import __version__
 from webhook.commands import apply, certs, drift, export, lint, serve, shares, suites
 from webhook.commands.dev import command as dev
+from webhook.commands.flags import add_cluster, add_output, finish
 
 ENV_PREFIX = "PLACER_"
 
@@ -26,6 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     for verb in (serve, certs, apply, lint, suites, export, dev):
         verb.add_parser(commands)
+    for command in commands.choices.values():  # every verb's help says how PLACER_<FLAG> sets its flags
+        finish(command)
     return parser
 
 
@@ -69,12 +72,14 @@ def kubectl_main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument(*flags, dest=f"global_{name}", metavar=metavar, help=f"kubectl's --{name}")
     commands = parser.add_subparsers(dest="command", required=True)
     explain = commands.add_parser("explain", help="what the cluster's SchedulingPolicies do to objects now")
-    explain.add_argument("targets", nargs="*", metavar="KIND/NAME")
-    explain.add_argument("-f", "--filename", action="append", default=[], metavar="FILE")
-    explain.add_argument("-n", "--namespace", metavar="NS")
-    explain.add_argument("--context", metavar="NAME")
-    explain.add_argument("--kubeconfig", metavar="FILE")
-    explain.add_argument("-o", "--output", default="explain", choices=["explain", "yaml", "json", "patch"])
+    explain.add_argument("targets", nargs="*", metavar="KIND/NAME", help="live objects (deploy/web, sts/db)")
+    explain.add_argument("-f", "--filename", action="append", default=[], metavar="FILE",
+                         help="manifests to admit, as if created (repeatable)")
+    explain.add_argument("-n", "--namespace", metavar="NS",
+                         help="namespace of the objects and of manifests without one (default: default)")
+    add_cluster(explain)
+    add_output(explain, ["explain", "yaml", "json", "patch"],
+               "every rule's verdict and why, the mutated objects (yaml, json), or their JSON patches")
     drift.add_parser(commands)
     shares.add_parser(commands)
     args = parser.parse_args(argv)

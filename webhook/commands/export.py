@@ -16,6 +16,7 @@ from webhook.commands.field_targets import (
     policy_paths,
     quiet_policy_log,
 )
+from webhook.commands.flags import add_output
 from webhook.export.admission_policy import export_policies, report_lines
 from webhook.export.versions import API_VERSIONS, parse_version
 
@@ -31,7 +32,7 @@ def add_parser(commands: Any) -> None:
                              "from 1.36; else v1beta1)")
     export.add_argument("--allow-partial", action="store_true", default=None,
                         help="write the rules that can be exported of a policy that cannot be exported whole")
-    export.add_argument("-o", "--output", default="yaml", choices=["yaml", "json"])
+    add_output(export, ["yaml", "json"], "the objects as YAML documents, or as JSON (a v1 List)")
     add_target_flags(export)
     export.set_defaults(run=run)
 
