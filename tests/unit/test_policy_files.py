@@ -8,6 +8,7 @@ import pytest
 
 from tests.helpers import node_selector_policy, write_configmap_volume
 from webhook.policy.compiler import PolicyCompiler
+from webhook.policy.sources.documents import read_documents_separately
 from webhook.policy.sources.files import FilePolicySource
 
 
@@ -149,3 +150,17 @@ def test_python_tags_in_a_policy_file_are_refused_not_executed(tmp_path: Path) -
     assert not marker.exists()
     [error] = source.content().errors
     assert error.source.endswith("evil.yaml") and "python/object/apply" in error.message
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("a: {b: 1\n---\nc: 1\n",
+     "line 1, column 4: flow mapping not closed: did not find expected ',' or '}' (at line 2, column 1)"),
+    ("a: 'x\n", "line 1, column 4: quoted scalar not closed: found unexpected end of stream (at line 2, column 1)"),
+    ("a: {b: [1, 2}\n",
+     "line 1, column 13: did not find expected ',' or ']', in the flow sequence opened at line 1, column 8"),
+])
+def test_a_yaml_mistake_is_placed_where_it_was_made(text: str, message: str) -> None:
+    """Left open to the end (of the text, or of its document), a `{` or quote is the mistake; closed with the
+    wrong bracket, the mistake is where the parser stopped."""
+    _, errors = read_documents_separately(text)
+    assert [str(error) for error in errors] == [message]

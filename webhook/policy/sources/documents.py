@@ -49,6 +49,10 @@ scalar, a block scalar (whose lines are indented by at least one space) and a fl
 quoted scalar it is an error; a `---` indented in a block scalar is text."""
 
 
+DOCUMENT_MARKER = re.compile(r"(?:---|\.\.\.)(?=[ \t\r\n]|$)")
+"""`---` or `...` (at the start of a line): where a document ends."""
+
+
 def read_documents_separately(text: str) -> tuple[list[Document], list[ManifestError]]:
     """Every document that parses, and a ManifestError for each that does not: a mistake in one document (an
     unclosed `{`) costs that document only. The text is parsed whole first; only when that fails is it cut at
@@ -81,7 +85,7 @@ def _parse(text: str) -> list[Document]:
             if content is not None:
                 documents.append(Document(node.start_mark.line + 1, content, Positions.of_node(node, text)))
     except yaml.MarkedYAMLError as error:
-        raise _located(error) from None
+        raise _located(error, text) from None
     except yaml.YAMLError as error:
         raise ManifestError(str(error)) from None
     finally:
@@ -89,21 +93,24 @@ def _parse(text: str) -> list[Document]:
     return documents
 
 
-_UNCLOSED = ("while parsing a flow mapping", "while parsing a flow sequence", "while scanning a quoted scalar")
-"""Contexts of a construct opened and never closed: the parser notices at the next document marker or the end
-of the text, but the mistake is where it was opened."""
+_OPENED = ("while parsing a flow mapping", "while parsing a flow sequence", "while scanning a quoted scalar")
+"""Contexts of a construct that must be closed: `{`, `[` or a quote."""
 
 
-def _located(error: yaml.MarkedYAMLError) -> ManifestError:
-    """The error at the line and column of the mistake: where an unclosed `{`, `[` or quote was opened (said
-    with where the parser noticed), else where the parser stopped."""
+def _located(error: yaml.MarkedYAMLError, text: str) -> ManifestError:
+    """The error at the line and column of the mistake. A `{`, `[` or quote still open at the next document
+    marker or the end of the text was never closed: the mistake is where it was opened (said with where the
+    parser noticed); anywhere else, where the parser stopped, in the construct opened where it says."""
     problem = str(error.problem or error)
     mark, opened = error.problem_mark, error.context_mark
-    if opened is not None and error.context and error.context.startswith(_UNCLOSED):
+    if opened is not None and mark is not None and error.context and error.context.startswith(_OPENED):
         what = error.context.removeprefix("while parsing a ").removeprefix("while scanning a ")
-        if mark is not None:
+        rest = text[mark.index:]
+        if not rest.strip() or (mark.column == 0 and DOCUMENT_MARKER.match(rest)):
             problem = f"{what} not closed: {problem} (at line {mark.line + 1}, column {mark.column + 1})"
-        mark = opened
+            mark = opened
+        else:
+            problem = f"{problem}, in the {what} opened at line {opened.line + 1}, column {opened.column + 1}"
     if mark is None:
         return ManifestError(problem)
     place = (mark.line + 1, mark.column + 1)
