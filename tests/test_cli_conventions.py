@@ -4,30 +4,15 @@ the flags as the parsers take them, metavars included, so the two cannot drift a
 import argparse
 import re
 
-import pytest
-
 from tests.docs_text import DOCS, blocks
-from webhook.commands.cli import _parser, kubectl_main
+from webhook.commands.cli import _parser, kubectl_parser
 from webhook.commands.flags import ENVIRONMENT
 
 
 def verbs() -> dict[str, argparse.ArgumentParser]:
     """`placer`'s verbs and `kubectl placer`'s (as `kubectl VERB`)."""
     found = dict(next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)).choices)
-    captured: list[argparse.ArgumentParser] = []
-    original = argparse.ArgumentParser.parse_args
-
-    def capture(self: argparse.ArgumentParser, *args: object, **kwargs: object) -> argparse.Namespace:
-        captured.append(self)
-        raise SystemExit(0)
-
-    argparse.ArgumentParser.parse_args = capture  # type: ignore[assignment,method-assign]
-    try:
-        with pytest.raises(SystemExit):
-            kubectl_main([])
-    finally:
-        argparse.ArgumentParser.parse_args = original  # type: ignore[method-assign]
-    kubectl = next(a for a in captured[0]._actions if isinstance(a, argparse._SubParsersAction)).choices
+    kubectl = next(a for a in kubectl_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     found.update({f"kubectl {name}": parser for name, parser in kubectl.items()})
     return found
 

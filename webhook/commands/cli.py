@@ -63,10 +63,8 @@ with every argument after `placer` (staging/src/k8s.io/kubectl/pkg/cmd/plugin.go
 them: kubectl's own commands take them anywhere (persistent flags, cmd.go `NewKubectlCommand`)."""
 
 
-def kubectl_main(argv: Sequence[str] | None = None) -> int:
-    """`kubectl placer [--kubeconfig F] [--context C] [-n NS] explain|drift|shares ...`: the kubectl plugin
-    (installed as `kubectl-placer`); `explain` is `placer apply --kube` with kubectl's flag conventions. The
-    global flags go before or after the verb; after it, they win."""
+def kubectl_parser() -> argparse.ArgumentParser:
+    """`kubectl placer` and its verbs."""
     parser = argparse.ArgumentParser(prog="kubectl placer", description="Which Placer policy does what, live.")
     for flags, name, metavar in KUBECTL_GLOBAL_FLAGS:
         parser.add_argument(*flags, dest=f"global_{name}", metavar=metavar, help=f"kubectl's --{name}")
@@ -82,6 +80,14 @@ def kubectl_main(argv: Sequence[str] | None = None) -> int:
                "every rule's verdict and why, the mutated objects (yaml, json), or their JSON patches")
     drift.add_parser(commands)
     shares.add_parser(commands)
+    return parser
+
+
+def kubectl_main(argv: Sequence[str] | None = None) -> int:
+    """`kubectl placer [--kubeconfig F] [--context C] [-n NS] explain|drift|shares ...`: the kubectl plugin
+    (installed as `kubectl-placer`); `explain` is `placer apply --kube` with kubectl's flag conventions. The
+    global flags go before or after the verb; after it, they win."""
+    parser = kubectl_parser()
     args = parser.parse_args(argv)
     for _, name, _ in KUBECTL_GLOBAL_FLAGS:
         if getattr(args, name, None) is None:
