@@ -89,7 +89,7 @@ def test_a_broken_file_keeps_its_last_good_content_and_is_reported_once(
         assert source.refresh() is False  # the same broken content is not re-read and re-reported each round
     assert served(source) == {"blue-one", "blue-two"}
     assert caplog.text.count("policy blue-two in") == 1
-    assert "its last good version keeps serving" in caplog.text
+    assert "a document of the file does not parse; keeping its last good version" in caplog.text
     assert next(error.message for error in source.content().errors).startswith("cannot read")
 
     (directory / "two.yaml").unlink()

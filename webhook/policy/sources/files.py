@@ -42,6 +42,9 @@ class _FileState:
     """The file could not be read or parsed: `policies` and `namespaces` are its last good content."""
     stale: list[str] = field(default_factory=list)
     """Policies that no longer compile and serve their last good version."""
+    unparsed: list[str] = field(default_factory=list)
+    """Policies of the file's last good content not in what parses now: with a document that no longer parses,
+    they are taken to be its own and serve their last good version."""
 
 
 def policy_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -164,7 +167,7 @@ class FilePolicySource:
         if broken:
             kept = {name: policy for name, policy in previous.policies.items() if name not in state.policies}
             state.policies.update(kept)
-            state.stale.extend(kept)
+            state.unparsed.extend(kept)
         return state
 
     @staticmethod
@@ -174,7 +177,10 @@ class FilePolicySource:
             log.error("policy file %s: %s (keeping its last good content)", path, state.errors[0].message)
             return
         for name in state.stale:
-            log.error("policy %s in %s does not load; its last good version keeps serving", name, path)
+            log.error("policy %s in %s does not compile; its last good version keeps serving", name, path)
+        for name in state.unparsed:
+            log.error("policy %s in %s: a document of the file does not parse; keeping its last good version",
+                      name, path)
         for problem in state.errors:
             log.error("%s", problem)
 
