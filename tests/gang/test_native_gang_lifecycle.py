@@ -206,7 +206,8 @@ def test_below_1_36_lint_says_native_rules_are_unavailable_and_apply_writes_noth
     assert said == [f"Warning: {policy}: rule gang-native-jobs/{rule}: native gang unavailable: Kubernetes 1.35 has "
                     "no PodGroup API (scheduling.k8s.io serves PodGroups from 1.36, with feature gates): the rule "
                     "changes nothing there; the webhook admits its workloads unchanged"
-                    for rule in ("indexed-job-gang", "statefulset-gang", "cronjob-gang")]
+                    for rule in ("indexed-job-gang", "statefulset-gang", "cronjob-gang")] + [
+                        "1 policy OK: gang-native-jobs"]
     assert main(["lint", policy, "--kubernetes-version", "1.36"]) == 0
     assert "unavailable" not in capsys.readouterr().err
     flags = ["apply", "--policies", policy, "-f", job, "--namespace-labels", "gang-scheduler=native", "-o", "patch"]

@@ -86,7 +86,7 @@ def test_lint_status_and_the_validating_webhook_agree_on_each_typo(
     try:
         for name, (_, expected) in BROKEN.items():
             assert main(["lint", str(files[name])]) == 1
-            assert capsys.readouterr().out == lint_line(files[name], name, expected)
+            assert capsys.readouterr().err == lint_line(files[name], name, expected) + "1 error\n"
 
             response = validate(broken_policy(name, BROKEN[name][0]))
             assert response["allowed"] is False
@@ -158,7 +158,7 @@ def test_with_kube_lint_checks_against_the_clusters_version_and_its_own_schemas(
     def lint(condition: str, *flags: str) -> tuple[int, str]:
         policy.write_text(yaml.safe_dump(broken_policy("p", condition)))
         code = main(["lint", str(policy), "--kube", "--kubeconfig", str(kubeconfig), *flags])
-        return code, capsys.readouterr().out
+        return code, capsys.readouterr().err
 
     assert lint("has(pod.spec.schedulingGroup)")[0] == 0, "1.36 has it"
     code, out = lint("has(pod.spec.schedulingGroup)", "--kubernetes-version", "1.35")

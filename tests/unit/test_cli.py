@@ -26,7 +26,7 @@ spec:
 def test_lint_passes_on_the_shipped_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["lint", str(REPO / "policies")]) == 0
     shipped = sum(1 for path in (REPO / "policies").glob("*.yaml") if "kind: SchedulingPolicy" in path.read_text())
-    assert f"{shipped} policies OK" in capsys.readouterr().out
+    assert f"{shipped} policies OK" in capsys.readouterr().err
     assert shipped >= 9
 
 
@@ -34,7 +34,7 @@ def test_lint_fails_with_every_error_located(tmp_path: Path, capsys: pytest.Capt
     (tmp_path / "org.yaml").write_text(BROKEN)
     (tmp_path / "bad.yaml").write_text("a: [")
     assert main(["lint", str(tmp_path)]) == 1
-    out = capsys.readouterr().out.splitlines()
+    out = capsys.readouterr().err.splitlines()
     assert out[0] == f"{tmp_path}/bad.yaml:2:1: cannot read: did not find expected node content"
     assert f"{tmp_path}/org.yaml:6:39: policy broken, rule multi-zone-ha, condition: undeclared reference to " \
            "'replica'" in out, "the file's line and column of the expression's character"
@@ -46,7 +46,7 @@ def test_lint_says_which_kubernetes_library_an_expression_needs(tmp_path: Path,
     (tmp_path / "vap.yaml").write_text(BROKEN.replace('"replica >= 3"', '"quantity(object.spec.x).div(2).isInteger()"')
                                        .replace("  - {name: bad-action, action: add-magic}\n", ""))
     assert main(["lint", str(tmp_path)]) == 1
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert "vap.yaml:6:66: policy broken, rule multi-zone-ha, condition: undeclared reference to 'div'" in out
     assert "div() is from Kubernetes' quantity division CEL library, which Placer does not support yet: " \
            "compare with `mul()` instead" in out
@@ -54,7 +54,7 @@ def test_lint_says_which_kubernetes_library_an_expression_needs(tmp_path: Path,
 
 def test_lint_of_a_missing_path_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["lint", str(tmp_path / "nope")]) == 1
-    assert "no such file or directory" in capsys.readouterr().out
+    assert "no such file or directory" in capsys.readouterr().err
 
 
 def test_apply_outputs_yaml_patch_and_explain(capsys: pytest.CaptureFixture[str]) -> None:
@@ -129,4 +129,4 @@ def test_flags_read_placer_environment_variables(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "webhook", "lint"], capture_output=True, text=True,
                             env={"PLACER_POLICIES": str(tmp_path), "PATH": "/usr/bin:/bin"}, cwd=tmp_path,
                             check=False)
-    assert result.returncode == 1 and "undeclared reference" in result.stdout
+    assert result.returncode == 1 and "undeclared reference" in result.stderr

@@ -57,7 +57,7 @@ def test_lint_warns_and_still_passes(tmp_path: Path, capsys: pytest.CaptureFixtu
     (tmp_path / "gang.yaml").write_text(policy(GANG))
     assert main(["lint", str(tmp_path)]) == 0
     captured = capsys.readouterr()
-    assert "1 policies OK: train" in captured.out
+    assert captured.err.endswith("\n1 policy OK: train\n")
     assert captured.err.startswith(f"Warning: {tmp_path}/gang.yaml: rule train/gang: coscheduling gang on "
                                    "default-scheduler")
 

@@ -286,9 +286,9 @@ def test_lint_says_which_rules_refuse(capsys: pytest.CaptureFixture[str], tmp_pa
     (tmp_path / "advice.yaml").write_text(policy(enforcement="Advisory", exemptions="  exemptions: {users: [a]}\n")
                                           .replace("name: boundary", "name: advice"))
     assert main(["lint", str(tmp_path)]) == 0
-    out, err = capsys.readouterr()
+    err = capsys.readouterr().err
     assert ('boundary: Enforced in namespaces {"matchLabels": {"tenant": "team-a"}}: refuses a Pod or template '
-            "naming its node, and a conflict with rule(s) pool; the opt-out label does not exempt") in out
+            "naming its node, and a conflict with rule(s) pool; the opt-out label does not exempt") in err
     assert "policy advice: spec.exemptions has no effect under enforcement Advisory" in err
 
 

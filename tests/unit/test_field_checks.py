@@ -160,9 +160,9 @@ def test_lint_takes_the_target_version(policy_file: Path, capsys: pytest.Capture
     lines = policy_file.read_text().splitlines()
     line = next(number for number, text in enumerate(lines, 1) if "schedulingGroup" in text)
     column = lines[line - 1].index("pod.spec.schedulingGroup") + 1
-    assert capsys.readouterr().out == (
+    assert capsys.readouterr().err == (
         f"{policy_file}:{line}:{column}: policy grouped, rule grouped-pods, condition: `pod.spec.schedulingGroup` "
-        "exists from Kubernetes 1.36; the target is 1.35\n")
+        "exists from Kubernetes 1.36; the target is 1.35\n1 error\n")
     assert main(["lint", str(policy_file), "--kubernetes-version", "1.33"]) == 2
     assert "not supported" in capsys.readouterr().err
 

@@ -60,7 +60,7 @@ def test_each_error_is_at_its_character_in_the_file(tmp_path: Path, capsys: pyte
     assert main(["lint", str(path)]) == 1
     lines = POLICY.splitlines()
     found = {}
-    for output in capsys.readouterr().out.splitlines():
+    for output in capsys.readouterr().err.splitlines()[:-1]:  # the last line counts the errors
         place, _, message = output.removeprefix(f"{path}:").partition(": ")
         line, column = map(int, place.split(":"))
         found[message.split(":")[0]] = (line, column, lines[line - 1][column - 1:])

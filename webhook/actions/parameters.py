@@ -9,6 +9,7 @@ from typing import Any
 
 from webhook.actions.base import ActionSpec, Param
 from webhook.support.names import label_value_error, qualified_name_error
+from webhook.support.suggestions import unknown_name
 
 Problem = tuple[str, str]
 """(parameter name, message)."""
@@ -42,8 +43,8 @@ def parse_parameters(
 
     for key in raw:
         if spec.param(str(key)) is None:
-            known = ", ".join(param.name for param in spec.params)
-            problems.append((str(key), f"unknown parameter for {spec.name} (known: {known})"))
+            problems.append((str(key), unknown_name(f"unknown parameter for {spec.name}", str(key),
+                                                    [param.name for param in spec.params])))
     for param in spec.params:
         if param.name in raw and raw[param.name] is not None:
             try:
@@ -94,6 +95,10 @@ def parse_selector(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError("must be a label selector (matchLabels/matchExpressions, a label map, or k=v,...)")
     if not set(value) <= {"matchLabels", "matchExpressions"}:
+        for key, item in value.items():  # a label map's values are scalars: a map or list is a misspelt field
+            if isinstance(item, (dict, list)):
+                raise ValueError(unknown_name(f"label selector: unknown field {key!r}", str(key),
+                                              ["matchExpressions", "matchLabels"]))
         value = {"matchLabels": value}
     selector: dict[str, Any] = {}
     match_labels = value.get("matchLabels") or {}
@@ -134,7 +139,7 @@ def parse_tolerations(value: Any) -> list[dict[str, Any]]:
             raise ValueError(f"{where} must be a toleration (key, operator, value, effect)")
         unknown = sorted(str(key) for key in item if key not in TOLERATION_FIELDS)
         if unknown:
-            raise ValueError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(TOLERATION_FIELDS)})")
+            raise ValueError(unknown_name(f"{where}: unknown field {unknown[0]!r}", unknown[0], TOLERATION_FIELDS))
         toleration: dict[str, Any] = {}
         key = _as_text(item.get("key") or "")
         operator = _as_text(item.get("operator") or "Equal")

@@ -63,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m webhook.cluster.process")
     parser.add_argument("--state", required=True, type=Path, help="state directory the workers read")
     parser.add_argument("--kubeconfig", type=Path)
+    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--no-status", action="store_true", help="never write policy status (no leader election)")
     parser.add_argument("--webhook-configuration", metavar="NAME",
@@ -78,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("%s", error)
         return 1
     try:
-        connection = connect(args.kubeconfig)
+        connection = connect(args.kubeconfig, context=args.context)
     except ConnectionSetupError as error:
         log.error("%s", error)
         return 1

@@ -167,11 +167,16 @@ def _general_name(host: str) -> x509.GeneralName:
 def add_parser(commands: Any) -> None:
     """`placer certs` and its flags."""
     certs = commands.add_parser("certs", help="write a CA and a serving certificate for the webhook Service")
-    certs.add_argument("--out", default=str(DEFAULT_CERTS), metavar="DIR")
-    certs.add_argument("--service", default="placer")
-    certs.add_argument("--namespace", default="placer-system")
-    certs.add_argument("--host", action="append", default=None, metavar="DNS_OR_IP")
-    certs.add_argument("--days", type=int, default=365)
+    certs.add_argument("--out", default=str(DEFAULT_CERTS), metavar="DIR",
+                       help="directory for ca.crt, ca.key, tls.crt and tls.key (default: %(default)s)")
+    certs.add_argument("--service", default="placer", metavar="NAME",
+                       help="the webhook's Service, named in the certificate (default: %(default)s)")
+    certs.add_argument("--namespace", default="placer-system", metavar="NS",
+                       help="the Service's namespace (default: %(default)s)")
+    certs.add_argument("--host", action="append", default=None, metavar="DNS_OR_IP",
+                       help="another name or IP address for the certificate (repeatable)")
+    certs.add_argument("--days", type=int, default=365, metavar="N",
+                       help="days the serving certificate is valid (default: %(default)s)")
     certs.set_defaults(run=run)
 
 

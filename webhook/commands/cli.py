@@ -9,6 +9,7 @@ from typing import Any
 from webhook import __version__
 from webhook.commands import apply, certs, drift, export, lint, serve, shares, suites
 from webhook.commands.dev import command as dev
+from webhook.commands.flags import add_cluster, add_output, finish
 
 ENV_PREFIX = "PLACER_"
 
@@ -26,6 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     for verb in (serve, certs, apply, lint, suites, export, dev):
         verb.add_parser(commands)
+    for command in commands.choices.values():  # every verb's help says how PLACER_<FLAG> sets its flags
+        finish(command)
     return parser
 
 
@@ -60,23 +63,31 @@ with every argument after `placer` (staging/src/k8s.io/kubectl/pkg/cmd/plugin.go
 them: kubectl's own commands take them anywhere (persistent flags, cmd.go `NewKubectlCommand`)."""
 
 
-def kubectl_main(argv: Sequence[str] | None = None) -> int:
-    """`kubectl placer [--kubeconfig F] [--context C] [-n NS] explain|drift|shares ...`: the kubectl plugin
-    (installed as `kubectl-placer`); `explain` is `placer apply --kube` with kubectl's flag conventions. The
-    global flags go before or after the verb; after it, they win."""
+def kubectl_parser() -> argparse.ArgumentParser:
+    """`kubectl placer` and its verbs."""
     parser = argparse.ArgumentParser(prog="kubectl placer", description="Which Placer policy does what, live.")
     for flags, name, metavar in KUBECTL_GLOBAL_FLAGS:
         parser.add_argument(*flags, dest=f"global_{name}", metavar=metavar, help=f"kubectl's --{name}")
     commands = parser.add_subparsers(dest="command", required=True)
     explain = commands.add_parser("explain", help="what the cluster's SchedulingPolicies do to objects now")
-    explain.add_argument("targets", nargs="*", metavar="KIND/NAME")
-    explain.add_argument("-f", "--filename", action="append", default=[], metavar="FILE")
-    explain.add_argument("-n", "--namespace", metavar="NS")
-    explain.add_argument("--context", metavar="NAME")
-    explain.add_argument("--kubeconfig", metavar="FILE")
-    explain.add_argument("-o", "--output", default="explain", choices=["explain", "yaml", "json", "patch"])
+    explain.add_argument("targets", nargs="*", metavar="KIND/NAME", help="live objects (deploy/web, sts/db)")
+    explain.add_argument("-f", "--filename", action="append", default=[], metavar="FILE",
+                         help="manifests to admit, as if created (repeatable)")
+    explain.add_argument("-n", "--namespace", metavar="NS",
+                         help="namespace of the objects and of manifests without one (default: default)")
+    add_cluster(explain)
+    add_output(explain, ["explain", "yaml", "json", "patch"],
+               "every rule's verdict and why, the mutated objects (yaml, json), or their JSON patches")
     drift.add_parser(commands)
     shares.add_parser(commands)
+    return parser
+
+
+def kubectl_main(argv: Sequence[str] | None = None) -> int:
+    """`kubectl placer [--kubeconfig F] [--context C] [-n NS] explain|drift|shares ...`: the kubectl plugin
+    (installed as `kubectl-placer`); `explain` is `placer apply --kube` with kubectl's flag conventions. The
+    global flags go before or after the verb; after it, they win."""
+    parser = kubectl_parser()
     args = parser.parse_args(argv)
     for _, name, _ in KUBECTL_GLOBAL_FLAGS:
         if getattr(args, name, None) is None:

@@ -35,6 +35,7 @@ from webhook.cluster.client.api import ApiError, KubeApi, TransportError, api_fr
 from webhook.cluster.client.connection import ConnectionSetupError
 from webhook.cluster.client.workload_lists import Served, list_workloads
 from webhook.cluster.reports.compliance import Verdict, evaluate, stale_values
+from webhook.commands.flags import add_cluster, add_output, add_policies, add_scope
 from webhook.commands.live import LiveError, cluster_snapshot, read_namespaces, resolve_kind
 from webhook.engine.value_drift import ValueCheck
 from webhook.policy.compiler import PolicyCompiler
@@ -267,17 +268,15 @@ def add_parser(commands: Any) -> None:
         "now; list those the policies would change, with the patch. --apply writes the patches (dry run first).")
     drift.add_argument("targets", nargs="*", metavar="KIND/NAME", help="only these workloads (in -n)")
     scope = drift.add_mutually_exclusive_group()
-    scope.add_argument("-n", "--namespace", metavar="NS")
-    scope.add_argument("-A", "--all-namespaces", action="store_true")
+    add_scope(scope)
     drift.add_argument("-l", "--selector", metavar="SELECTOR", help="label selector, as kubectl's")
-    drift.add_argument("--policies", action="append", metavar="PATH",
-                       help="judge with these policy files instead of the cluster's SchedulingPolicies")
+    add_policies(drift, default=None, role="judge with them instead of the cluster's SchedulingPolicies")
     drift.add_argument("--apply", action="store_true", help="bring the workloads in step (starts rollouts)")
     drift.add_argument("--yes", action="store_true", help="with --apply: do not ask for confirmation")
-    drift.add_argument("--qps", type=float, default=5.0, help="with --apply: writes per second at most (default 5)")
-    drift.add_argument("-o", "--output", default="text", choices=["text", "json"])
-    drift.add_argument("--context", metavar="NAME")
-    drift.add_argument("--kubeconfig", metavar="FILE")
+    drift.add_argument("--qps", type=float, default=5.0, metavar="N",
+                       help="with --apply: writes per second at most (default: %(default)s)")
+    add_output(drift, ["text", "json"], "a table and the patches, or JSON")
+    add_cluster(drift)
     drift.set_defaults(run=command)
 
 

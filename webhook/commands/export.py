@@ -16,6 +16,7 @@ from webhook.commands.field_targets import (
     policy_paths,
     quiet_policy_log,
 )
+from webhook.commands.flags import add_output
 from webhook.export.admission_policy import export_policies, report_lines
 from webhook.export.versions import API_VERSIONS, parse_version
 
@@ -31,7 +32,7 @@ def add_parser(commands: Any) -> None:
                              "from 1.36; else v1beta1)")
     export.add_argument("--allow-partial", action="store_true", default=None,
                         help="write the rules that can be exported of a policy that cannot be exported whole")
-    export.add_argument("-o", "--output", default="yaml", choices=["yaml", "json"])
+    add_output(export, ["yaml", "json"], "the objects as YAML documents, or as JSON (a v1 List)")
     add_target_flags(export)
     export.set_defaults(run=run)
 
@@ -51,8 +52,8 @@ _ExpressionDumper.add_representer(str, _represent_text)
 def run(args: argparse.Namespace) -> int:
     """The objects on stdout (ready for `kubectl apply -f -`), the exportability report on stderr; exit 1
     when a policy does not load (nothing is written then) or is not exported whole (the others are written,
-    unless --allow-partial: then every rule that can be is written, and the exit is 0); 2 for a target or
-    API version the export does not support."""
+    unless --allow-partial: then every rule that can be is written, and the exit is 0 if that is anything at
+    all); 2 for a target or API version the export does not support."""
     quiet_policy_log()
     paths = policy_paths(args)
     compiler = compiler_from_flags(args)
@@ -73,6 +74,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"placer export: {error}", file=sys.stderr)
         return 2
     objects = [obj for export in exports for obj in export.objects]
+    if not objects and not any(export.refused for export in exports):
+        # --allow-partial with no rule that can be exported: an empty output is no success
+        for line in report_lines(exports, target):
+            print(line, file=sys.stderr)
+        print("placer export: nothing written: no rule of any policy can be exported", file=sys.stderr)
+        return 1
     if args.output == "json":
         print(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
     else:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError, api_from_flags
 from webhook.cluster.client.connection import ConnectionSetupError
+from webhook.commands.flags import add_cluster, add_policies, policies_help
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.fields.cluster_schemas import cluster_field_checks
 from webhook.policy.fields.field_check import FieldChecks
@@ -41,16 +42,14 @@ def add_target_flags(command: argparse.ArgumentParser, *, kube: bool = True) -> 
     if kube:
         command.add_argument("--kube", action="store_true", default=False,
                              help="check field paths against the cluster's version and /openapi/v3 (read only)")
-        command.add_argument("--kubeconfig", metavar="FILE")
-        command.add_argument("--context", metavar="NAME", help="kubeconfig context (with --kube)")
+        add_cluster(command, when="--kube")
 
 
 def add_policy_paths(command: argparse.ArgumentParser) -> None:
     """Policy files and directories as arguments or as `--policies PATH` (repeatable), as every verb that
     reads policies takes them (`PLACER_POLICIES` fills `--policies`); both together add up."""
-    command.add_argument("paths", nargs="*", metavar="PATH",
-                         help=f"policy file or directory (default {DEFAULT_POLICIES})")
-    command.add_argument("--policies", action="append", metavar="PATH", help="the same, as a flag (repeatable)")
+    command.add_argument("paths", nargs="*", metavar="PATH", help=policies_help())
+    add_policies(command)
 
 
 def policy_paths(args: argparse.Namespace) -> list[str]:

@@ -17,6 +17,7 @@ from webhook.commands.field_targets import (
 from webhook.engine.configuration import gang_not_enforced
 from webhook.engine.enforcement import lint_lines
 from webhook.gang.native import served_from, unavailable_on
+from webhook.support.suggestions import counted
 
 
 def add_parser(commands: Any) -> None:
@@ -28,6 +29,9 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Everything lint says goes to stderr, as a compiler's diagnostics do: the errors (`file:line:column:
+    ...`), warnings and notes, then a summary line. stdout stays empty; the verdict is the exit status: 0 the
+    policies load, 1 an error (or no policy at all), 2 a flag naming no usable target."""
     quiet_policy_log()
     paths = policy_paths(args)
     compiler = compiler_from_flags(args)
@@ -35,14 +39,13 @@ def run(args: argparse.Namespace) -> int:
         return compiler
     snapshot = load_policies(paths, required=True, compiler=compiler)
     for error in snapshot.errors:
-        print(error)
+        print(error, file=sys.stderr)
     if snapshot.errors:
-        print(f"{len(snapshot.errors)} error(s)", file=sys.stderr)
+        print(counted(len(snapshot.errors), "error"), file=sys.stderr)
         return 1
     if not snapshot.every_policy:
-        print(f"no SchedulingPolicy found in {', '.join(paths)}")
+        print(f"no SchedulingPolicy found in {', '.join(paths)}", file=sys.stderr)
         return 1
-    print(f"{len(snapshot.every_policy)} policies OK: {', '.join(p.name for p in snapshot.every_policy)}")
     target = compiler.fields.version
     for policy in snapshot.every_policy:  # loads, but cannot work as written: said, not an error
         for finding in gang_not_enforced(policy):
@@ -51,5 +54,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"Warning: {policy.source}: rule {policy.name}/{rule}: native gang unavailable: "
                   f"{unavailable_on(target)}", file=sys.stderr)
         for line in lint_lines(policy):
-            print(line, file=sys.stderr if line.startswith("Warning: ") else sys.stdout)
+            print(line, file=sys.stderr)
+    names = ", ".join(p.name for p in snapshot.every_policy)
+    print(f"{counted(len(snapshot.every_policy), 'policy', 'policies')} OK: {names}", file=sys.stderr)
     return 0

@@ -9,6 +9,7 @@ from typing import Any
 
 from webhook.cluster.client.connection import in_cluster
 from webhook.commands.certs import ensure_dev_certificates
+from webhook.commands.flags import add_cluster, add_log_level, add_policies
 from webhook.engine.exemption_seal import ExemptionKeyError, read_key
 from webhook.support.config import (
     CEL_LEAK_BUDGET_MIB,
@@ -25,9 +26,7 @@ from webhook.support.logs import configure_logging
 def add_parser(commands: Any) -> None:
     """`placer serve` and its flags."""
     serve = commands.add_parser("serve", help="run the webhook over HTTPS (granian worker processes)")
-    serve.add_argument(
-        "--policies", action="append", metavar="PATH", help=f"file or directory (default {DEFAULT_POLICIES})"
-    )
+    add_policies(serve)
     kube = serve.add_mutually_exclusive_group()
     kube.add_argument(
         "--kube",
@@ -37,40 +36,49 @@ def add_parser(commands: Any) -> None:
         help="watch SchedulingPolicies and Namespaces in the cluster (default when KUBERNETES_SERVICE_HOST is set)",
     )
     kube.add_argument("--no-kube", dest="kube", action="store_false", help="do not connect to a cluster")
-    serve.add_argument(
-        "--kubeconfig", metavar="FILE", help="default: in-cluster credentials, else $KUBECONFIG, else ~/.kube/config"
-    )
+    add_cluster(serve, when="--kube", in_cluster=True)
     serve.add_argument(
         "--webhook-configuration", metavar="NAME",
         help="with --kube: keep this MutatingWebhookConfiguration's rules to what the policies can act on",
     )
-    serve.add_argument("--bind", metavar="HOST:PORT", default="127.0.0.1:8443")
-    serve.add_argument("--tls-cert", metavar="FILE")
-    serve.add_argument("--tls-key", metavar="FILE")
+    serve.add_argument("--bind", metavar="HOST:PORT", default="127.0.0.1:8443",
+                       help="address and port to listen on (default: %(default)s)")
+    serve.add_argument("--tls-cert", metavar="FILE",
+                       help=f"serving certificate, PEM (default: {DEFAULT_CERTS}/tls.crt, with tls.key created for "
+                            "localhost when both are absent)")
+    serve.add_argument("--tls-key", metavar="FILE",
+                       help=f"its private key, PEM (default: {DEFAULT_CERTS}/tls.key)")
     serve.add_argument("--client-ca", metavar="FILE", help="require client certificates signed by this CA")
-    serve.add_argument("--workers", type=int, default=2)
+    serve.add_argument("--workers", type=int, default=2, metavar="N",
+                       help="worker processes, one per core (default: %(default)s)")
     serve.add_argument(
         "--read-timeout", type=float, default=READ_TIMEOUT_SECONDS, metavar="SECONDS",
-        help="answer 408 and close a connection whose request body takes longer to arrive",
+        help="answer 408 and close a connection whose request body takes longer to arrive (default: %(default)s)",
     )
     serve.add_argument(
         "--idle-timeout", type=float, default=IDLE_TIMEOUT_SECONDS, metavar="SECONDS",
-        help="close a connection whose next request head takes longer to arrive, idle or trickling (at most 60)",
+        help="close a connection whose next request head takes longer to arrive, idle or trickling (at most 60; "
+             "default: %(default)s)",
     )
     serve.add_argument(
         "--cel-leak-budget-mib", type=float, default=CEL_LEAK_BUDGET_MIB, metavar="MIB",
-        help="replace the workers, gracefully, once Kubernetes CEL library calls have leaked this much in one",
+        help="replace a worker, gracefully, once Kubernetes CEL library calls have leaked this much in it "
+             "(default: %(default)s)",
     )
     serve.add_argument(
         "--worker-max-rss-mib", type=int, default=WORKER_MAX_RSS_MIB, metavar="MIB",
-        help="replace a worker, gracefully, whose resident memory is above this (0: never)",
+        help="replace a worker, gracefully, whose resident memory is above this (0: never; default: %(default)s)",
     )
     serve.add_argument(
         "--worker-lifetime", type=int, default=0, metavar="SECONDS",
-        help="replace each worker, gracefully, this long after it started (at least 60; 0: never)",
+        help="replace each worker, gracefully, this long after it started (at least 60; 0: never; default: "
+             "%(default)s)",
     )
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    serve.add_argument("--opt-in", default="api-server", choices=["api-server", "label-or-annotation"])
+    add_log_level(serve)
+    serve.add_argument("--opt-in", default="api-server", choices=["api-server", "label-or-annotation"],
+                       help="api-server: the webhook's namespaceSelector decides; label-or-annotation: Placer "
+                            "also passes through objects of namespaces without the label or annotation "
+                            "placer.dev/inject: enabled (default: %(default)s)")
     serve.add_argument(
         "--exemption-key", metavar="FILE",
         help="key of the seals that carry an exempt user's exemption to the pods of their workloads "
@@ -124,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         opt_in=args.opt_in,
         kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
+        context=args.context,
         cluster_state=cluster_state,
         webhook_configuration=args.webhook_configuration,
         exemption_key=exemption_key,

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError, api_from_flags
 from webhook.cluster.client.connection import ConnectionSetupError
 from webhook.cluster.spot.spot_ledger import pod_share
+from webhook.commands.flags import add_cluster, add_output, add_scope
 from webhook.pods.capacity_share import CLASS_LABEL
 from webhook.support.typing import as_map
 
@@ -98,11 +99,9 @@ def add_parser(commands: Any) -> None:
         description="Count the live pods Placer gave a capacity class (placer.dev/capacity-class), per workload "
         "(the pods' controller), as the spot-share action counts them.")
     scope = parser.add_mutually_exclusive_group()
-    scope.add_argument("-n", "--namespace", metavar="NS")
-    scope.add_argument("-A", "--all-namespaces", action="store_true")
-    parser.add_argument("-o", "--output", default="text", choices=["text", "json"])
-    parser.add_argument("--context", metavar="NAME")
-    parser.add_argument("--kubeconfig", metavar="FILE")
+    add_scope(scope)
+    add_output(parser, ["text", "json"], "a table, or JSON")
+    add_cluster(parser)
     parser.set_defaults(run=command)
 
 

@@ -38,6 +38,7 @@ import yaml
 
 from webhook.admission.offline import DEFAULT_NAMESPACE, ApplyReport, ManifestResult, apply_manifests, rule_errors
 from webhook.commands.field_targets import add_target_flags, compiler_from_flags, quiet_policy_log
+from webhook.commands.flags import add_output
 from webhook.policy.compiler import PolicyCompiler
 
 API_VERSION = "placer.dev/v1alpha1"
@@ -219,7 +220,7 @@ def add_parser(commands: Any) -> None:
     """`placer test` and its flags."""
     test = commands.add_parser("test", help="run policy test suites (*-test.yaml); exit 1 on any failure")
     test.add_argument("suites", nargs="+", metavar="PATH", help="suite files, or directories to search")
-    test.add_argument("-o", "--output", default="text", choices=["text", "junit"])
+    add_output(test, ["text", "junit"], "one line per case, or JUnit XML for CI systems")
     add_target_flags(test)
     test.set_defaults(run=run)
 

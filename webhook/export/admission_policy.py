@@ -21,7 +21,7 @@ from typing import Any
 
 from webhook.export.cel_text import RESERVED, Cel, NotExportable
 from webhook.export.free_identifiers import Rewriter
-from webhook.export.helpers import HELPER_VARIABLES, INJECT_LABEL, MATCH_CONDITIONS, RESOURCE_RULES
+from webhook.export.helpers import HELPER_VARIABLES, INJECT_LABEL, MATCH_CONDITIONS, MATCHED_KINDS, RESOURCE_RULES
 from webhook.export.kubernetes_env import Kind, KubernetesCel, Variables
 from webhook.export.rule_mutations import EXPRESSION_PARAMETERS, matched_rule_expression, rule_expression
 from webhook.export.versions import DEFAULT_TARGET, KubernetesVersion, api_version_for, show
@@ -44,6 +44,9 @@ SHARE_REASON = ("spot-share: a pod's capacity class depends on the live pods of 
                 "MutatingAdmissionPolicy cannot read (it sees only the request)")
 CREATES_REASON = ("; createPodGroup: a MutatingAdmissionPolicy only changes the object under admission, it "
                   "cannot create objects (the PodGroup)")
+UNMATCHED_REASON = ("its condition holds only for {kinds}, which the exported policy does not match: its "
+                    "matchConstraints hold the built-in kinds (" + ", ".join(MATCHED_KINDS) + "); an operator "
+                    "resource's pod templates, one per role, stay with the webhook")
 NATIVE_REASON = ("; scheduler native: a MutatingAdmissionPolicy only changes the object under admission, it cannot "
                  "create objects (kube-scheduler's PodGroup the pods name)")
 
@@ -98,12 +101,14 @@ class Exporter:
         exported: list[Rule] = []
         for rule in policy.rules:
             try:
+                kind_notes = self._unmatched_kinds(rule)
                 self._check(self._rule_mutation(policy, rule, unexportable, ()), declared)
                 self._check(self._matched_rule(policy, rule, [f"{policy.name}/{rule.name}"]), declared)
             except NotExportable as why:
                 result.rules.append(RuleExport(rule.name, False, str(why)))
                 continue
             result.rules.append(RuleExport(rule.name, True))
+            result.notes.extend(kind_notes)
             exported.append(rule)
         if policy.failure_policy == "Fail":
             result.notes.append("failurePolicy Fail: in the API server a missing key in a condition fails the "
@@ -126,6 +131,27 @@ class Exporter:
             rule_export.written = rule_export.exported
         result.objects = self._objects(policy, variables, mutations)
         return result
+
+    def _unmatched_kinds(self, rule: Rule) -> list[str]:
+        """What the rule's condition says of the kinds it is for, against those the exported policy matches:
+        NotExportable when it holds for none of them (it would run on nothing), notes when it holds for some
+        kinds that are not matched (the webhook acts on those, the export does not)."""
+        if rule.condition is None:
+            return []
+        objects, workloads = self.rewriter.kinds(rule.condition.source)
+        if objects is not None and not objects & set(MATCHED_KINDS):
+            raise NotExportable(UNMATCHED_REASON.format(kinds=" or ".join(sorted(objects))))
+        notes = []
+        if objects is not None and objects - set(MATCHED_KINDS):
+            notes.append(f"rule {rule.name}: exported for {', '.join(sorted(objects & set(MATCHED_KINDS)))} only; "
+                         f"the exported policy does not match {', '.join(sorted(objects - set(MATCHED_KINDS)))} "
+                         "(operator resources stay with the webhook)")
+        if workloads is not None and not workloads & set(MATCHED_KINDS):
+            notes.append(f"rule {rule.name}: its condition holds only for workloads of kind "
+                         f"{' or '.join(sorted(workloads))}, which the exported policy does not match (operator "
+                         "resources stay with the webhook); it runs only on the Pods whose controller is such a "
+                         "workload, when they are created")
+        return notes
 
     def _own_refusal(self) -> str | None:
         """The helper variables and match conditions every export writes, checked once for the target (the

@@ -18,6 +18,7 @@ from typing import Any
 from webhook.export.cel_text import NotExportable
 from webhook.policy.cel import environment as cel
 from webhook.policy.cel.checked_ast import AstError, CheckedAst, Expr, decode
+from webhook.policy.fields.field_paths import WORKLOAD_KIND, implied_kinds
 
 PLACER_VARIABLES = {"pod": "variables.placerPod", "workload": "variables.placerWorkload"}
 NOT_EXPORTABLE = {
@@ -33,6 +34,19 @@ class Rewriter:
 
     environment: Any = field(default_factory=cel.new_environment, repr=False)
     _done: dict[str, str | NotExportable] = field(default_factory=dict, repr=False)
+    _kinds: dict[str, tuple[frozenset[str] | None, frozenset[str] | None]] = field(default_factory=dict, repr=False)
+
+    def kinds(self, source: str) -> tuple[frozenset[str] | None, frozenset[str] | None]:
+        """The kinds of the object, and of `workload`, that the condition `source` being true implies (its
+        top-level guards, `object.kind == 'SparkApplication' && ...`); None for each it does not guard."""
+        if source not in self._kinds:
+            try:
+                root = CheckedAst.parse(self.environment.compile(source).serialize()).root()
+            except (RuntimeError, AstError):
+                self._kinds[source] = (None, None)
+            else:
+                self._kinds[source] = (implied_kinds(root), implied_kinds(root, WORKLOAD_KIND))
+        return self._kinds[source]
 
     def rewrite(self, source: str) -> str:
         """`source` with free `pod`/`workload` renamed; NotExportable when it reads `resources` free."""

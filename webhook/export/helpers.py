@@ -27,6 +27,9 @@ RESOURCE_RULES = [
 ]
 """The built-in kinds and operations the webhook is registered for; operator resources stay the webhook's."""
 
+MATCHED_KINDS = ("Pod", "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob")
+"""The kinds of RESOURCE_RULES: a rule whose condition holds only for other kinds runs on nothing exported."""
+
 
 def template_of(root: str) -> str:
     """CEL: the pod template of `root` (`object` or `oldObject`); the Pod itself for a Pod."""

@@ -27,6 +27,7 @@ from webhook.support.names import (
     dns1123_subdomain_error,
     qualified_name_error,
 )
+from webhook.support.suggestions import unknown_name
 
 API_VERSION = "placer.dev/v1alpha1"
 KIND = "SchedulingPolicy"
@@ -76,7 +77,8 @@ class PolicyCompiler:
             errors.add("spec must be a map", field="spec")
             return CompileResult(None, errors.items, name)
         for unknown in sorted(set(spec) - _SPEC_FIELDS):
-            errors.add(f"unknown field (known: {', '.join(sorted(_SPEC_FIELDS))})", field=f"spec.{unknown}")
+            errors.add(unknown_name("unknown field", str(unknown), sorted(_SPEC_FIELDS)), field=f"spec.{unknown}",
+                       key=True)
 
         priority = _priority(spec.get("priority", DEFAULT_PRIORITY), errors)
         selector = parse_selector(spec.get("namespaceSelector"), errors)
@@ -207,11 +209,11 @@ class PolicyCompiler:
     ) -> Rule | None:
         count = len(errors.items)
         for unknown in sorted(set(item) - _RULE_FIELDS):
-            errors.add(f"unknown field (known: {', '.join(sorted(_RULE_FIELDS))})", field=unknown)
+            errors.add(unknown_name("unknown field", str(unknown), sorted(_RULE_FIELDS)), field=unknown, key=True)
         action = self.actions.get(item.get("action", ""))
         if action is None:
-            known = ", ".join(sorted(self.actions))
-            errors.add(f"unknown action {item.get('action')!r} (known: {known})", field="action")
+            errors.add(unknown_name(f"unknown action {item.get('action')!r}", str(item.get("action", "")),
+                                    sorted(self.actions)), field="action")
         condition = None
         if item.get("condition") is not None:
             condition = self._program(item["condition"], "condition", errors, variables, expect=types.CONDITION)
@@ -228,8 +230,9 @@ class PolicyCompiler:
         parameters: dict[str, Any] = {}
         if action is not None:
             parameters, problems = parse_parameters(action, raw_parameters, deferred=frozenset(expressions))
-            for parameter, message in problems:
-                errors.add(message, field=f"parameters.{parameter}")
+            for parameter, message in problems:  # an unknown parameter is placed on its name
+                misspelt = action.free_form is None and parameter in raw_parameters and action.param(parameter) is None
+                errors.add(message, field=f"parameters.{parameter}", key=misspelt)
         programs = [program for program in (condition, *expressions.values()) if program is not None]
         reads = _needed_variables(programs, variables, errors)
         if len(errors.items) > count or action is None:
@@ -280,7 +283,8 @@ class PolicyCompiler:
         for parameter, source in raw.items():
             where = f"parameterExpressions.{parameter}"
             if action is not None and action.free_form is None and action.param(str(parameter)) is None:
-                errors.add(f"unknown parameter for {action.name}", field=where)
+                errors.add(unknown_name(f"unknown parameter for {action.name}", str(parameter),
+                                        [param.name for param in action.params]), field=where, key=True)
                 continue
             if action is not None and action.free_form is not None:
                 problem = qualified_name_error(str(parameter))

@@ -1,15 +1,21 @@
 """Load-time errors with their location: file, line and column, policy, rule, field and CEL position."""
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 DocumentPath = tuple[str | int, ...]
 """Where a value sits in a policy document: `("spec", "rules", 0, "condition")`."""
 Place = tuple[int, int]
 """A line and a column of a file, both from 1."""
-Locate = Callable[[DocumentPath, int | None], Place | None]
-"""The file's line and column of the value at a path, or of a character of it (its offset in the value)."""
+
+
+class Locate(Protocol):
+    """The file's line and column of the value at a path, or of a character of it (its offset in the value),
+    or (`key`) of the key holding it."""
+
+    def __call__(self, path: DocumentPath, offset: int | None = None, /, *, key: bool = False) -> Place | None: ...
+
 
 _CEL_POSITION = re.compile(r"^<input>:(\d+):(\d+): ")
 _STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
@@ -85,14 +91,15 @@ class ErrorSink:
         return tuple(self._items)
 
     def add(self, message: str, *, field: str | None = None, path: DocumentPath | None = None,
-            text: str | None = None) -> None:
+            text: str | None = None, key: bool = False) -> None:
         """One error at `field` (named for the message; its document path is `path`, else read from `field`).
-        `text`: the expression the message's `<input>:line:column` is in, to place it on that character."""
+        `text`: the expression the message's `<input>:line:column` is in, to place it on that character.
+        `key`: the error is the key's (an unknown field): placed on the key, not on its value."""
         place = None
         if self._locate is not None:
             where = path if path is not None else (*self._base, *document_path(field or ""))
             offset = cel_offset(text, message) if text is not None else None
-            place = self._locate(where, offset)
+            place = self._locate(where, offset, key=key)
         self._items.append(PolicyError(self.source, message, self.policy, self.rule, field, place))
 
     def for_rule(self, rule: str, index: int) -> "ErrorSink":

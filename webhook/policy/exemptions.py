@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from webhook.support.names import dns1123_label_error
+from webhook.support.suggestions import unknown_name
 
 Enforcement = Literal["Advisory", "Enforced", "Audit"]
 ENFORCEMENTS: tuple[Enforcement, ...] = ("Advisory", "Enforced", "Audit")
@@ -69,7 +70,8 @@ def parse_exemptions(raw: Any, add_error: AddError) -> Exemptions | None:
     if "objectSelector" in raw:
         add_error(REMOVED_OBJECT_SELECTOR, field=f"{where}.objectSelector")
     for unknown in sorted(str(key) for key in raw if key not in (*EXEMPTION_FIELDS, "objectSelector")):
-        add_error(f"unknown field (known: {', '.join(EXEMPTION_FIELDS)})", field=f"{where}.{unknown}")
+        add_error(unknown_name("unknown field", unknown, EXEMPTION_FIELDS),
+                  field=f"{where}.{unknown}", key=True)
     lists: dict[str, frozenset[str]] = {}
     for name in ("namespaces", "users", "groups"):
         value = raw.get(name) or []

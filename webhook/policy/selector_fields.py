@@ -5,14 +5,23 @@ from typing import Any
 from webhook.policy.errors import ErrorSink
 from webhook.support.names import label_value_error, qualified_name_error
 from webhook.support.selectors import OPERATORS, LabelSelector, SelectorRequirement
+from webhook.support.suggestions import unknown_name
+
+SELECTOR_FIELDS = ("matchExpressions", "matchLabels")
+"""The fields of a metav1.LabelSelector."""
 
 
 def parse_selector(raw: Any, errors: ErrorSink, where: str = "spec.namespaceSelector") -> LabelSelector | None:
     """A label selector, every problem reported at its field; None when there is none or it is invalid."""
     if raw is None:
         return None
-    if not isinstance(raw, dict) or not set(raw) <= {"matchLabels", "matchExpressions"}:
+    if not isinstance(raw, dict):
         errors.add("must be a label selector with matchLabels and/or matchExpressions", field=where)
+        return None
+    unknown = sorted(str(key) for key in raw if key not in SELECTOR_FIELDS)
+    for key in unknown:
+        errors.add(unknown_name("unknown field", key, SELECTOR_FIELDS), field=f"{where}.{key}", key=True)
+    if unknown:
         return None
     labels = raw.get("matchLabels") or {}
     pairs: list[tuple[str, str]] = []

@@ -30,6 +30,7 @@ class ControllerProcess:
             "--log-level",
             settings.log_level,
             *(["--kubeconfig", str(settings.kubeconfig)] if settings.kubeconfig else []),
+            *(["--context", settings.context] if settings.context else []),
             *(["--exemption-key", str(settings.exemption_key)] if settings.exemption_key else []),
         ]
         if settings.webhook_configuration:  # kept to what the policies act on: the file ones count as well

@@ -93,7 +93,7 @@ def _seals(settings: Settings) -> Seals | None:
     if settings.cluster_state is None:
         return Seals(key)
     try:
-        return Seals(key, OwnerLookup(KubeApi(connect(settings.kubeconfig))))
+        return Seals(key, OwnerLookup(KubeApi(connect(settings.kubeconfig, context=settings.context))))
     except ConnectionSetupError as error:
         log.error("pods of sealed workloads cannot be checked against their owner: %s", error)
         return Seals(key)
@@ -104,7 +104,7 @@ def _namespace_lookup(settings: Settings, metrics: Metrics) -> NamespaceLookup |
     if settings.cluster_state is None:
         return None
     try:
-        api = KubeApi(connect(settings.kubeconfig))
+        api = KubeApi(connect(settings.kubeconfig, context=settings.context))
     except ConnectionSetupError as error:
         log.error("namespaces missing from the watched state cannot be read: %s", error)
         return NamespaceLookup(None, observe=metrics.observe_namespace_lookup, unavailable="no cluster connection")

@@ -38,6 +38,8 @@ class Settings:
     opt_in: OptIn = "api-server"
     reload_interval: float = 1.0
     kubeconfig: Path | None = None
+    context: str | None = None
+    """The kubeconfig context (`--context`); None: the kubeconfig's current one."""
     cluster_state: Path | None = None
     """The state directory the cluster controller writes and workers read; None without `--kube`."""
     webhook_configuration: str | None = None

@@ -45,6 +45,7 @@ from webhook.commands.dev.manifests import (
     webhook_url,
 )
 from webhook.commands.dev.reach import candidate_hosts, reachable_host
+from webhook.commands.flags import add_cluster, add_log_level, add_policies
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ def add_parser(commands: Any) -> None:
         "you made.",
     )
     dev.add_argument("--kube", action="store_true", help="install into the cluster, serve, clean up on exit")
-    dev.add_argument("--kubeconfig", metavar="FILE", help="default: $KUBECONFIG, else ~/.kube/config")
+    add_cluster(dev, when="--kube")
     dev.add_argument(
         "--host",
         metavar="DNS_OR_IP",
@@ -70,16 +71,14 @@ def add_parser(commands: Any) -> None:
         help="name or IP the API server dials (URL and certificate SAN); repeat to try several in order. "
         "Default: the first of this machine's addresses the API server reaches",
     )
-    dev.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port in the URL (default {DEFAULT_PORT})")
-    dev.add_argument("--address", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
-    dev.add_argument("--certs", metavar="DIR", default="certs/dev", help="where the CA and certificate go")
-    dev.add_argument(
-        "--policies",
-        metavar="PATH",
-        action="append",
-        help="policy files to serve besides the cluster's (default: none; policies/ is never loaded unasked)",
-    )
-    dev.add_argument("--manifests", metavar="DIR", default=str(DEFAULT_MANIFESTS), help="deploy/base to render")
+    dev.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="N",
+                     help="port in the URL, and to listen on (default: %(default)s)")
+    dev.add_argument("--address", default="0.0.0.0", metavar="ADDR", help="address to listen on (default: %(default)s)")
+    dev.add_argument("--certs", metavar="DIR", default="certs/dev",
+                     help="where the CA and certificate go (default: %(default)s)")
+    add_policies(dev, default=None, role="served besides the cluster's (policies/ is never loaded unasked)")
+    dev.add_argument("--manifests", metavar="DIR", default=str(DEFAULT_MANIFESTS),
+                     help="the deploy/base to render (default: %(default)s)")
     reports = dev.add_mutually_exclusive_group()
     reports.add_argument("--reports", dest="reports", action="store_true", default=None,
                          help="install the PolicyReport CRDs, so Placer keeps reports (the default)")
@@ -89,7 +88,7 @@ def add_parser(commands: Any) -> None:
                      help="keep the SchedulingPolicy CRD this command created on exit, even empty")
     crd.add_argument("--delete-crd", action="store_true",
                      help="on exit, delete the SchedulingPolicy CRD placer dev made, with every policy in it")
-    dev.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_log_level(dev)
     dev.set_defaults(run=run)
 
 
@@ -128,7 +127,7 @@ class DevSession:
         args = self.args
         kubeconfig = Path(args.kubeconfig) if args.kubeconfig else None
         try:
-            connection = connect(kubeconfig)
+            connection = connect(kubeconfig, context=args.context)
         except ConnectionSetupError as error:
             raise DevError(str(error)) from None
         hosts = list(dict.fromkeys(args.host or candidate_hosts(connection.server)))
@@ -191,6 +190,8 @@ class DevSession:
             command += [f"--policies={path}" for path in policies]
             if kubeconfig is not None:
                 command += ["--kubeconfig", str(kubeconfig)]
+            if args.context:
+                command += ["--context", args.context]
             command += ["--exemption-key", str(exemption_key(issued.cert.parent))]
             server = subprocess.Popen(command, start_new_session=True)  # Ctrl-C reaches us only
             try:

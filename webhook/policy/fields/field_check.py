@@ -15,9 +15,8 @@ its variable (`variable_shapes`) for the target Kubernetes version (`versions`, 
   `x-kubernetes-preserve-unknown-fields` accept any key.
 """
 
-import difflib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from webhook.policy.cel.checked_ast import AstError
@@ -37,6 +36,7 @@ from webhook.policy.fields.schemas import (
 from webhook.policy.fields.type_check import TypeCheck
 from webhook.policy.fields.variable_shapes import roots
 from webhook.policy.fields.versions import DEFAULT, newer_than
+from webhook.support.suggestions import closest, listed
 from webhook.workloads import all_kinds
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -164,17 +164,12 @@ class FieldChecks:
             seen = sorted({label for label, _ in self._labelled(self.version, path[0], kinds)})
             message += (f" in {' or '.join(seen)}" if kinds is not None
                         else f" in any of the {len(seen)} kinds a policy sees")
-        close = difflib.get_close_matches(path[-1], sorted(refusal.known), n=1, cutoff=0.6)
-        if close:
-            return f"{message}; did you mean `{close[0]}`?"
+        close = closest(path[-1], refusal.known)
+        if close is not None:
+            return f"{message}; did you mean `{close}`?"
         if refusal.known:
-            return f"{message}; known: {_some(sorted(refusal.known))}"
+            return f"{message}; known: {listed(sorted(refusal.known))}"
         return message
-
-
-def _some(names: Iterable[str], limit: int = 12) -> str:
-    listed = list(names)
-    return ", ".join(listed[:limit]) + (f" and {len(listed) - limit} more" if len(listed) > limit else "")
 
 
 def render(path: Path) -> str:

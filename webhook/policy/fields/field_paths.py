@@ -28,6 +28,8 @@ Path = tuple[str, ...]
 _KIND_FIELDS = (("object", "kind"), ("oldObject", "kind"), ("request", "kind", "kind"),
                 ("request", "requestKind", "kind"))
 """Paths whose value is the kind of the object under admission."""
+WORKLOAD_KIND = (("workload", "kind"),)
+"""Placer's `workload.kind`: the object's kind, or for a Pod a controller made, its controller's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,16 @@ class Selection:
     """The id of the node that selects the path's last step (its position is in the source info)."""
     kinds: frozenset[str] | None = None
     """The object's kinds the selection is read for (a guard narrowed them); None: every kind."""
+
+
+def implied_kinds(root: Expr, fields: tuple[Path, ...] = _KIND_FIELDS) -> frozenset[str] | None:
+    """The kinds `root` being true implies, by the guards (on `fields`: the object's kind by default) of its
+    top-level `&&` chain; None when it has no such guard. `placer export` says with it which rules hold only
+    for kinds the exported policy does not match."""
+    walk = _Walk(frozenset())
+    walk.kind_fields = fields
+    guards = [guard for guard in (walk._guard(part, {}) for part in walk._conjuncts(root)) if guard is not None]
+    return frozenset.intersection(*guards) if guards else None
 
 
 def selections(root: Expr, variables: frozenset[str]) -> list[Selection]:
@@ -57,6 +69,8 @@ class _Walk(PathWalk[Path]):
         self._seen: set[tuple[Path, frozenset[str] | None]] = set()
         self.kinds: frozenset[str] | None = None
         """The kinds the node being walked is read for (narrowed by guards around it)."""
+        self.kind_fields: tuple[Path, ...] = _KIND_FIELDS
+        """The paths a guard compares with kinds."""
 
     def _select(self, path: Path, node: Expr) -> Path:
         if (path, self.kinds) not in self._seen:
@@ -96,7 +110,7 @@ class _Walk(PathWalk[Path]):
             node = node.operands[0]
         if node.kind != "ident" or node.name.removeprefix(".") in scope:
             return False
-        return (node.name.removeprefix("."), *steps) in _KIND_FIELDS
+        return (node.name.removeprefix("."), *steps) in self.kind_fields
 
     def _conjuncts(self, node: Expr) -> list[Expr]:
         if node.kind == "call" and node.function == "_&&_" and node.target is None:

@@ -1,5 +1,6 @@
 """Reading Kubernetes manifests: multi-document YAML, safely, with the line each document starts on."""
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +34,46 @@ class Document:
 
 
 def read_documents(text: str) -> list[Document]:
-    """Every non-empty document of a multi-document YAML text, with its starting line."""
+    """Every non-empty document of a multi-document YAML text, with its starting line; ManifestError for the
+    first mistake (a manifest file is read whole or not at all)."""
+    documents, errors = read_documents_separately(text)
+    if errors:
+        raise errors[0]
+    return documents
+
+
+DOCUMENT_START = re.compile(r"^---(?=[ \t\r\n]|$)", re.M)
+"""A document start marker: `---` at the start of a line, then a blank or the end of the line. PyYAML's scanner
+reads it so wherever it stands (`Scanner.check_document_start`: column 0 is all it asks): it ends a plain
+scalar, a block scalar (whose lines are indented by at least one space) and a flow collection, and inside a
+quoted scalar it is an error; a `---` indented in a block scalar is text."""
+
+
+DOCUMENT_MARKER = re.compile(r"(?:---|\.\.\.)(?=[ \t\r\n]|$)")
+"""`---` or `...` (at the start of a line): where a document ends."""
+
+
+def read_documents_separately(text: str) -> tuple[list[Document], list[ManifestError]]:
+    """Every document that parses, and a ManifestError for each that does not: a mistake in one document (an
+    unclosed `{`) costs that document only. The text is parsed whole first; only when that fails is it cut at
+    its document markers and each part parsed alone, at its own lines."""
+    try:
+        return _parse(text), []
+    except ManifestError:
+        pass
+    documents: list[Document] = []
+    errors: list[ManifestError] = []
+    starts = [0, *(match.start() for match in DOCUMENT_START.finditer(text) if match.start() > 0)]
+    for start, end in zip(starts, [*starts[1:], len(text)], strict=True):
+        padding = "\n" * text.count("\n", 0, start)  # the part keeps its lines: marks and places are the file's
+        try:
+            documents.extend(_parse(padding + text[start:end]))
+        except ManifestError as error:
+            errors.append(error)
+    return documents, errors
+
+
+def _parse(text: str) -> list[Document]:
     loader = SafeLoader(text)
     documents: list[Document] = []
     try:
@@ -45,15 +85,36 @@ def read_documents(text: str) -> list[Document]:
             if content is not None:
                 documents.append(Document(node.start_mark.line + 1, content, Positions.of_node(node, text)))
     except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        place = (mark.line + 1, mark.column + 1) if mark is not None else None
-        raise ManifestError(f"{where}{error.problem or error}", place, str(error.problem or error)) from None
+        raise _located(error, text) from None
     except yaml.YAMLError as error:
         raise ManifestError(str(error)) from None
     finally:
         loader.dispose()
     return documents
+
+
+_OPENED = ("while parsing a flow mapping", "while parsing a flow sequence", "while scanning a quoted scalar")
+"""Contexts of a construct that must be closed: `{`, `[` or a quote."""
+
+
+def _located(error: yaml.MarkedYAMLError, text: str) -> ManifestError:
+    """The error at the line and column of the mistake. A `{`, `[` or quote still open at the next document
+    marker or the end of the text was never closed: the mistake is where it was opened (said with where the
+    parser noticed); anywhere else, where the parser stopped, in the construct opened where it says."""
+    problem = str(error.problem or error)
+    mark, opened = error.problem_mark, error.context_mark
+    if opened is not None and mark is not None and error.context and error.context.startswith(_OPENED):
+        what = error.context.removeprefix("while parsing a ").removeprefix("while scanning a ")
+        rest = text[mark.index:]
+        if not rest.strip() or (mark.column == 0 and DOCUMENT_MARKER.match(rest)):
+            problem = f"{what} not closed: {problem} (at line {mark.line + 1}, column {mark.column + 1})"
+            mark = opened
+        else:
+            problem = f"{problem}, in the {what} opened at line {opened.line + 1}, column {opened.column + 1}"
+    if mark is None:
+        return ManifestError(problem)
+    place = (mark.line + 1, mark.column + 1)
+    return ManifestError(f"line {place[0]}, column {place[1]}: {problem}", place, problem)
 
 
 def expand_lists(documents: list[Document]) -> Iterator[Document]:

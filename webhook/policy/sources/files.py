@@ -1,7 +1,9 @@
 """Policies from files and directories (`--policies`), re-read while serving.
 
-A file that no longer parses keeps serving its last good content; a policy that no longer compiles keeps
-serving its last good version. Either way the error is reported, and no other policy is affected.
+A file that cannot be read keeps serving its last good content; a document of it that no longer parses (an
+unclosed `{`) costs only the policies it held, which keep serving their last good versions while the file's
+other documents load; a policy that no longer compiles keeps serving its last good version. Either way the
+error is reported, and no other policy is affected.
 """
 
 import logging
@@ -15,12 +17,11 @@ from webhook.policy.errors import PolicyError
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.policy.sources.documents import (
-    ManifestError,
     expand_lists,
     global_default_class_from,
     is_policy,
     namespace_from,
-    read_documents,
+    read_documents_separately,
 )
 from webhook.policy.sources.reloader import SourceContent, combine
 
@@ -41,6 +42,9 @@ class _FileState:
     """The file could not be read or parsed: `policies` and `namespaces` are its last good content."""
     stale: list[str] = field(default_factory=list)
     """Policies that no longer compile and serve their last good version."""
+    unparsed: list[str] = field(default_factory=list)
+    """Policies of the file's last good content not in what parses now: with a document that no longer parses,
+    they are taken to be its own and serve their last good version."""
 
 
 def policy_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -130,19 +134,18 @@ class FilePolicySource:
         """The file's new state; policies that no longer load keep their last good version from `previous`."""
         source = str(path)
         try:
-            documents = list(expand_lists(read_documents(path.read_text(encoding="utf-8"))))
-        except (OSError, UnicodeDecodeError, ManifestError) as error:
+            documents, broken = read_documents_separately(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as error:
             # Keep the last good content: a half-written file must not drop policies that were serving.
-            place = error.place if isinstance(error, ManifestError) else None
-            problem = error.problem if isinstance(error, ManifestError) and place is not None else str(error)
             return _FileState(
                 fingerprint,
                 previous.policies,
                 previous.namespaces,
-                [PolicyError(source, f"cannot read: {problem}", place=place)],
+                [PolicyError(source, f"cannot read: {error}")],
                 default_priority_class=previous.default_priority_class,
                 kept_last_good=True,
             )
+        documents = list(expand_lists(documents))
         state = _FileState(fingerprint)
         for document in documents:
             namespace = namespace_from(document.content)
@@ -159,6 +162,12 @@ class FilePolicySource:
             elif result.name is not None and result.name in previous.policies:
                 state.policies[result.name] = previous.policies[result.name]
                 state.stale.append(result.name)
+        for mistake in broken:  # the other documents load; what the broken one held keeps its last good version
+            state.errors.append(PolicyError(source, f"cannot read: {mistake.problem}", place=mistake.place))
+        if broken:
+            kept = {name: policy for name, policy in previous.policies.items() if name not in state.policies}
+            state.policies.update(kept)
+            state.unparsed.extend(kept)
         return state
 
     @staticmethod
@@ -169,6 +178,9 @@ class FilePolicySource:
             return
         for name in state.stale:
             log.error("policy %s in %s does not compile; its last good version keeps serving", name, path)
+        for name in state.unparsed:
+            log.error("policy %s in %s: a document of the file does not parse; keeping its last good version",
+                      name, path)
         for problem in state.errors:
             log.error("%s", problem)
 

@@ -33,6 +33,8 @@ class Positions:
     source: str
     values: dict[Path, _Scalar | int] = field(default_factory=dict)
     """A scalar, or the file offset where a collection starts."""
+    keys: dict[Path, int] = field(default_factory=dict)
+    """The file offset of each mapping key, by the path of its value: an unknown field is reported there."""
     _lines: list[int] = field(default_factory=list)
 
     @staticmethod
@@ -53,11 +55,15 @@ class Positions:
             self.values[path] = node.start_mark.index
             for key, value in node.value:
                 if isinstance(key, yaml.ScalarNode):
+                    self.keys[(*path, str(key.value))] = key.start_mark.index
                     self._walk(value, (*path, str(key.value)))
 
-    def place(self, path: Path, offset: int | None = None) -> Place | None:
+    def place(self, path: Path, offset: int | None = None, *, key: bool = False) -> Place | None:
         """The file's line and column of the value at `path`, or of its `offset`-th character (a scalar's
-        value, in code points); the nearest enclosing value that has a place when `path` has none."""
+        value, in code points); the nearest enclosing value that has a place when `path` has none. `key`: of
+        the key that holds the value (an unknown field is a mistake in the key, whatever its value)."""
+        if key and path in self.keys:
+            return self._line_column(self.keys[path])
         for end in range(len(path), -1, -1):
             found = self.values.get(path[:end])
             if found is None:
