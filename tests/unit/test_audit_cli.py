@@ -57,12 +57,13 @@ def test_promoting_is_one_field_and_the_next_answer_writes_what_the_audit_said(
 
 
 def test_lint_accepts_it_and_says_what_audit_does(capsys: pytest.CaptureFixture[str]) -> None:
-    status, out, _ = run(capsys, "lint", str(AUDIT))
+    status, out, err = run(capsys, "lint", str(AUDIT))
     assert status == 0
-    assert out.splitlines() == ["1 policies OK: gpu-pool",
-                                "gpu-pool: Audit: evaluated on every admission as Advisory, never applied; what it "
+    assert out == ""
+    assert err.splitlines() == ["gpu-pool: Audit: evaluated on every admission as Advisory, never applied; what it "
                                 "would write goes to audit annotations, PolicyReports and metrics (promote: "
-                                "spec.enforcement: Advisory)"]
+                                "spec.enforcement: Advisory)",
+                                "1 policy OK: gpu-pool"]
 
 
 def test_export_refuses_an_audit_policy_with_the_reason(capsys: pytest.CaptureFixture[str]) -> None:
