@@ -19,6 +19,7 @@ class PolicyChange:
     after: PolicySnapshot
     added: tuple[str, ...]
     replaced: tuple[str, ...]
+    """Given policies of an existing name whose spec differs (one given as it is changes nothing)."""
     deleted: tuple[str, ...]
 
     def describe(self) -> str:
@@ -45,5 +46,8 @@ def change_policies(before: PolicySnapshot, given: PolicySnapshot, deleted: Sequ
         ready=before.ready, default_priority_class=before.default_priority_class,
         pod_groups_served=before.pod_groups_served, native_gang_version=before.native_gang_version,
         job_gangs=before.job_gangs)
-    return PolicyChange(before, after, tuple(name for name in given_names if name not in existing),
-                        tuple(name for name in given_names if name in existing), tuple(dict.fromkeys(deleted)))
+    specs = {policy.name: policy.document.get("spec") for policy in before.policies}
+    replaced = tuple(policy.name for policy in given.policies
+                     if policy.name in existing and policy.document.get("spec") != specs[policy.name])
+    return PolicyChange(before, after, tuple(name for name in given_names if name not in existing), replaced,
+                        tuple(dict.fromkeys(deleted)))

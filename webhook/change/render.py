@@ -24,8 +24,9 @@ def item_lines(item: WorkloadChange, labels: tuple[str, str]) -> list[str]:
     if item.rules_new:
         lines.append(f"rules: {', '.join(f'+{rule}' for rule in item.rules_new)}")
     if item.rules_gone:
-        lines.append(f"no longer applied: {', '.join(item.rules_gone)}: what they wrote stays (Placer removes "
-                     "nothing); workloads created from now on go without it")
+        kept = ("" if item.source else ": what they wrote stays (Placer removes nothing); workloads created from "
+                "now on go without it")
+        lines.append(f"no longer applied: {', '.join(item.rules_gone)}{kept}")
     lines.append(f"{labels[0]}: {written(item.before)}")
     lines.append(f"{labels[1]}: {written(item.after)}")
     lines.extend(f"rule error after: {error}" for error in item.after.errors if error not in item.before.errors)

@@ -51,7 +51,7 @@ def add_parser(commands: Any) -> None:
     command.add_argument("--fail-on", default="stranded", choices=FAIL_ON,
                          help="exit 1 when a manifest's pods would be stranded, or when any changes; never: exit "
                               "0 (default stranded)")
-    add_target_flags(command, kube=False)
+    add_target_flags(command)
     command.set_defaults(run=run)
 
 
