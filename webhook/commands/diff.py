@@ -18,9 +18,9 @@ from webhook.admission.offline import load_policies, parse_labels
 from webhook.change.broken_suites import broken_cases
 from webhook.change.git_revision import RevisionError, policies_at
 from webhook.change.manifest_diff import diff_manifests
-from webhook.change.output import OUTPUTS, render
+from webhook.change.output import render
 from webhook.change.policy_change import change_policies
-from webhook.change.report import FAIL_ON
+from webhook.commands.change_flags import add_report_flags
 from webhook.commands.field_targets import add_target_flags, compiler_from_flags, quiet_policy_log
 from webhook.commands.suites import find_suites, run_suite
 from webhook.policy.compiler import PolicyCompiler
@@ -46,11 +46,7 @@ def add_parser(commands: Any) -> None:
     command.add_argument("--namespace-labels", metavar="k=v,...", help="labels of the manifests' namespace")
     command.add_argument("--suites", action="append", default=[], metavar="PATH",
                          help="placer test suites (*-test.yaml) to name when the change breaks them (repeatable)")
-    command.add_argument("-o", "--output", default="text", choices=OUTPUTS,
-                         help="text, json, or markdown for a pull-request comment (default text)")
-    command.add_argument("--fail-on", default="stranded", choices=FAIL_ON,
-                         help="exit 1 when a manifest's pods would be stranded, or when any changes; never: exit "
-                              "0 (default stranded)")
+    add_report_flags(command, "a manifest")
     add_target_flags(command)
     command.set_defaults(run=run)
 

@@ -28,13 +28,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from webhook.admission.offline import DEFAULT_NAMESPACE, load_policies
+from webhook.admission.offline import load_policies
 from webhook.change.judging import Judged, judge, write_body
-from webhook.cluster.client.api import ApiError, KubeApi, TransportError, api_from_flags
-from webhook.cluster.client.connection import ConnectionSetupError
+from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.cluster.client.workload_lists import Served, list_workloads
 from webhook.cluster.reports.compliance import stale_values
-from webhook.commands.live import LiveError, cluster_snapshot, read_namespaces, resolve_kind
+from webhook.commands.live import LiveError, cluster_snapshot, namespace_scope, open_api, read_namespaces, resolve_kind
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.support.typing import JSONObject, as_map
@@ -254,12 +253,10 @@ def command(args: argparse.Namespace) -> int:
     if args.qps <= 0:
         print("kubectl placer drift: --qps must be positive", file=sys.stderr)
         return 2
-    try:
-        api = api_from_flags(args.kubeconfig, args.context)
-    except ConnectionSetupError as error:
-        print(f"kubectl placer drift: {error}", file=sys.stderr)
+    api = open_api("kubectl placer drift", args)
+    if api is None:
         return 1
-    namespace = None if args.all_namespaces else (args.namespace or DEFAULT_NAMESPACE)
+    namespace = namespace_scope(args)
     snapshot = load_policies(args.policies, required=True) if args.policies else None
     options = DriftOptions(namespace, args.selector, args.targets, args.apply, args.yes, args.qps, args.output)
     try:

@@ -9,16 +9,15 @@ import argparse
 import sys
 from typing import Any
 
-from webhook.admission.offline import DEFAULT_NAMESPACE, load_policies
+from webhook.admission.offline import load_policies
 from webhook.change.live_preview import preview
-from webhook.change.output import OUTPUTS, render
+from webhook.change.output import render
 from webhook.change.policy_change import ChangeError, change_policies
-from webhook.change.report import FAIL_ON
-from webhook.cluster.client.api import ApiError, TransportError, api_from_flags
-from webhook.cluster.client.connection import ConnectionSetupError
+from webhook.cluster.client.api import ApiError, TransportError
+from webhook.commands.change_flags import add_report_flags
 from webhook.commands.drift import read_workloads
 from webhook.commands.field_targets import quiet_policy_log
-from webhook.commands.live import LiveError, cluster_snapshot, read_nodes
+from webhook.commands.live import LiveError, cluster_snapshot, namespace_scope, open_api, read_nodes
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.snapshot import PolicySnapshot
 
@@ -41,11 +40,7 @@ def add_parser(commands: Any) -> None:
     scope.add_argument("-n", "--namespace", metavar="NS", help="only workloads in this namespace (default: default)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="workloads in every namespace")
     command.add_argument("-l", "--selector", metavar="SELECTOR", help="only workloads with these labels, as kubectl's")
-    command.add_argument("-o", "--output", default="text", choices=OUTPUTS,
-                         help="text, json, or markdown for a pull-request comment (default text)")
-    command.add_argument("--fail-on", default="stranded", choices=FAIL_ON,
-                         help="exit 1 when a workload would be stranded, or when any changes; never: exit 0 "
-                              "(default stranded)")
+    add_report_flags(command, "a workload")
     command.add_argument("--context", metavar="NAME", help="kubeconfig context")
     command.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (default $KUBECONFIG, ~/.kube/config)")
     command.set_defaults(run=run)
@@ -62,12 +57,10 @@ def run(args: argparse.Namespace) -> int:
         for error in given.errors:
             print(f"{PROG}: {error}", file=sys.stderr)
         return 2
-    try:
-        api = api_from_flags(args.kubeconfig, args.context)
-    except ConnectionSetupError as error:
-        print(f"{PROG}: {error}", file=sys.stderr)
+    api = open_api(PROG, args)
+    if api is None:
         return 2
-    namespace = None if args.all_namespaces else (args.namespace or DEFAULT_NAMESPACE)
+    namespace = namespace_scope(args)
     try:
         before = cluster_snapshot(api, compiler)
         change = change_policies(before, given or PolicySnapshot.build([], {}, [], compiler.environment),
