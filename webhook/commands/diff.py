@@ -35,12 +35,12 @@ def add_parser(commands: Any) -> None:
         description="Admit the manifests offline under the old policies (--base) and the new (--policies); per "
         "manifest whose result changes, what each writes and the difference. Exit 0, 1 when --fail-on is met, "
         "2 on errors.")
-    command.add_argument("--base", required=True, metavar="OLD|REV",
+    command.add_argument("--base", metavar="OLD|REV",
                          help="the old policies: a file or directory, else a git revision at which the "
                               "--policies paths are read")
-    command.add_argument("--policies", action="append", required=True, metavar="PATH",
+    command.add_argument("--policies", action="append", metavar="PATH",
                          help="the new policies: a file or directory (repeatable)")
-    command.add_argument("-f", "--filename", action="append", required=True, dest="manifests", metavar="MANIFEST",
+    command.add_argument("-f", "--filename", action="append", dest="manifests", metavar="MANIFEST",
                          help="manifests to admit; Namespace and Node objects among them are the cluster's "
                               "(repeatable)")
     command.add_argument("--namespace-labels", metavar="k=v,...", help="labels of the manifests' namespace")
@@ -53,6 +53,12 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     quiet_policy_log()
+    missing = [flag for flag, value in (("--base", args.base), ("--policies", args.policies),
+                                        ("-f", args.manifests)) if not value]
+    if missing:
+        print(f"{PROG}: {', '.join(missing)} required (or PLACER_BASE, PLACER_POLICIES, PLACER_FILENAME)",
+              file=sys.stderr)
+        return 2
     try:
         labels = parse_labels(args.namespace_labels or "")
     except ValueError as error:

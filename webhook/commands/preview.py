@@ -72,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     finally:
         api.close()
+    for problem in before.errors:
+        print(f"error: {problem} (judged without it)", file=sys.stderr)
     sys.stdout.write(render(report, args.output))
     return report.exit_code(args.fail_on)
 
