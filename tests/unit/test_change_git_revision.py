@@ -43,13 +43,13 @@ def test_a_file_and_a_directory_are_read_at_the_revision(repo: Path, tmp_path: P
 def test_clear_errors(repo: Path, tmp_path: Path) -> None:
     with pytest.raises(RevisionError, match=r"policies/added.yaml: did not exist at HEAD \(git ls-tree HEAD"):
         policies_at("HEAD", [str(repo / "policies" / "added.yaml")], tmp_path / "x")
-    with pytest.raises(RevisionError, match="--base nope: not a revision of the git repository"):
+    with pytest.raises(RevisionError, match="nope: not a revision of the git repository"):
         policies_at("nope", [str(repo / "policies")], tmp_path / "x")
     with pytest.raises(RevisionError, match="a revision cannot start with '-'"):
         policies_at("--output=/tmp/x", [str(repo / "policies")], tmp_path / "x")
     elsewhere = tmp_path / "not-a-repo"
     elsewhere.mkdir()
-    with pytest.raises(RevisionError, match="not-a-repo: not in a git repository, so --base main cannot be read"):
+    with pytest.raises(RevisionError, match="not-a-repo: not in a git repository"):
         policies_at("main", [str(elsewhere)], tmp_path / "x")
 
 

@@ -83,3 +83,8 @@ def test_a_gang_needs_room_for_all_its_pods_at_once() -> None:
     assert gang_shortfalls(gang(32, 2), pod, nodes) == ["gang train of 32 needs room for 32 pods of "
                                                         "nvidia.com/gpu 2, the 6 nodes it may use hold 24"]
     assert gang_shortfalls(None, pod, nodes) == []
+
+
+def test_a_node_manifest_without_status_has_room_not_known_so_none_is_claimed() -> None:
+    bare = [("written-by-hand", node_facts({"metadata": {"labels": {"pool": "x"}}}))]
+    assert why_nowhere(spec(nodeSelector={"pool": "x"}, resources={"requests": {"cpu": "64"}}), bare) is None

@@ -18,15 +18,15 @@ class RevisionError(Exception):
 def policies_at(revision: str, paths: Sequence[str], into: Path) -> list[str]:
     """Each of `paths` as it was at `revision`, written under `into`; the written paths, in the same order."""
     if revision.startswith("-"):
-        raise RevisionError(f"--base {revision}: a revision cannot start with '-'")
+        raise RevisionError(f"{revision}: a revision cannot start with '-'")
     found = []
     for raw in paths:
         path = Path(raw).resolve()
         anchor = next((p for p in (path, *path.parents) if p.is_dir()), Path.cwd())
         top = Path(_git(anchor, "rev-parse", "--show-toplevel",
-                        error=f"{raw}: not in a git repository, so --base {revision} cannot be read").strip())
+                        error=f"{raw}: not in a git repository").strip())
         _git(top, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}",
-             error=f"--base {revision}: not a revision of the git repository {top}")
+             error=f"{revision}: not a revision of the git repository {top}")
         relative = path.relative_to(top).as_posix()
         listed = [name for name in _git(top, "ls-tree", "-r", "-z", "--name-only", revision, "--", relative,
                                         error=f"{raw}: cannot list it at {revision}").split("\0") if name]

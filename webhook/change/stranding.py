@@ -49,7 +49,8 @@ def why_nowhere(spec: Mapping[str, Any], nodes: Nodes) -> str | None:
         return "; ".join(reason + (f" ({count} nodes)" if len(untolerated) > 1 else "")
                          for reason, count in untolerated.most_common())
     requests = pod_requests(spec)
-    if not any(pods_that_fit(requests, as_map(facts.get("allocatable"))) for _, facts in tolerated):
+    if not any(not facts.get("allocatable") or pods_that_fit(requests, as_map(facts.get("allocatable")))
+               for _, facts in tolerated):  # a Node manifest without status: its room is not known
         return f"{_which(spec, len(tolerated), usable=True)} room for {describe_requests(requests)}"
     return None
 

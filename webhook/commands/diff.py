@@ -80,7 +80,10 @@ def _base(base: str, policies: list[str], scratch: Path) -> tuple[list[str], str
     """The old policy paths, and how the report names them."""
     if Path(base).exists():
         return [base], base
-    return policies_at(base, policies, scratch), f"{', '.join(policies)} at {base}"
+    try:
+        return policies_at(base, policies, scratch), f"{', '.join(policies)} at {base}"
+    except RevisionError as error:
+        raise RevisionError(f"--base {base}: no such file or directory; as a git revision: {error}") from None
 
 
 def _diff(args: argparse.Namespace, base: list[str], where: str, labels: dict[str, str],
