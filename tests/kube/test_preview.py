@@ -79,6 +79,9 @@ def test_removing_a_policy_is_previewed(cluster: FakeApiServer, kubeconfig: Path
     assert document["summary"] == {"changed": 2, "stranded": 0, "judged": 2, "rollouts": 0}
     assert document["items"][0]["before"]["rules"] == ["gpu-pool/pool", "gpu-pool/gpu-taint"]
     assert document["items"][0]["after"]["rules"] == []
+    resource = document["items"][0]["resource"]
+    assert (resource["apiVersion"], resource["kind"], resource["namespace"], resource["name"]) == (
+        "apps/v1", "Deployment", "ml", "train") and resource["uid"]
 
 
 def test_a_deleted_policy_that_does_not_exist_and_bad_policy_files_exit_2(

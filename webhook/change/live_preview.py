@@ -33,6 +33,7 @@ def preview(listed: Sequence[tuple[Served, JSONObject]], namespaces: Mapping[str
         if not changed(outcome_old, outcome_new):
             continue
         item = WorkloadChange(new.verdict.workload.title, outcome_old, outcome_new,
+                              new.verdict.workload.as_report_resource(),
                               rollout=rollout(new.served.kind.kind, new.stored, write_body(new)))
         now = _nowhere(new, after, placing)
         if now:

@@ -14,6 +14,7 @@ from webhook.placement.node_fit import Nodes
 from webhook.policy.snapshot import PolicySnapshot
 from webhook.policy.sources.documents import ManifestError, expand_lists, read_documents
 from webhook.policy.state.node_facts import node_facts
+from webhook.support.typing import JSONObject
 from webhook.workloads import default_workload_table
 
 
@@ -35,7 +36,7 @@ def diff_manifests(old: PolicySnapshot, new: PolicySnapshot, manifests: Sequence
         outcome_old, outcome_new = _outcome(before), _outcome(after)
         if not changed(outcome_old, outcome_new):
             continue
-        item = WorkloadChange(before.title, outcome_old, outcome_new, source=before.origin,
+        item = WorkloadChange(before.title, outcome_old, outcome_new, _reference(before), source=before.origin,
                               difference=yaml_difference(before.mutated, after.mutated,
                                                          ("old policies", "new policies")))
         now = _nowhere(after, reports[1], outcome_new, placing)
@@ -63,6 +64,12 @@ def manifest_nodes(paths: Sequence[str]) -> Nodes:
         except (OSError, UnicodeDecodeError, ManifestError):
             continue
     return nodes
+
+
+def _reference(result: ManifestResult) -> JSONObject:
+    metadata = result.original.get("metadata") or {}
+    return {"apiVersion": result.original.get("apiVersion"), "kind": result.original.get("kind"),
+            "namespace": result.namespace.name, "name": metadata.get("name") or metadata.get("generateName")}
 
 
 def _outcome(result: ManifestResult) -> Outcome:

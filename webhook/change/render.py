@@ -63,7 +63,8 @@ def render_json(report: ChangeReport) -> str:
 
     items = []
     for item in report.changes:
-        entry: dict[str, Any] = {"title": item.title, "before": outcome(item.before), "after": outcome(item.after),
+        entry: dict[str, Any] = {"title": item.title, "resource": item.resource, "before": outcome(item.before),
+                                 "after": outcome(item.after),
                                  "stranded": item.stranded, "strandedBefore": item.still_stranded}
         if item.source:
             entry["source"] = item.source

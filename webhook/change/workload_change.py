@@ -43,6 +43,8 @@ class WorkloadChange:
     title: str
     before: Outcome
     after: Outcome
+    resource: JSONObject = field(default_factory=dict)
+    """The workload as an ObjectReference (apiVersion, kind, namespace, name), for `-o json`."""
     source: str = ""
     """Where the workload comes from: a manifest's `file:line`, empty for a live one."""
     rollout: Rollout | None = None
