@@ -8,13 +8,22 @@ from pathlib import Path
 import pytest
 
 from tests.kube.changing_policies import EXAMPLES, put_example_cluster
-from tests.kube.fake_apiserver import DEPLOYMENTS, FakeApiServer
+from tests.kube.fake_apiserver import DEPLOYMENTS, PODS, REPLICASETS, FakeApiServer
 from webhook.commands.cli import kubectl_main
 
 
 @pytest.fixture
 def cluster(apiserver: FakeApiServer) -> FakeApiServer:
     put_example_cluster(apiserver)
+    train = next(obj for obj in apiserver.objects[DEPLOYMENTS].values() if obj["metadata"]["name"] == "train")
+    owned = {"namespace": "ml", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "train",
+                                                     "uid": train["metadata"]["uid"], "controller": True}]}
+    replica_set = {"metadata": {"name": "train-5d4", **owned}, "spec": {**train["spec"], "replicas": 2}}
+    apiserver.put(REPLICASETS, replica_set)
+    pod = {"metadata": {"name": "train-5d4-x", **owned, "ownerReferences": [
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "train-5d4", "uid": "rs", "controller": True}]},
+        "spec": train["spec"]["template"]["spec"]}
+    apiserver.put(PODS, pod)
     return apiserver
 
 
@@ -40,7 +49,9 @@ def test_a_pool_with_no_nodes_strands_every_workload_of_the_namespace(
     assert "  drift --apply: rolls out: the Deployment replaces its pods\n" in out
     assert ("  drift --apply: no rollout: the StatefulSet updates OnDelete: each pod takes the change when it is "
             "deleted\n") in out
-    assert out.endswith("2 workloads change, 1 would roll out, 2 would be stranded (of 3 workloads)\n")
+    assert out.endswith("2 workloads change, 1 would roll out, 2 would be stranded (of 3 workloads)\n"), \
+        "the Deployment's ReplicaSet and Pod are judged as the Deployment, not counted"
+    assert "replicaset" not in out and "pod/" not in out
     assert {method for method, _, _ in cluster.requests} == {"GET"}, "a preview only reads"
 
 

@@ -16,7 +16,7 @@ from webhook.cluster.client.workload_lists import Served
 from webhook.placement.node_fit import Nodes
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.support.typing import JSONObject
-from webhook.workloads import default_workload_table
+from webhook.workloads import all_kinds, controller_reference, default_workload_table
 
 
 def preview(listed: Sequence[tuple[Served, JSONObject]], namespaces: Mapping[str, NamespaceInfo],
@@ -24,11 +24,15 @@ def preview(listed: Sequence[tuple[Served, JSONObject]], namespaces: Mapping[str
     """The report of `change` over the `listed` workloads (in `namespaces`), with the cluster's `nodes` (None:
     not readable, no stranding is checked)."""
     before, after = (_serving(snapshot, namespaces) for snapshot in (change.before, change.after))
-    report = ChangeReport(change.describe(), "workload", len(listed))
+    report = ChangeReport(change.describe(), "workload", 0)
     if nodes is None:
         report.notes.append("the nodes cannot be listed with these credentials: stranding is not checked")
     placing = Placing(nodes, default_workload_table())
+    kinds = frozenset(kind.kind for kind in all_kinds())
     for old, new in zip(judge(listed, before, {}), judge(listed, after, {}), strict=True):
+        if _made_by_a_workload(old, kinds):
+            continue  # a Deployment's ReplicaSet, a controller's Pod: judged on its owner, not counted
+        report.judged += 1
         outcome_old, outcome_new = verdict_outcome(old.verdict), verdict_outcome(new.verdict)
         if not changed(outcome_old, outcome_new):
             continue
@@ -43,6 +47,13 @@ def preview(listed: Sequence[tuple[Served, JSONObject]], namespaces: Mapping[str
                 item.stranded = now
         report.changes.append(item)
     return report
+
+
+def _made_by_a_workload(item: Judged, kinds: frozenset[str]) -> bool:
+    """A Pod with a controller, or a workload whose controller is itself a workload (of `kinds`: a Deployment's
+    ReplicaSet, a CronJob's Job): what the owner's template makes, judged as the owner."""
+    owner = controller_reference(item.stored)
+    return owner is not None and (item.served.kind.kind == "Pod" or str(owner.get("kind")) in kinds)
 
 
 def _serving(snapshot: PolicySnapshot, namespaces: Mapping[str, NamespaceInfo]) -> PolicySnapshot:

@@ -17,6 +17,7 @@ class ChangeReport:
     noun: str
     """What was judged: `workload` (live) or `manifest`."""
     judged: int
+    """Workloads judged (those Placer leaves alone, as a Deployment's ReplicaSets and Pods, not counted)."""
     changes: list[WorkloadChange] = field(default_factory=list)
     broken_suites: list[str] = field(default_factory=list)
     """`suite: case`, for each test case that passes with the old policies and fails with the new."""
