@@ -14,12 +14,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from webhook.admission.offline import load_policies, parse_labels
+from webhook.admission.offline import load_policies
 from webhook.change.broken_suites import broken_cases
 from webhook.change.git_revision import RevisionError, policies_at
 from webhook.change.manifest_diff import diff_manifests
 from webhook.change.output import render
 from webhook.change.policy_change import change_policies
+from webhook.commands.apply import namespace_labels
 from webhook.commands.change_flags import add_report_flags
 from webhook.commands.field_targets import add_target_flags, compiler_from_flags, quiet_policy_log
 from webhook.commands.suites import find_suites, run_suite
@@ -59,10 +60,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: {', '.join(missing)} required (or PLACER_BASE, PLACER_POLICIES, PLACER_FILENAME)",
               file=sys.stderr)
         return 2
-    try:
-        labels = parse_labels(args.namespace_labels or "")
-    except ValueError as error:
-        print(f"{PROG}: --namespace-labels: {error}", file=sys.stderr)
+    labels = namespace_labels(PROG, args.namespace_labels)
+    if labels is None:
         return 2
     compiler = compiler_from_flags(args)
     if isinstance(compiler, int):
