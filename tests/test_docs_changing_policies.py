@@ -20,7 +20,7 @@ from webhook.support.metrics import Metrics
 from webhook.workloads import default_workload_table
 
 PAGE = DOCS / "changing-policies.md"
-EXAMPLES = REPO / "docs/examples/changing-policies"
+EXAMPLES = REPO / "docs/examples/changing-policies/audit"
 
 
 def block(info: str, starts: str) -> Block:

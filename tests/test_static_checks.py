@@ -36,6 +36,7 @@ LAYERS = [
     ["cluster.client"],
     ["cluster.reports", "cluster.health", "cluster.podgroups", "cluster.spot"],
     ["cluster"],
+    ["change"],
     ["server"],
     ["commands"],
 ]

@@ -18,7 +18,7 @@ from tests.helpers import decode_patch, review_for
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLES = REPO / "docs/examples/changing-policies"
+EXAMPLES = REPO / "docs/examples/changing-policies/audit"
 
 
 @pytest.fixture(scope="module")

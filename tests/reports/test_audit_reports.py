@@ -17,7 +17,7 @@ from webhook.engine.value_drift import ValueCheck
 from webhook.policy.snapshot import NamespaceInfo
 from webhook.workloads import default_workload_table
 
-EXAMPLES = REPO / "docs/examples/changing-policies"
+EXAMPLES = REPO / "docs/examples/changing-policies/audit"
 AUDIT = (EXAMPLES / "gpu-pool.yaml").read_text()
 PROMOTED = (EXAMPLES / "promoted/gpu-pool.yaml").read_text()
 ML = NamespaceInfo("ml", {"team": "ml"})

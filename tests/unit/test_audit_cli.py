@@ -18,7 +18,7 @@ from webhook.server.app import create_app
 from webhook.support.config import Settings
 from webhook.support.metrics import Metrics
 
-EXAMPLES = REPO / "docs/examples/changing-policies"
+EXAMPLES = REPO / "docs/examples/changing-policies/audit"
 AUDIT = EXAMPLES / "gpu-pool.yaml"
 PROMOTED = EXAMPLES / "promoted/gpu-pool.yaml"
 MANIFESTS = ["-f", str(EXAMPLES / "ml.yaml"), "-f", str(EXAMPLES / "train.yaml")]

@@ -86,4 +86,4 @@ def test_every_verb_that_reads_policies_takes_the_policies_flag() -> None:
         if "--policies" in flags or "paths" in positional:
             assert isinstance(flags["--policies"], argparse._AppendAction), name
             takes[name] = "paths" in positional
-    assert takes == {"serve": False, "apply": False, "lint": True, "export": True, "dev": False}
+    assert takes == {"serve": False, "apply": False, "lint": True, "diff": False, "export": True, "dev": False}

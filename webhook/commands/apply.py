@@ -59,10 +59,8 @@ def run(args: argparse.Namespace) -> int:
     if args.kube and args.policies:
         print(f"{prog}: --kube evaluates the cluster's policies; --policies is for files", file=sys.stderr)
         return 2
-    try:
-        labels = parse_labels(args.namespace_labels or "")
-    except ValueError as error:
-        print(f"{prog}: --namespace-labels: {error}", file=sys.stderr)
+    labels = namespace_labels(prog, args.namespace_labels)
+    if labels is None:
         return 2
     namespace = args.namespace or DEFAULT_NAMESPACE
     try:
@@ -121,3 +119,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"Warning: {warning}", file=sys.stderr)
     sys.stdout.write(render(report, args.output))
     return 1 if report.problems or report.rule_errors else 0
+
+
+def namespace_labels(prog: str, raw: str | None) -> dict[str, str] | None:
+    """`--namespace-labels k=v,...` as a map, or None once stderr says what is wrong with it."""
+    try:
+        return parse_labels(raw or "")
+    except ValueError as error:
+        print(f"{prog}: --namespace-labels: {error}", file=sys.stderr)
+        return None

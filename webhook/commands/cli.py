@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from webhook import __version__
-from webhook.commands import apply, certs, drift, export, lint, serve, shares, suites
+from webhook.commands import apply, certs, diff, drift, export, lint, preview, serve, shares, suites
 from webhook.commands.dev import command as dev
 from webhook.commands.flags import add_cluster, add_output, finish
 
@@ -25,7 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="placer", description="Scheduling policy admission webhook.")
     parser.add_argument("--version", action="version", version=f"placer {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    for verb in (serve, certs, apply, lint, suites, export, dev):
+    for verb in (serve, certs, apply, lint, suites, diff, export, dev):
         verb.add_parser(commands)
     for command in commands.choices.values():  # every verb's help says how PLACER_<FLAG> sets its flags
         finish(command)
@@ -80,11 +80,12 @@ def kubectl_parser() -> argparse.ArgumentParser:
                "every rule's verdict and why, the mutated objects (yaml, json), or their JSON patches")
     drift.add_parser(commands)
     shares.add_parser(commands)
+    preview.add_parser(commands)
     return parser
 
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:
-    """`kubectl placer [--kubeconfig F] [--context C] [-n NS] explain|drift|shares ...`: the kubectl plugin
+    """`kubectl placer [--kubeconfig F] [--context C] [-n NS] explain|drift|shares|preview ...`: the kubectl plugin
     (installed as `kubectl-placer`); `explain` is `placer apply --kube` with kubectl's flag conventions. The
     global flags go before or after the verb; after it, they win."""
     parser = kubectl_parser()
@@ -92,7 +93,7 @@ def kubectl_main(argv: Sequence[str] | None = None) -> int:
     for _, name, _ in KUBECTL_GLOBAL_FLAGS:
         if getattr(args, name, None) is None:
             setattr(args, name, getattr(args, f"global_{name}"))
-    if args.command in ("drift", "shares"):
+    if args.command in ("drift", "shares", "preview"):
         return int(args.run(args))
     forwarded = ["apply", "--kube", "-o", args.output, *args.targets]
     forwarded += [item for path in args.filename for item in ("-f", path)]

@@ -28,30 +28,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-import jsonpatch
-
-from webhook.admission.offline import DEFAULT_NAMESPACE, load_policies
-from webhook.cluster.client.api import ApiError, KubeApi, TransportError, api_from_flags
-from webhook.cluster.client.connection import ConnectionSetupError
+from webhook.admission.offline import load_policies
+from webhook.change.judging import Judged, judge, write_body
+from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.cluster.client.workload_lists import Served, list_workloads
-from webhook.cluster.reports.compliance import Verdict, evaluate, stale_values
+from webhook.cluster.reports.compliance import stale_values
 from webhook.commands.flags import add_cluster, add_output, add_policies, add_scope
-from webhook.commands.live import LiveError, cluster_snapshot, read_namespaces, resolve_kind
-from webhook.engine.value_drift import ValueCheck
+from webhook.commands.live import LiveError, cluster_snapshot, namespace_scope, open_api, read_namespaces, resolve_kind
 from webhook.policy.compiler import PolicyCompiler
-from webhook.policy.snapshot import PolicySnapshot
+from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.support.typing import JSONObject, as_map
-from webhook.workloads import default_workload_table
 
 ROLLOUT_WARNING = ("Changing a pod template starts a rollout: Deployments, StatefulSets and DaemonSets replace "
                    "their pods, Jobs and operator resources take the change as their controller does.")
-
-
-@dataclass(slots=True)
-class Judged:
-    served: Served
-    stored: JSONObject
-    verdict: Verdict
 
 
 @dataclass(slots=True)
@@ -69,13 +58,17 @@ class DriftOptions:
 def judge_cluster(api: KubeApi, snapshot: PolicySnapshot, namespace: str | None, selector: str | None) -> list[Judged]:
     """Every workload in `namespace` (None: all) matching `selector`, judged against `snapshot`'s policies
     with its namespace's real labels."""
+    listed, namespaces = read_workloads(api, namespace, selector)
+    return judge(listed, snapshot, namespaces)
+
+
+def read_workloads(api: KubeApi, namespace: str | None, selector: str | None
+                   ) -> tuple[list[tuple[Served, JSONObject]], dict[str, NamespaceInfo]]:
+    """Every workload in `namespace` (None: all) matching `selector`, and the namespaces they are in (lists and
+    gets only)."""
     listed = list(list_workloads(api, namespace, selector))
     names = {str(as_map(obj.get("metadata")).get("namespace") or "") for _, obj in listed}
-    namespaces = {**snapshot.namespaces, **read_namespaces(api, sorted(name for name in names if name))}
-    serving = dataclasses.replace(snapshot, namespaces=namespaces)
-    workloads = default_workload_table()
-    values = ValueCheck(serving)
-    return [Judged(served, obj, evaluate(obj, serving, workloads, values)) for served, obj in listed]
+    return listed, read_namespaces(api, sorted(name for name in names if name))
 
 
 def chosen(judged: list[Judged], targets: Sequence[str]) -> list[Judged]:
@@ -90,34 +83,6 @@ def chosen(judged: list[Judged], targets: Sequence[str]) -> list[Judged]:
         wanted.add((kind.group, kind.kind, name))
     return [item for item in judged
             if (item.served.kind.group, item.served.kind.kind, item.verdict.workload.name) in wanted]
-
-
-def merge_patch(before: Any, after: Any) -> Any:
-    """The JSON merge patch (RFC 7386) turning `before` into `after`: maps recursively, anything else whole."""
-    if not isinstance(before, dict) or not isinstance(after, dict):
-        return after
-    patch: dict[str, Any] = {}
-    for key in before.keys() - after.keys():
-        patch[key] = None
-    for key, value in after.items():
-        if key not in before:
-            patch[key] = value
-        elif before[key] != value:
-            patch[key] = merge_patch(before[key], value)
-    return patch
-
-
-def write_body(item: Judged) -> JSONObject | None:
-    """The merge patch bringing the workload in step, guarded by the resourceVersion it was judged on; None
-    when applying the verdict's patch would change nothing (no write is ever sent for it)."""
-    stored = item.stored
-    body: JSONObject = merge_patch(stored, jsonpatch.apply_patch(stored, item.verdict.patch))
-    if not body:
-        return None
-    version = as_map(stored.get("metadata")).get("resourceVersion")
-    if version:
-        body.setdefault("metadata", {})["resourceVersion"] = version
-    return body
 
 
 def render_text(judged: list[Judged], out: TextIO) -> None:
@@ -287,12 +252,10 @@ def command(args: argparse.Namespace) -> int:
     if args.qps <= 0:
         print("kubectl placer drift: --qps must be positive", file=sys.stderr)
         return 2
-    try:
-        api = api_from_flags(args.kubeconfig, args.context)
-    except ConnectionSetupError as error:
-        print(f"kubectl placer drift: {error}", file=sys.stderr)
+    api = open_api("kubectl placer drift", args)
+    if api is None:
         return 1
-    namespace = None if args.all_namespaces else (args.namespace or DEFAULT_NAMESPACE)
+    namespace = namespace_scope(args)
     snapshot = load_policies(args.policies, required=True) if args.policies else None
     options = DriftOptions(namespace, args.selector, args.targets, args.apply, args.yes, args.qps, args.output)
     try:

@@ -7,12 +7,15 @@ ones that compile, as the webhook serves them), the namespace's real labels, the
 suffice.
 """
 
+import argparse
+import sys
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
 from webhook.admission.offline import DEFAULT_NAMESPACE
-from webhook.cluster.client.api import ApiError, KubeApi, TransportError
+from webhook.cluster.client.api import ApiError, KubeApi, TransportError, api_from_flags
+from webhook.cluster.client.connection import ConnectionSetupError
 from webhook.cluster.client.discovery import WATCHED_FEATURES, discover
 from webhook.cluster.podgroups.native_gang import job_gangs_of, native_version_of
 from webhook.gang.native import API_GROUP
@@ -30,6 +33,20 @@ POLICIES = "/apis/placer.dev/v1alpha1/schedulingpolicies"
 SHORT_NAMES = {"po": "pods", "deploy": "deployments", "sts": "statefulsets", "ds": "daemonsets",
                "rs": "replicasets", "cj": "cronjobs"}
 """kubectl's short names for the built-in kinds Placer mutates."""
+
+
+def open_api(prog: str, args: argparse.Namespace) -> KubeApi | None:
+    """The API client kubectl's `--kubeconfig` and `--context` name, or None once stderr says why there is none."""
+    try:
+        return api_from_flags(args.kubeconfig, args.context)
+    except ConnectionSetupError as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return None
+
+
+def namespace_scope(args: argparse.Namespace) -> str | None:
+    """The namespace of kubectl's `-n` (default `default`); None with `-A`, every namespace."""
+    return None if args.all_namespaces else (args.namespace or DEFAULT_NAMESPACE)
 
 
 class LiveError(Exception):

@@ -13,14 +13,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from webhook.cluster.client.api import ApiError, KubeApi, TransportError, api_from_flags
-from webhook.cluster.client.connection import ConnectionSetupError
+from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.cluster.spot.spot_ledger import pod_share
 from webhook.commands.flags import add_cluster, add_output, add_scope
+from webhook.commands.live import namespace_scope, open_api
 from webhook.pods.capacity_share import CLASS_LABEL
 from webhook.support.typing import as_map
 
-DEFAULT_NAMESPACE = "default"
 PAGE_SIZE = 500
 
 
@@ -106,12 +105,10 @@ def add_parser(commands: Any) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
-    try:
-        api = api_from_flags(args.kubeconfig, args.context)
-    except ConnectionSetupError as error:
-        print(f"kubectl placer shares: {error}", file=sys.stderr)
+    api = open_api("kubectl placer shares", args)
+    if api is None:
         return 1
-    namespace = None if args.all_namespaces else (args.namespace or DEFAULT_NAMESPACE)
+    namespace = namespace_scope(args)
     try:
         found = shares(list_labelled_pods(api, namespace))
     except (ApiError, TransportError) as error:

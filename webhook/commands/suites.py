@@ -28,7 +28,7 @@ length, element by element (a subset of each element).
 import argparse
 import difflib
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,13 +74,16 @@ def find_suites(paths: Iterable[str]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def run_suite(path: Path, compiler: PolicyCompiler | None = None) -> list[CaseResult]:
+def run_suite(path: Path, compiler: PolicyCompiler | None = None,
+              policies: Callable[[list[str]], list[str]] | None = None) -> list[CaseResult]:
     """Every result of the suite as a case; a suite that cannot be run is one failing case saying why.
-    `compiler`: what the suite's policies are compiled with (the target version's field checks)."""
+    `compiler`: what the suite's policies are compiled with (the target version's field checks); `policies`:
+    the policy paths to run it with instead of the suite's own (`placer diff`: the old versions of them)."""
     try:
         suite = _load(path)
+        paths = [str(path.parent / p) for p in suite["policies"]]
         report = apply_manifests(
-            policy_paths=[str(path.parent / p) for p in suite["policies"]],
+            policy_paths=policies(paths) if policies is not None else paths,
             manifest_paths=[str(path.parent / r) for r in suite["resources"]],
             namespace_labels=suite.get("namespaceLabels") or {},
             operation=str(suite.get("operation") or "CREATE"),

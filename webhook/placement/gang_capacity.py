@@ -54,7 +54,7 @@ class GangCapacityCheck:
         facts = mutation.gang
         if facts is None:
             return []
-        group, needs = _needed(facts)
+        group, needs = gang_needs(facts)
         found = []
         for member, needed in needs:
             placed = mutation.placed.get(member.name)
@@ -69,7 +69,7 @@ class GangCapacityCheck:
             rules = applied_rules(placed[1], snapshot, GANG_ACTIONS)
             found.append(  # the rule first: a warning cut to the API server's length keeps it
                 (f"{', '.join(rules)}: " if rules else "")
-                + f"gang {group}: {needed} pods{where} of {_describe(member.requests)} never fit, "
+                + f"gang {group}: {needed} pods{where} of {describe_requests(member.requests)} never fit, "
                 f"{capacity.hosts} matching nodes hold {capacity.pods}"
             )
         return found
@@ -91,7 +91,7 @@ def applied_rules(template: Mapping[str, Any], snapshot: PolicySnapshot, actions
     return [f"rule {rule}" for rule in rules_applied(template) if by_rule.get(rule) in actions]
 
 
-def _needed(facts: GangFacts) -> tuple[str, list[tuple[MemberTemplate, int]]]:
+def gang_needs(facts: GangFacts) -> tuple[str, list[tuple[MemberTemplate, int]]]:
     """The gang's group name, and how many pods of each member template it needs at once."""
     (flavour, _, fixed), (group, size) = next(iter(facts.derived.items()))
     wanted = int(size.value) if size is not None and size.value.isdigit() else None
@@ -144,7 +144,7 @@ def _allocatable(allocatable: Mapping[str, str], name: str) -> float | None:
         return None
 
 
-def _describe(requests: Mapping[str, float]) -> str:
+def describe_requests(requests: Mapping[str, float]) -> str:
     parts = []
     for name, value in sorted(requests.items()):
         if value <= 0:

@@ -102,7 +102,7 @@ def node_filter(pod_spec: Mapping[str, Any]) -> Callable[[str, Mapping[str, Any]
     tolerations = [t for t in pod_spec.get("tolerations") or [] if isinstance(t, dict)]
     selector = pod_spec.get("nodeSelector") if isinstance(pod_spec.get("nodeSelector"), dict) else {}
     node_name = pod_spec.get("nodeName") if isinstance(pod_spec.get("nodeName"), str) else None
-    pod = _PodConstraints(tolerations, node_name or None, selector or {}, _required_terms(pod_spec))
+    pod = _PodConstraints(tolerations, node_name or None, selector or {}, required_terms(pod_spec))
     return lambda name, facts: _rejection(name, facts, pod)
 
 
@@ -137,19 +137,19 @@ def _rejection(
     pod: _PodConstraints,
 ) -> str | None:
     """The first of the scheduler's filters (module docstring) that rejects the node, as a phrase."""
-    if facts.get("unschedulable") and not any(_tolerates(t, UNSCHEDULABLE_TAINT) for t in pod.tolerations):
+    if facts.get("unschedulable") and not any(tolerates(t, UNSCHEDULABLE_TAINT) for t in pod.tolerations):
         return "cordoned"
     if pod.node_name and pod.node_name != name:
         return f"not the requested node {pod.node_name}"
     for taint in facts.get("taints") or []:
-        if taint.get("effect") in _REJECTING_EFFECTS and not any(_tolerates(t, taint) for t in pod.tolerations):
+        if taint.get("effect") in _REJECTING_EFFECTS and not any(tolerates(t, taint) for t in pod.tolerations):
             value = f"={taint['value']}" if taint.get("value") else ""
             return f"with untolerated taint {taint.get('key')}{value}:{taint.get('effect')}"
     labels = facts.get("labels") or {}
     for key, value in pod.selector.items():
         if labels.get(key) != value:
             return f"without label {key}={value}"
-    if pod.terms is not None and not any(_term_matches(term, name, labels) for term in pod.terms):
+    if pod.terms is not None and not any(term_matches(term, name, labels) for term in pod.terms):
         return "outside the required node affinity"
     return None
 
@@ -163,7 +163,7 @@ def _filter_rank(reason: str) -> int:
         _FILTER_PHRASES))
 
 
-def _required_terms(pod_spec: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
+def required_terms(pod_spec: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
     """The required nodeSelectorTerms, or None when there are none (no constraint: every node passes)."""
     affinity = pod_spec.get("affinity") or {}
     required = ((affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")) or {}
@@ -171,7 +171,7 @@ def _required_terms(pod_spec: Mapping[str, Any]) -> list[Mapping[str, Any]] | No
     return [t for t in terms if isinstance(t, dict)] if isinstance(terms, list) else None
 
 
-def _term_matches(term: Mapping[str, Any], name: str, labels: Mapping[str, str]) -> bool:
+def term_matches(term: Mapping[str, Any], name: str, labels: Mapping[str, str]) -> bool:
     """A term with neither expressions nor fields matches no node (as in the scheduler)."""
     expressions = term.get("matchExpressions") or []
     fields = term.get("matchFields") or []
@@ -204,7 +204,7 @@ def _requirement(requirement: Mapping[str, Any], labels: Mapping[str, str]) -> b
     return False
 
 
-def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     """corev1 Toleration.ToleratesTaint: effect (empty: all), key (empty with Exists: all), operator."""
     if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
         return False

@@ -41,6 +41,7 @@ from webhook.engine.exemption_seal import Seals
 from webhook.engine.mutate import RuleTrace
 from webhook.engine.request import AdmissionRequest
 from webhook.engine.value_drift import Ledger, ValueCheck, ValueDifference
+from webhook.gang.facts import GangFacts
 from webhook.policy.model import Policy
 from webhook.policy.snapshot import PolicySnapshot
 from webhook.support.typing import JSONObject, JSONPatch, as_map
@@ -90,6 +91,8 @@ class Verdict:
     refused: str | None = None
     """An Enforced policy would refuse the workload if it were created now (its message): no patch brings it in
     step (any write of it is refused too); its refusing rules' results are `fail`."""
+    gang: GangFacts | None = field(default=None, compare=False)
+    """The workload's gang facts when a rule labels it for a gang scheduler (what a capacity check reads)."""
 
     @property
     def drifted(self) -> bool:
@@ -160,7 +163,7 @@ def evaluate(stored: JSONObject, snapshot: PolicySnapshot, workloads: WorkloadTa
         results.append(RuleResult("", "", "error", mutation.denial))
     judged = judged_as_exempt(results, exempt)
     failing = any(result.result == "fail" for result in judged)
-    return Verdict(workload, judged, list(mutation.patch) if failing and changes else [])
+    return Verdict(workload, judged, list(mutation.patch) if failing and changes else [], gang=mutation.gang)
 
 
 def _skipped(workload: WorkloadRef, policies: Iterable[Policy], reason: str) -> Verdict:
@@ -247,15 +250,18 @@ def _drift_message(changed: list[RuleTrace], patch: JSONPatch) -> str:
     `placer.dev/applied` mark left out). The patch is the workload's, all its rules together."""
     templates = sorted({str(trace.template) for trace in changed if trace.template})
     where = f" (templates {', '.join(templates)})" if templates else ""
+    return f"drift{where}: applying the policies now would {'; '.join(patch_steps(patch)) or 'change the workload'}"
+
+
+def patch_steps(patch: JSONPatch) -> list[str]:
+    """Each operation of a patch as `op path value` (values cut at 80 characters), Placer's own
+    `placer.dev/applied` mark left out."""
     steps = []
-    for op in patch:
-        path = str(op.get("path"))
-        if path.endswith("placer.dev~1applied") or (path.endswith("/annotations") and _only_applied(op)):
-            continue
+    for op in _changes(patch):
         value = json.dumps(op.get("value"), separators=(",", ":")) if "value" in op else ""
         shown = f" {value[:77]}..." if len(value) > 80 else f" {value}" if value else ""
-        steps.append(f"{op.get('op')} {path}{shown}")
-    return f"drift{where}: applying the policies now would {'; '.join(steps) or 'change the workload'}"
+        steps.append(f"{op.get('op')} {op.get('path')}{shown}")
+    return steps
 
 
 def _only_applied(op: Mapping[str, object]) -> bool:
