@@ -16,7 +16,6 @@ import contextlib
 import copy
 import ipaddress
 import os
-import secrets
 import socket
 import threading
 import time
@@ -63,8 +62,6 @@ class Cluster:
     connection: ClusterConnection
     created: list[str] = field(default_factory=list)
     """Paths to delete at the end, in reverse order."""
-    exemption_key: Path | None = None
-    """The key Placer seals exempt users' templates with, when this process started Placer with one."""
 
     def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
         created = self.api.create(path, obj)
@@ -220,9 +217,8 @@ def _local_placer(state: Cluster, kubeconfig: Path, server: str, workdir: Path) 
     certs = issue(workdir / "certs", [host, "localhost", "127.0.0.1"], common_name=host)
     empty = workdir / "no-file-policies"
     empty.mkdir()
-    state.exemption_key = workdir / "exemption.key"
-    state.exemption_key.write_text(secrets.token_hex(32))
-    extra = ["--kube", "--kubeconfig", str(kubeconfig), "--exemption-key", str(state.exemption_key)]
+    # no --exemption-key: Placer keeps its own key (the Secret placer-exemption-key), as an install does
+    extra = ["--kube", "--kubeconfig", str(kubeconfig)]
     with running_server(workdir, certs, policies=empty, extra=extra, bind_host="0.0.0.0", port=port):
         ca_bundle = _b64(certs.ca_cert.read_bytes())
         for path, document in ((MUTATING, 0), (VALIDATING, 1)):
