@@ -3,6 +3,12 @@
 A status write comes back as a MODIFIED event before the next round reads it; the fingerprint of what was
 written (without transition times) keeps the same status from being written again for 30 seconds, and a
 write the API server refused is tried again after 10.
+
+While nothing changes, nothing is computed: once a round found every status as desired, the next rounds with
+the same inputs (the policy store the reflector handed over, the replicas' readings, the compiled policies,
+what the API server serves: `unchanged`) end at once, so the leader's idle second costs the same with 500
+policies as with 5. The readings are read again every 30 seconds (`PUBLISH_INTERVAL`): that is when the
+counts can change, and the only time an idle leader looks at every policy.
 """
 
 import logging
@@ -44,10 +50,20 @@ class StatusWriter:
         self._collection = collection
         self._monotonic = monotonic
         self._written: dict[str, tuple[bytes, float]] = {}
+        self._settled: tuple[object, ...] | None = None
+        """The inputs of the last round that found every status as desired."""
 
     def forget(self) -> None:
         """Leadership lost: what was written says nothing about what the next leader will find."""
         self._written.clear()
+        self._settled = None
+
+    def unchanged(self, inputs: tuple[object, ...]) -> bool:
+        """Nothing the statuses are computed from changed since a round found them all as desired: each input
+        the same object (reflectors and readings hand over a new one on every change) or an equal scalar."""
+        settled = self._settled
+        return settled is not None and len(settled) == len(inputs) and all(
+            a is b or (isinstance(a, (str, int)) and a == b) for a, b in zip(settled, inputs, strict=True))
 
     def write(
         self,
@@ -58,9 +74,13 @@ class StatusWriter:
         health_known: bool,
         pod_groups_served: bool | None,
         native_gang_version: str | None = None,
+        inputs: tuple[object, ...] | None = None,
     ) -> None:
-        """`native_gang_version`: the kube-scheduler PodGroup version served, "" for none (None: not known)."""
+        """`native_gang_version`: the kube-scheduler PodGroup version served, "" for none (None: not known).
+        `inputs`: what the statuses were computed from; when every one turns out as desired, `unchanged(inputs)`
+        is True until one of them changes."""
         now = self._monotonic()
+        self._settled, settled = None, True
         for name, obj in policies.items():
             policy = compiled.get(name)
             if policy is None:
@@ -74,6 +94,7 @@ class StatusWriter:
                                      health_known=health_known)
             if not status_differs(current, desired):
                 continue
+            settled = False
             fingerprint = encode_json({**desired, "conditions": [
                 {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in desired["conditions"]]})
             written = self._written.get(name)
@@ -92,3 +113,4 @@ class StatusWriter:
             self._written[name] = (fingerprint, now)
             log.info("status of SchedulingPolicy %s: Ready=%s Healthy=%s", name, desired["conditions"][0]["status"],
                      desired["conditions"][1]["status"])
+        self._settled = inputs if settled else None
