@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.e2e.server import running_server
+from tests.e2e.server import RunningServer, running_server
 from tests.kube.fake_apiserver import wait_for
 from webhook.cluster.client.api import ApiError, KubeApi, Timeouts
 from webhook.cluster.client.connection import ClusterConnection, connect
@@ -62,6 +62,8 @@ class Cluster:
     connection: ClusterConnection
     created: list[str] = field(default_factory=list)
     """Paths to delete at the end, in reverse order."""
+    server: RunningServer | None = None
+    """The `placer serve --kube` started here (None with PLACER_E2E_IN_CLUSTER): its processes and log."""
 
     def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
         created = self.api.create(path, obj)
@@ -219,7 +221,8 @@ def _local_placer(state: Cluster, kubeconfig: Path, server: str, workdir: Path) 
     empty.mkdir()
     # no --exemption-key: Placer keeps its own key (the Secret placer-exemption-key), as an install does
     extra = ["--kube", "--kubeconfig", str(kubeconfig)]
-    with running_server(workdir, certs, policies=empty, extra=extra, bind_host="0.0.0.0", port=port):
+    with running_server(workdir, certs, policies=empty, extra=extra, bind_host="0.0.0.0", port=port) as server:
+        state.server = server
         ca_bundle = _b64(certs.ca_cert.read_bytes())
         for path, document in ((MUTATING, 0), (VALIDATING, 1)):
             config = _documents(REPO / "deploy/base/webhooks.yaml")[document]
