@@ -74,8 +74,8 @@ def add_parser(commands: Any) -> None:
     serve.add_argument(
         "--exemption-key", metavar="FILE",
         help="key of the seals that carry an exempt user's exemption to the pods of their workloads "
-             "(docs/enforced-policies.md); default with --kube: the Secret placer-exemption-key Placer keeps "
-             "in its namespace",
+             "(docs/enforced-policies.md); with --kube the default is the key Placer makes and keeps itself, "
+             "in a Secret of its namespace",
     )
     serve.set_defaults(run=run)
 
