@@ -145,3 +145,15 @@ def test_placer_serve_kube_seals_an_exempt_users_deployment_with_no_key_given(
 @pytest.fixture(autouse=True)
 def _quiet(caplog: Any) -> None:
     caplog.set_level(logging.INFO, logger="webhook.cluster.exemption_key")
+
+
+def test_a_state_directory_gone_is_said_and_written_again_once_it_is_back(
+        apiserver: FakeApiServer, api: KubeApi, tmp_path: Path, caplog: Any) -> None:
+    replica = keeper(api, tmp_path / "state", leading=True, key=OLD)
+    (tmp_path / "state").rmdir()  # the process is stopping, or the volume went away
+    with caplog.at_level(logging.ERROR):
+        assert replica.sync() == REFRESH_INTERVAL, "never raises: the keeper's thread goes on"
+    assert "exemption key not written to the workers' state" in caplog.text
+    (tmp_path / "state").mkdir()
+    replica.sync()
+    assert read_keys(exemption_key_path(tmp_path / "state")) == ExemptionKeys(OLD)

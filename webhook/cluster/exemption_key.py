@@ -110,8 +110,8 @@ class ExemptionKeySecret:
             self._publish(None)
             self._report(f"exemption seals are off: {error}")
             return REFRESH_INTERVAL
-        self._publish(keys)
-        self._reported = None
+        if self._publish(keys):
+            self._reported = None
         return REFRESH_INTERVAL
 
     def run(self, stop: threading.Event) -> None:
@@ -139,18 +139,25 @@ class ExemptionKeySecret:
         log.info("created Secret %s/%s: the key of exemption seals", self._namespace, SECRET_NAME)
         return created
 
-    def _publish(self, keys: ExemptionKeys | None) -> None:
+    def _publish(self, keys: ExemptionKeys | None) -> bool:
+        """Write the keys where the workers read them (remove the file for None); False when it failed."""
         self.keys = keys
         text = keys.text() if keys is not None else None
         if text == self._written:
-            return
-        if text is None:
-            self._file.unlink(missing_ok=True)
-        else:
-            write_atomically(self._file, text.encode())
+            return True
+        try:
+            if text is None:
+                self._file.unlink(missing_ok=True)
+            else:
+                write_atomically(self._file, text.encode())
+        except OSError as error:  # the state directory full or gone (the process stopping): the next round
+            self._report(f"exemption key not written to the workers' state: {error}")
+            return False
+        if text is not None:
             log.info("exemption key from Secret %s/%s%s", self._namespace, SECRET_NAME,
                      f" (and {len(keys.previous)} previous)" if keys is not None and keys.previous else "")
         self._written = text
+        return True
 
     def _report(self, problem: str) -> None:
         if problem != self._reported:
