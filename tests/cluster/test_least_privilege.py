@@ -108,8 +108,15 @@ def least_privileged(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
         pytest.skip("PLACER_E2E_IN_CLUSTER: the Placer deployed from deploy/ runs with this RBAC already")
     workdir = tmp_path_factory.mktemp("least-privilege")
     documents = rendered(workdir)
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
     for name in ("placer", "placer-policy-reports"):
-        if cluster.get_or_none(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}") is not None:
+        binding = cluster.get_or_none(f"{rbac}/clusterrolebindings/{name}")
+        if binding is not None and all(str(subject.get("namespace")).startswith(f"{E2E_NAME}-lp-")
+                                       for subject in binding.get("subjects") or []):
+            for kind in ("clusterrolebindings", "clusterroles"):  # left by a run of this test cut short
+                with contextlib.suppress(ApiError):
+                    cluster.api.delete(f"{rbac}/{kind}/{name}")
+        if cluster.get_or_none(f"{rbac}/clusterroles/{name}") is not None:
             pytest.fail(f"ClusterRole {name} exists: Placer is installed in this cluster; this test installs "
                         "deploy/'s RBAC itself (docs/cluster-tier.md)")
     cluster.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": HOME}})
