@@ -2,8 +2,9 @@
 desired, compute no policy's status again until something it depends on changes.
 
 Against the fake API server: 60 policies, the controller with its election and the replicas' readings (a
-health round), statuses written once; then a dozen rounds with nothing changing compute no status at all;
-one policy's edit is served and its status written, and the rounds are idle again.
+health round reading them every 0.2 s), statuses written once; then rounds with nothing changing compute no
+status at all; one policy's edit is served and its status written, and the rounds are idle again; a new count
+reaches its status, and the rounds are idle again.
 """
 
 import threading
@@ -13,13 +14,15 @@ from typing import Any
 
 import pytest
 
-from tests.kube.fake_apiserver import FakeApiServer, wait_for
+from tests.kube.fake_apiserver import POLICIES, FakeApiServer, wait_for
 from tests.kube.test_controller import policy, ready_condition
 from webhook.cluster.client.api import KubeApi
 from webhook.cluster.client.leader import LeaseElector
 from webhook.cluster.controller import LEASE_NAME, ClusterController
 from webhook.cluster.health import status_writer
 from webhook.cluster.health.health_round import HealthRound
+from webhook.cluster.health.recent_counts import RecentCounts
+from webhook.cluster.health.replica_reports import ReplicaPublisher
 from webhook.policy.compiler import PolicyCompiler
 
 POLICY_COUNT = 60
@@ -43,7 +46,10 @@ def test_idle_rounds_compute_no_status_until_something_changes(
     for index in range(POLICY_COUNT):
         apiserver.put_policy(policy(f"tenant-{index:03d}", pool=f"pool-{index % 7}"))
     elector = LeaseElector(api, namespace="placer-system", name=LEASE_NAME, identity="a", lease_seconds=15)
-    health = HealthRound(api, namespace="placer-system", publisher=None, interval=3600)
+    totals = {("tenant-000", "pool", "applied"): 1.0}  # what the workers counted: read again every 0.2 s
+    publisher = ReplicaPublisher(api, namespace="placer-system", replica="a",
+                                 counts=RecentCounts(lambda: dict(totals), dict), interval=0.2)
+    health = HealthRound(api, namespace="placer-system", publisher=publisher, interval=0.2)
     controller = ClusterController(api, tmp_path / "state", compiler=PolicyCompiler(), elector=elector,
                                    election_interval=0.05, health=health)
     stop = threading.Event()
@@ -63,6 +69,11 @@ def test_idle_rounds_compute_no_status_until_something_changes(
         wait_for(lambda: ready_condition(apiserver, "tenant-007")["observedGeneration"] == 2, what="the edit")
         assert len(apiserver.status_patches) == writes + 1, "only the edited policy's status is written"
         wait_for(lambda: idle(controller, counting), what="idle again")
+
+        totals[("tenant-001", "pool", "applied")] = 3.0  # an admission counted: read, and that status computed
+        wait_for(lambda: apiserver.objects[POLICIES]["tenant-001"]["status"].get("recent", {}).get("applied", 0) > 0,
+                 what="the new count in the status")
+        wait_for(lambda: idle(controller, counting), what="idle once more")
     finally:
         stop.set()
         deadline = time.monotonic() + 10
