@@ -175,7 +175,9 @@ def measure(target: Target, server: RunningServer, *, run: str, policies: int, f
     wait(lambda: all_ready(few), 60, "the first policies Ready")
     wait(lambda: pool_served(server, namespace) == "pool-0", 30, "the team's policy served")
     time.sleep(2.0)
+    seen = len(admissions(server, namespace))
     few_dry = [target.dry_run(namespace) for _ in range(dry_runs)]
+    few_placer = admissions(server, namespace)[seen:]
     rss_few = {role: rss_mb(pid) for role, pid in pids.items()}
 
     before, started = cpu(), time.monotonic()
@@ -205,7 +207,9 @@ def measure(target: Target, server: RunningServer, *, run: str, policies: int, f
     wait(lambda: target.ready()[names[0]][1] >= 2, 30, "the edit's status")
     edit_cpu = sum(cpu().values()) - sum(before.values())
 
+    seen = len(admissions(server, namespace))
     many_dry = [target.dry_run(namespace) for _ in range(dry_runs)]
+    many_placer = admissions(server, namespace)[seen:]
     few_median, many_median = statistics.median(few_dry), statistics.median(many_dry)
     added = policies - few
     return {
@@ -221,7 +225,23 @@ def measure(target: Target, server: RunningServer, *, run: str, policies: int, f
         "dry_run_ms": {f"{few} policies": round(few_median * 1000, 1),
                        f"{policies} policies": round(many_median * 1000, 1)},
         "dry_run_ratio": round(many_median / few_median, 2),
+        "placer_ms_of_a_dry_run": {f"{few} policies": _median(few_placer),
+                                   f"{policies} policies": _median(many_placer)},
     }
+
+
+def admissions(server: RunningServer, namespace: str) -> list[float]:
+    """Placer's own time (`durationMs` of its log line) of each dry run of the bench Deployment so far."""
+    found = []
+    for line in server.log_text().splitlines():
+        if '"dryRun":true' in line and f'"namespace":"{namespace}"' in line and '"name":"bench"' in line:
+            with contextlib.suppress(ValueError, KeyError):
+                found.append(float(json.loads(line)["durationMs"]))
+    return found
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 2) if values else None
 
 
 @contextlib.contextmanager

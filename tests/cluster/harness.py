@@ -49,6 +49,8 @@ every POLL_INTERVAL and recompile what changed)."""
 DOCS = "docs/cluster-tier.md"
 LOCK = "/apis/coordination.k8s.io/v1/namespaces/default/leases/placer-e2e-tier"
 LOCK_SECONDS = 60
+OWN_PLACER_LABEL = "placer-e2e-lp"
+"""Namespaces labelled so are served by a Placer a test starts itself (test_least_privilege.py), not this one."""
 
 
 def wait_until(predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
@@ -230,6 +232,10 @@ def _local_placer(state: Cluster, kubeconfig: Path, server: str, workdir: Path) 
             for webhook in config["webhooks"]:
                 route = webhook["clientConfig"]["service"]["path"]
                 webhook["clientConfig"] = {"url": f"https://{host}:{port}{route}", "caBundle": ca_bundle}
+                # the least-privilege test's namespaces are its own Placer's alone (it seals with its own key)
+                selector = webhook.setdefault("namespaceSelector", {})
+                selector.setdefault("matchExpressions", []).append({"key": OWN_PLACER_LABEL,
+                                                                    "operator": "DoesNotExist"})
             state.apply(path, config)
         try:
             _preflight(state, f"https://{host}:{port}")

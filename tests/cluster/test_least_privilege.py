@@ -8,7 +8,8 @@ and the subjects of every binding follow; the rules are deploy/'s, untouched), a
 Roles, ClusterRoles and their bindings, takes a token for the ServiceAccount (TokenRequest, what `kubectl
 create token` does), and starts `placer serve --kube --webhook-configuration placer` here with a kubeconfig
 that holds only that token. The rendered MutatingWebhookConfiguration `placer` is registered by URL, its
-namespaceSelector narrowed to this run's namespace (which the tier's other Placer does not reach).
+namespaceSelector narrowed to this run's namespace (which the tier's other Placer does not reach: its
+configuration leaves out namespaces labelled `placer-e2e-lp`, as each Placer seals with a key of its own).
 
 Then everything Placer does on a cluster, done by it: policies Ready (its leader writes the status), a
 workload mutated, the fail-closed label on the namespace an Enforced policy holds, PolicyReports, the webhook
@@ -33,7 +34,16 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.harness import CRDS, E2E_NAME, MUTATING, POLICIES, Cluster, address_towards, wait_until
+from tests.cluster.harness import (
+    CRDS,
+    E2E_NAME,
+    MUTATING,
+    OWN_PLACER_LABEL,
+    POLICIES,
+    Cluster,
+    address_towards,
+    wait_until,
+)
 from tests.conftest import KUBECONFIG_ENV, REPO
 from tests.e2e.server import RunningServer, running_server
 from webhook.cluster.client.api import ApiError, KubeApi, Timeouts
@@ -47,7 +57,8 @@ pytestmark = pytest.mark.cluster
 RUN = uuid.uuid4().hex[:6]
 HOME = f"{E2E_NAME}-lp-{RUN}"
 """Placer's own namespace in this test (deploy/'s placer-system, moved)."""
-LABEL = f"{E2E_NAME}-lp"
+LABEL = OWN_PLACER_LABEL
+"""The namespaces this test's Placer serves, and the tier's other Placer leaves alone."""
 POOL = "placer-e2e/pool"
 ADMINS = f"{E2E_NAME}-lp-admins"
 RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
