@@ -381,3 +381,18 @@ def test_through_the_api_server_placer_and_the_go_webhook_are_compared_with_the_
     floor = rows["Python floor, 2-rule patch"]
     assert floor["vs_go_p50"] == pytest.approx(-0.1)  # 0.1, -0.1, -0.1
     assert "vs_floor_p50" not in floor
+
+
+def test_tenants_benchmark_measures_ready_memory_idle_edit_and_dry_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.bench.bench_tenants import measure as measure_tenants  # noqa: PLC0415
+    from tests.bench.bench_tenants import target_and_server  # noqa: PLC0415
+
+    monkeypatch.delenv("PLACER_E2E_KUBECONFIG", raising=False)  # the fake API server, in this process
+    with target_and_server(tmp_path) as (target, server):
+        result = measure_tenants(target, server, run="smoke", policies=12, few=3, windows=1, window=1.0,
+                                 dry_runs=3)
+    assert result["policies"] == 12 and result["rules"] == 60
+    assert result["ready_after_apply_s"] >= 0 and result["edit_served_s"] > 0
+    assert set(result["rss_mib"]) == {"arbiter", "controller", "worker-0", "worker-1"}
+    assert len(result["idle_windows"]) == 1 and result["dry_run_ratio"] > 0

@@ -16,7 +16,6 @@ import contextlib
 import copy
 import ipaddress
 import os
-import secrets
 import socket
 import threading
 import time
@@ -31,7 +30,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.e2e.server import running_server
+from tests.e2e.server import RunningServer, running_server
 from tests.kube.fake_apiserver import wait_for
 from webhook.cluster.client.api import ApiError, KubeApi, Timeouts
 from webhook.cluster.client.connection import ClusterConnection, connect
@@ -50,6 +49,8 @@ every POLL_INTERVAL and recompile what changed)."""
 DOCS = "docs/cluster-tier.md"
 LOCK = "/apis/coordination.k8s.io/v1/namespaces/default/leases/placer-e2e-tier"
 LOCK_SECONDS = 60
+OWN_PLACER_LABEL = "placer-e2e-lp"
+"""Namespaces labelled so are served by a Placer a test starts itself (test_least_privilege.py), not this one."""
 
 
 def wait_until(predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
@@ -63,14 +64,14 @@ class Cluster:
     connection: ClusterConnection
     created: list[str] = field(default_factory=list)
     """Paths to delete at the end, in reverse order."""
-    exemption_key: Path | None = None
-    """The key Placer seals exempt users' templates with, when this process started Placer with one."""
     webhook_host: str = ""
     """Where the API server reaches this machine (`PLACER_E2E_WEBHOOK_HOST`), when Placer runs here."""
     placer_url: str = ""
     """`https://127.0.0.1:<port>` of the Placer this process started; empty when Placer is deployed."""
     placer_ca: Path | None = None
     """The CA of that Placer's serving certificate."""
+    server: RunningServer | None = None
+    """The `placer serve --kube` started here (None with PLACER_E2E_IN_CLUSTER): its processes and log."""
 
     def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
         created = self.api.create(path, obj)
@@ -227,10 +228,10 @@ def _local_placer(state: Cluster, kubeconfig: Path, server: str, workdir: Path) 
     state.webhook_host, state.placer_url, state.placer_ca = host, f"https://127.0.0.1:{port}", certs.ca_cert
     empty = workdir / "no-file-policies"
     empty.mkdir()
-    state.exemption_key = workdir / "exemption.key"
-    state.exemption_key.write_text(secrets.token_hex(32))
-    extra = ["--kube", "--kubeconfig", str(kubeconfig), "--exemption-key", str(state.exemption_key)]
-    with running_server(workdir, certs, policies=empty, extra=extra, bind_host="0.0.0.0", port=port):
+    # no --exemption-key: Placer keeps its own key (the Secret placer-exemption-key), as an install does
+    extra = ["--kube", "--kubeconfig", str(kubeconfig)]
+    with running_server(workdir, certs, policies=empty, extra=extra, bind_host="0.0.0.0", port=port) as server:
+        state.server = server
         ca_bundle = _b64(certs.ca_cert.read_bytes())
         for path, document in ((MUTATING, 0), (VALIDATING, 1)):
             config = _documents(REPO / "deploy/base/webhooks.yaml")[document]
@@ -238,6 +239,10 @@ def _local_placer(state: Cluster, kubeconfig: Path, server: str, workdir: Path) 
             for webhook in config["webhooks"]:
                 route = webhook["clientConfig"]["service"]["path"]
                 webhook["clientConfig"] = {"url": f"https://{host}:{port}{route}", "caBundle": ca_bundle}
+                # the least-privilege test's namespaces are its own Placer's alone (it seals with its own key)
+                selector = webhook.setdefault("namespaceSelector", {})
+                selector.setdefault("matchExpressions", []).append({"key": OWN_PLACER_LABEL,
+                                                                    "operator": "DoesNotExist"})
             state.apply(path, config)
         try:
             _preflight(state, f"https://{host}:{port}")

@@ -48,6 +48,7 @@ from webhook.cluster.client.leader import LeaseElector
 from webhook.cluster.client.namespace_lookup import NamespaceLookup
 from webhook.cluster.client.owner_lookup import OwnerLookup
 from webhook.cluster.controller import LEASE_NAME, ClusterController
+from webhook.cluster.exemption_key import ExemptionKeySecret
 from webhook.cluster.health.health_round import HealthRound
 from webhook.cluster.health.recent_counts import RecentCounts, ReplicaWindow
 from webhook.cluster.health.replica_reports import COUNTS_KEY, ReplicaPublisher, encode_window
@@ -312,10 +313,15 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
     controller = ClusterController(api, tmp_path / "state.json", compiler=PolicyCompiler(), elector=elector,
                                    election_interval=0.1, health=health, registration=registration,
                                    served=discover(api))
+    key_secret = ExemptionKeySecret(api, namespace="placer-system", state_directory=tmp_path,
+                                    leading=lambda: elector.is_leader)  # the leader makes the exemption key
     stop = threading.Event()
     thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
     thread.start()
+    key_thread = threading.Thread(target=key_secret.run, args=(stop,), daemon=True)
+    key_thread.start()
     wait_for(lambda: apiserver.status_patches, what="a status write")
+    wait_for(lambda: key_secret.keys is not None, what="the exemption key made")
     wait_for(lambda: all(apiserver.watch_requests(c) for c in (NODES, PRIORITY_CLASSES, CLAIMS, VOLUMES, PODS,
                                                                 RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS,
                                                                 DEVICE_CLASSES)),
@@ -345,7 +351,7 @@ def test_rbac_grants_exactly_the_calls_the_controller_makes(
         owners("team-a", {"apiVersion": api_version, "kind": kind, "name": "train", "uid": "u"}, None)
     stop.set()
     deadline = time.monotonic() + 10
-    while thread.is_alive() or any(watch.is_alive() for watch in controller.watch_threads):
+    while thread.is_alive() or key_thread.is_alive() or any(watch.is_alive() for watch in controller.watch_threads):
         assert time.monotonic() < deadline, "the controller did not stop"
         apiserver.drop_watches()  # a watch opened meanwhile notices `stop` when its stream ends
         time.sleep(0.05)
@@ -383,7 +389,8 @@ def _verb(method: str, path: str, query: dict[str, str]) -> tuple[str, str, str,
     if verb is None:
         verb = "get" if name else ("watch" if query.get("watch") else "list")
     named = verb in ("get", "update") and (
-        (group == "coordination.k8s.io" and name == LEASE_NAME) or resource == "mutatingwebhookconfigurations")
+        (group == "coordination.k8s.io" and name == LEASE_NAME) or resource in ("mutatingwebhookconfigurations",
+                                                                                 "secrets"))
     return group, resource, verb, name if named else None  # the replicas' count Leases have names of their own
 
 

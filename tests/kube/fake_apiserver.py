@@ -419,7 +419,9 @@ class FakeApiServer:
 
     def _take_failure(self, method: str, path: str) -> Failure | None:
         for failure in self.failures:
-            if failure.remaining > 0 and failure.method == method and path.startswith(failure.prefix):
+            exact = failure.prefix.endswith("$")  # "/api/v1/namespaces$": the list, not a namespace's objects
+            if failure.remaining > 0 and failure.method == method and (
+                    path == failure.prefix[:-1] if exact else path.startswith(failure.prefix)):
                 failure.remaining -= 1
                 return failure
         return None

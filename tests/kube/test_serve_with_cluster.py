@@ -88,7 +88,7 @@ def test_not_ready_until_the_first_sync_then_serving_through_an_api_server_outag
         apiserver: FakeApiServer, kubeconfig: Path, certificates: Any, tmp_path: Path) -> None:
     apiserver.put_namespace("team-a")
     apiserver.put_policy(pool_policy("cluster-pool"))
-    apiserver.fail("GET", NAMESPACES, 503, "ServiceUnavailable", times=4)
+    apiserver.fail("GET", NAMESPACES + "$", 503, "ServiceUnavailable", times=4)  # the list (not the key's Secret)
     with running_server(tmp_path, certificates, extra=["--kube", "--kubeconfig", str(kubeconfig)],
                         policies=tmp_path, wait=False) as server:
         wait_for(lambda: _status(server, "/healthz") == 200, what="the server")

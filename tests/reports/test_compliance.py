@@ -9,7 +9,7 @@ import jsonpatch
 from tests.conftest import fixture_request
 from tests.helpers import snapshot_of
 from webhook.cluster.reports.compliance import as_create, evaluate
-from webhook.engine.exemption_seal import SEAL_ANNOTATION, seal
+from webhook.engine.exemption_seal import SEAL_ANNOTATION, Seals, seal
 from webhook.policy.snapshot import NamespaceInfo, PolicySnapshot
 from webhook.workloads import default_workload_table
 
@@ -161,7 +161,7 @@ def test_exempt_workloads_are_skipped_with_the_exemption_named() -> None:
     key = b"k" * 32
     template = stored["spec"]["template"]
     template["metadata"].setdefault("annotations", {})[SEAL_ANNOTATION] = seal(key, "team-a", template)
-    verdict = evaluate(stored, snapshot, WORKLOADS, seal_key=key)
+    verdict = evaluate(stored, snapshot, WORKLOADS, seals=Seals(key))
     assert set(results_of(verdict).values()) == {"skip"}
     assert verdict.results[0].message == (
         "exempt from the Enforced policy enforced-team-pool: its pod templates carry Placer's exemption seal: an "
@@ -171,7 +171,7 @@ def test_exempt_workloads_are_skipped_with_the_exemption_named() -> None:
     assert results_of(evaluate(stored, snapshot, WORKLOADS))["enforced-team-pool/general-pool"] == "fail", \
         "without the key a seal cannot be told from a copy: judged as anyone's"
     template["spec"]["containers"][0]["image"] = "tenant/own:1"
-    assert results_of(evaluate(stored, snapshot, WORKLOADS, seal_key=key))["enforced-team-pool/general-pool"] == \
+    assert results_of(evaluate(stored, snapshot, WORKLOADS, seals=Seals(key)))["enforced-team-pool/general-pool"] == \
         "fail", "a template changed since it was sealed exempts nothing"
 
     by_namespace = enforced.replace("groups: [platform-admins]", "namespaces: [team-a]")

@@ -45,6 +45,7 @@ from webhook.cluster.projections import (
     SharedClaimsSink,
     claim_projection,
     device_projection,
+    global_default_priority_class,
     namespace_entry,
     node_entry,
     volume_projection,
@@ -383,18 +384,16 @@ class ClusterController:
         return compiled
 
     def _report(self, policies: Store) -> None:
-        """Write each policy's status (the leader): compiled, healthy, and its counts over every replica."""
+        """Write each policy's status (the leader): compiled, healthy, and its counts over every replica; nothing
+        at all while none of that changed (`StatusWriter.unchanged`): an idle round costs no work per policy."""
         readings = self._health.readings() if self._health is not None else None
+        inputs = (policies, readings, self._pod_groups_served, self._native_gang_version)  # compiled: by `policies`
+        if self._status.unchanged(inputs):
+            return
         health = None
         if readings is not None and self._health is not None:
             rules_of = {name: compiled.outcome.rule_names for name, compiled in self._compiled.items()}
             health = combine(readings, rules_of, self._health.window_seconds)
         self._status.write(policies, self._compiled, health=health, pod_groups_served=self._pod_groups_served,
-                           native_gang_version=self._native_gang_version,
+                           native_gang_version=self._native_gang_version, inputs=inputs,
                            health_known=health is not None or self._health is None)
-
-
-def global_default_priority_class(classes: Store) -> str | None:
-    """The PriorityClass with `globalDefault: true` (the API server allows one; the lowest name if several)."""
-    defaults = sorted(name for name, obj in classes.items() if obj.get("globalDefault") is True)
-    return defaults[0] if defaults else None

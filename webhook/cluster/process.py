@@ -12,6 +12,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from webhook.admission.seal_keys import SealKeys
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.cluster.client.connection import ConnectionSetupError, connect, identity
 from webhook.cluster.client.discovery import (
@@ -23,16 +24,18 @@ from webhook.cluster.client.discovery import (
 )
 from webhook.cluster.client.leader import LeaseElector
 from webhook.cluster.controller import LEASE_NAME, ClusterController
+from webhook.cluster.exemption_key import ExemptionKeySecret
 from webhook.cluster.health.health_round import HealthRound
 from webhook.cluster.health.recent_counts import RecentCounts
 from webhook.cluster.health.replica_reports import PUBLISH_INTERVAL, ReplicaPublisher
 from webhook.cluster.registration import WebhookRegistration, match_conditions_served
 from webhook.cluster.reports.background import BackgroundReports, ServedPolicies
-from webhook.engine.exemption_seal import ExemptionKeyError, read_key
+from webhook.engine.exemption_seal import ExemptionKeyError, read_keys
 from webhook.policy.cel.libraries.leaks import LeakAccount
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.fields.field_check import FieldChecks
 from webhook.policy.sources.files import FilePolicySource
+from webhook.policy.state.cluster_state import exemption_key_path
 from webhook.support.config import CEL_LEAK_BUDGET_MIB
 from webhook.support.logs import configure_logging
 from webhook.support.metrics import MULTIPROC_ENV
@@ -70,11 +73,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the MutatingWebhookConfiguration whose rules to keep to what the policies act on")
     parser.add_argument("--policies", action="append", default=[], metavar="PATH",
                         help="the file policies the workers serve too (what the registration must cover)")
-    parser.add_argument("--exemption-key", type=Path, help="key of exemption seals, honoured by the reports")
+    parser.add_argument("--exemption-key", type=Path,
+                        help="key of exemption seals, honoured by the reports (default: the Secret Placer keeps)")
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
     try:
-        seal_key = read_key(args.exemption_key) if args.exemption_key else None
+        if args.exemption_key:
+            read_keys(args.exemption_key)
     except ExemptionKeyError as error:
         log.error("%s", error)
         return 1
@@ -87,6 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     elector = None
     if not args.no_status:
         elector = LeaseElector(api, namespace=connection.namespace, name=LEASE_NAME, identity=identity())
+    key_secret = None
+    if not args.exemption_key:  # the workers read the key where the Secret's keeper writes it
+        key_secret = ExemptionKeySecret(api, namespace=connection.namespace, state_directory=args.state,
+                                        leading=lambda: elector is None or elector.is_leader)
+        key_secret.sync()
+    seal_keys = SealKeys(args.exemption_key or exemption_key_path(args.state))
     served = served_at_start(api, args.state)
     discovery = DiscoveryRefresh(api, args.state, served)
     # Policies are checked against the API server's own minor, as the workers check them (`field_target`),
@@ -95,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     judging = PolicyCompiler(LeakAccount(int(CEL_LEAK_BUDGET_MIB * 2**20)), fields=FieldChecks(served.field_target))
     background = BackgroundReports(api, args.state, ServedPolicies(args.state, judging),
                                    leading=lambda: elector is None or elector.is_leader,
-                                   exhausted=judging.leaks.exhausted, seal_key=seal_key)
+                                   exhausted=judging.leaks.exhausted, seals=seal_keys.current)
     registration = None
     if args.webhook_configuration:
         registration = WebhookRegistration(
@@ -109,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     log.info("cluster controller watching %s (%s)", connection.server, served.summary())
+    if key_secret is not None:
+        threading.Thread(target=key_secret.run, args=(stop,), name="placer-exemption-key", daemon=True).start()
     controller.run(stop)
     return RESTART_TO_FOLLOW_THE_API_SERVER if controller.restart or background.restart else 0
 

@@ -119,3 +119,9 @@ def device_projection(kind: str) -> Callable[[str, Mapping[str, Any]], Entry]:
         return class_entry(obj) if kind == CLASS_KIND else device_entry(obj, kind)
 
     return project
+
+
+def global_default_priority_class(classes: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The PriorityClass with `globalDefault: true` (the API server allows one; the lowest name if several)."""
+    defaults = sorted(name for name, obj in classes.items() if obj.get("globalDefault") is True)
+    return defaults[0] if defaults else None

@@ -82,7 +82,8 @@ def add_parser(commands: Any) -> None:
     serve.add_argument(
         "--exemption-key", metavar="FILE",
         help="key of the seals that carry an exempt user's exemption to the pods of their workloads "
-             "(docs/enforced-policies.md); without it exemptions stay with the request",
+             "(docs/enforced-policies.md); with --kube the default is the key Placer makes and keeps itself, "
+             "in a Secret of its namespace",
     )
     serve.set_defaults(run=run)
 
@@ -97,11 +98,13 @@ def run(args: argparse.Namespace) -> int:
               "seconds (granian's minimum), or 0 for never", file=sys.stderr)
         return 2
     configure_logging(args.log_level)
+    kube = args.kube if args.kube is not None else in_cluster()
     exemption_key = Path(args.exemption_key) if args.exemption_key else None
     if exemption_key is not None and not exemption_key.exists():
-        # the shipped Deployment mounts an optional Secret: without it, exemptions stay with the request
-        print(f"placer serve: --exemption-key {exemption_key}: no such file: exemptions stay with the request",
-              file=sys.stderr)
+        # an earlier release's Deployment mounted an optional Secret there: with a cluster, Placer keeps its own
+        consequence = ("the key is the Secret Placer keeps" if kube else
+                       "exemptions stay with the request, and an exempt user's workloads get no pods")
+        print(f"placer serve: --exemption-key {exemption_key}: no such file: {consequence}", file=sys.stderr)
         exemption_key = None
     if exemption_key is not None:
         try:
@@ -110,7 +113,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"placer serve: --exemption-key {error}", file=sys.stderr)
             return 2
     default_tls = args.tls_cert is None and args.tls_key is None
-    kube = args.kube if args.kube is not None else in_cluster()
     if args.webhook_configuration and not kube:
         print("placer serve: --webhook-configuration needs --kube (the controller keeps it)", file=sys.stderr)
         return 2

@@ -14,7 +14,7 @@ from webhook.actions.metadata import APPLIED_ANNOTATION
 from webhook.actions.tolerations import toleration_from
 from webhook.engine.activation import pod_variable, workload_variable
 from webhook.engine.enforcement import field_prefix, template_node_name
-from webhook.engine.exemption_seal import SEAL_ANNOTATION, Seals, seal, sealed
+from webhook.engine.exemption_seal import SEAL_ANNOTATION, Seals, no_key_warning, seal
 from webhook.engine.outcome import DeadlineReached, Mutation, Outcome, RuleTrace, rule_id, unique_messages
 from webhook.engine.patch_assembly import pointer_tokens, template_patch
 from webhook.engine.policy_scope import PolicyScope
@@ -164,6 +164,8 @@ class Run:
                     annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
                     if isinstance(annotations, dict):
                         annotations[SEAL_ANNOTATION] = seal(self.seals.key, self.namespace_name, template)
+                elif exempted and slot.path and slot.projection is None:  # no key: no seal, said, not a stall
+                    self.mutation.warnings.append(no_key_warning(slot.name))
                 if template != view:
                     first_seen = self.mutation.placed.get(slot.name, (view, template))[0]
                     self.mutation.placed[slot.name] = (first_seen, template)
@@ -240,7 +242,7 @@ class Run:
         if slot.name in self.sealed_slots:
             return True
         return (self.seals is not None and bool(slot.path) and slot.projection is None
-                and sealed(self.seals.key, self.namespace_name, template))
+                and self.seals.verifies(self.namespace_name, template))
 
     def _one_pass(self, slot: TemplateSlot, obj: JSONObject, original: JSONObject, policies: list[Policy], *,
                   enforced: frozenset[str], exempt: frozenset[str], old: JSONObject | None

@@ -162,7 +162,7 @@ def create_app(
     placement: PlacementCheck | None = None,
     claims: ClaimLookup | None = None,
     ledger: ShareLedger | None = None,
-    seals: Seals | None = None,
+    seals: Callable[[], Seals | None] | None = None,
     after_review: Callable[[], None] | None = None,
 ) -> PlacerApp:
     """Build the application around a snapshot holder that a policy source keeps current."""
@@ -194,7 +194,7 @@ def create_app(
                     claims=claims,
                     ledger=ledger,
                     entry=entry,
-                    seals=seals,
+                    seals=seals() if seals is not None else None,
                     siblings=siblings,
                     body=body,
                 )

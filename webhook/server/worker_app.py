@@ -11,12 +11,12 @@ import signal
 import threading
 from pathlib import Path
 
+from webhook.admission.seal_keys import SealKeys
 from webhook.cluster.client.api import KubeApi
 from webhook.cluster.client.connection import ConnectionSetupError, connect
 from webhook.cluster.client.discovery import read_served_apis
 from webhook.cluster.client.namespace_lookup import NamespaceLookup
 from webhook.cluster.client.owner_lookup import OwnerLookup
-from webhook.engine.exemption_seal import ExemptionKeyError, Seals, read_key
 from webhook.placement.claims import ClaimLookup
 from webhook.placement.feasibility import PlacementCheck
 from webhook.policy.cel.libraries.leaks import LeakAccount
@@ -26,7 +26,7 @@ from webhook.policy.fields.versions import DEFAULT
 from webhook.policy.snapshot import PolicySnapshot, SnapshotHolder
 from webhook.policy.sources.files import FilePolicySource
 from webhook.policy.sources.reloader import PolicyReloader, PolicySource
-from webhook.policy.state.cluster_state import ClusterStateSource, nodes_directory
+from webhook.policy.state.cluster_state import ClusterStateSource, exemption_key_path, nodes_directory
 from webhook.policy.state.node_facts import NodeFactsReader
 from webhook.policy.state.share_shards import ShareShards
 from webhook.policy.state.volume_shards import VolumeShards
@@ -81,22 +81,23 @@ def build_worker_app(settings: Settings) -> PlacerApp:
     )
 
 
-def _seals(settings: Settings) -> Seals | None:
-    """With `--exemption-key`: the key, and, with `--kube`, the API reads of a Pod's controller owner."""
-    if settings.exemption_key is None:
-        return None
-    try:
-        key = read_key(settings.exemption_key)
-    except ExemptionKeyError as error:  # checked by `placer serve` before the workers start; a file gone since
-        log.error("exemption seals are off: %s", error)
+def _seals(settings: Settings) -> SealKeys | None:
+    """The keys of exemption seals: `--exemption-key`, else, with `--kube`, the Secret Placer keeps, as the
+    controller process writes it to the state directory (`webhook.cluster.exemption_key`); with `--kube`, also
+    the API reads of a Pod's controller owner. None (no cluster, no key): exemptions stay with the request."""
+    if settings.exemption_key is not None:
+        path = settings.exemption_key
+    elif settings.cluster_state is not None:
+        path = exemption_key_path(settings.cluster_state)
+    else:
         return None
     if settings.cluster_state is None:
-        return Seals(key)
+        return SealKeys(path)
     try:
-        return Seals(key, OwnerLookup(KubeApi(connect(settings.kubeconfig, context=settings.context))))
+        return SealKeys(path, OwnerLookup(KubeApi(connect(settings.kubeconfig, context=settings.context))))
     except ConnectionSetupError as error:
         log.error("pods of sealed workloads cannot be checked against their owner: %s", error)
-        return Seals(key)
+        return SealKeys(path)
 
 
 def _namespace_lookup(settings: Settings, metrics: Metrics) -> NamespaceLookup | None:

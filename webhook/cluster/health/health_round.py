@@ -2,12 +2,14 @@
 and find out whether PodGroups are served when a policy asks for them.
 
 Everything here is paced by its own interval: the controller's loop runs about once a second, and none of it
-needs to.
+needs to. Readings that count what the previous ones counted are not handed over again (the same object), so
+an idle leader does not compute every policy's health anew each time it reads them.
 """
 
 import logging
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from webhook.cluster.client.api import ApiError, KubeApi, TransportError
 from webhook.cluster.health.recent_counts import WINDOW_SECONDS, ReplicaWindow
@@ -57,14 +59,23 @@ class HealthRound:
         if now >= self._next_collect:
             self._next_collect = now + self._interval
             try:
-                self._readings = collect(self._api, self._namespace, now=self._clock(), window=self._window)
+                readings = collect(self._api, self._namespace, now=self._clock(), window=self._window)
             except (ApiError, TransportError) as error:
                 log.warning("rule counts of the replicas not read: %s", error)
+            else:
+                if self._readings is None or _counted(readings) != _counted(self._readings):
+                    self._readings = readings  # else the same object: nothing to compute again (status_writer)
         return self._readings
 
     def not_leading(self) -> None:
         """Leadership lost: read afresh when it comes back (what was read may be old by then)."""
         self._readings, self._next_collect = None, 0.0
+
+
+def _counted(readings: Mapping[str, ReplicaWindow]) -> dict[str, tuple[Any, Any]]:
+    """What the policies' health is made of (`policy_health.combine`): each replica's counts and problems,
+    not the times at which it read them."""
+    return {replica: (reading.counts, reading.problems) for replica, reading in readings.items()}
 
 
 class PodGroupApiCheck:

@@ -32,6 +32,7 @@ from webhook.cluster.reports.reports import API_VERSION, GROUP, RuleTally, count
 from webhook.cluster.reports.results import RuleResult
 from webhook.cluster.reports.workload_book import KindSink, Record, WorkloadBook
 from webhook.cluster.reports.writer import ReportWriter
+from webhook.engine.exemption_seal import Seals
 from webhook.engine.value_drift import ValueCheck
 from webhook.policy.compiler import PolicyCompiler
 from webhook.policy.model import Policy
@@ -113,7 +114,7 @@ class BackgroundReports:
         writer: ReportWriter | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         clock: Callable[[], float] = time.time,
-        seal_key: bytes | None = None,
+        seals: Callable[[], Seals | None] | None = None,
     ) -> None:
         """`snapshot()`: the policies as the workers serve them, and whether they changed since last asked.
         `exhausted()`: whether Kubernetes CEL library calls have leaked this process's budget (the library
@@ -122,8 +123,9 @@ class BackgroundReports:
         self._api = api
         self._state_directory = state_directory
         self._snapshot = snapshot
-        self._seal_key = seal_key
-        """The key of exemption seals: a sealed workload is exempt, as its admission found (`exempt_results`)."""
+        self._seals = seals
+        """The keys of exemption seals, as they are now: a sealed workload is exempt, as its admission found
+        (`exempt_results`)."""
         self._leading = leading
         self._exhausted = exhausted
         self.restart = False
@@ -256,6 +258,7 @@ class BackgroundReports:
         if self._values is None or self._values.source is not snapshot:
             self._values = ValueCheck(snapshot)
         values = self._values
+        seals = self._seals() if self._seals is not None else None
         shared: dict[RuleResult, RuleResult] = {}
         """One copy of each distinct result this round (workloads of one template share their messages)."""
         for namespace, key in dirty:
@@ -267,7 +270,7 @@ class BackgroundReports:
             if record is not None:
                 results = tuple(shared.setdefault(result, result)
                                 for result in evaluate(record.unpacked(), snapshot, workloads, values,
-                                                          seal_key=self._seal_key).results)
+                                                          seals=seals).results)
                 if results != record.results:
                     record.results, record.found, changed = results, self._clock(), True
                 self.judged += 1

@@ -116,12 +116,12 @@ def as_create(stored: JSONObject) -> JSONObject:
 
 
 def evaluate(stored: JSONObject, snapshot: PolicySnapshot, workloads: WorkloadTable,
-             values: ValueCheck | None = None, *, seal_key: bytes | None = None) -> Verdict:
+             values: ValueCheck | None = None, *, seals: Seals | None = None) -> Verdict:
     """Run the admission engine on `stored` as its CREATE and classify each matching rule.
 
     `snapshot` must know the workload's namespace (its labels decide which policies select it). `values`:
-    `ValueCheck(snapshot)`, made once for many workloads judged against the same snapshot. `seal_key`: the key
-    of exemption seals (`placer serve --exemption-key`), to honour a sealed workload as its admission did."""
+    `ValueCheck(snapshot)`, made once for many workloads judged against the same snapshot. `seals`: the keys
+    of exemption seals (`webhook.engine.exemption_seal`), to honour a sealed workload as its admission did."""
     workload = reference_of(stored)
     policies = [policy for policy in snapshot.every_policy
                 if policy.applies_to_namespace(snapshot.namespace(workload.namespace).labels)]
@@ -134,7 +134,7 @@ def evaluate(stored: JSONObject, snapshot: PolicySnapshot, workloads: WorkloadTa
     ledger = Ledger(kind, create)
     checking = (values if values is not None and values.source is snapshot else ValueCheck(snapshot)).judging(ledger)
     admission = admit(_request(create, workload), checking, workloads,
-                      seals=Seals(seal_key) if seal_key is not None else None)
+                      seals=seals)
     mutation = admission.mutation
     if admission.result == "error":
         return Verdict(workload, _for_every_rule(policies, "error", "internal error evaluating the policies"))
@@ -145,7 +145,7 @@ def evaluate(stored: JSONObject, snapshot: PolicySnapshot, workloads: WorkloadTa
         served = [policy for policy in policies if not policy.audited]
         return Verdict(workload, _for_every_rule(served, "skip", mutation.passed_through) + tuple(audited),
                        skipped=mutation.passed_through if served else None)
-    exempt = exempt_policies(policies, workload.namespace, create, kind, seal_key)
+    exempt = exempt_policies(policies, workload.namespace, create, kind, seals)
     changes = _changes(mutation.patch)
     results = list(_rule_results(mutation.traces, changes, _unique(ledger.found), ledger.adding,
                                  refused=mutation.refused))

@@ -11,7 +11,6 @@ again, webhooks first, and never a CRD that holds the user's objects (`install`)
 
 import argparse
 import logging
-import secrets
 import signal
 import ssl
 import subprocess
@@ -192,7 +191,6 @@ class DevSession:
                 command += ["--kubeconfig", str(kubeconfig)]
             if args.context:
                 command += ["--context", args.context]
-            command += ["--exemption-key", str(exemption_key(issued.cert.parent))]
             server = subprocess.Popen(command, start_new_session=True)  # Ctrl-C reaches us only
             try:
                 yield server
@@ -227,13 +225,3 @@ def _answers(open_url: Callable[[], Any]) -> bool:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
         return False
-
-
-def exemption_key(directory: Path) -> Path:
-    """The key that seals exempt users' templates (docs/enforced-policies.md), kept beside the dev certificates
-    and made once, so that a dev install seals as a real one does and its seals survive a restart."""
-    path = directory / "exemption.key"
-    if not path.exists():
-        path.write_text(secrets.token_hex(32) + "\n", encoding="utf-8")
-        path.chmod(0o600)
-    return path

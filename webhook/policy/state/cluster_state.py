@@ -20,6 +20,8 @@ server carries one watch per replica instead of one per worker. The directory ho
   spot share's admissions (`webhook.policy.state.share_shards`), in shards the same way; `spot-pending/`: what
   each worker admitted that they do not show yet, one file per worker, written by the workers themselves.
 - `apis.json`: the API server's version and the API versions it serves (`webhook.cluster.client.discovery`).
+- `exemption.key`: the keys of exemption seals, from the Secret Placer keeps (`webhook.cluster.exemption_key`),
+  in the format of `--exemption-key` (mode 0600), so that every worker seals with the one key all replicas share.
 
 Every file is replaced by rename, so a reader sees the old file or the new one, never a part. The controller
 has already compiled each document and keeps only good versions (the last good one when an update does not
@@ -52,12 +54,17 @@ NAMESPACES_DIRECTORY = "namespaces"
 NODES_DIRECTORY = "nodes"
 CLAIMS_DIRECTORY = "claims"
 VOLUMES_DIRECTORY = "volumes"
+EXEMPTION_KEY_FILE = "exemption.key"
 POLL_INTERVAL = 0.2
 """How often a worker looks at `policies.json` (one stat): a policy change serves well within a second."""
 
 
 def policies_path(directory: Path) -> Path:
     return directory / POLICIES_FILE
+
+
+def exemption_key_path(directory: Path) -> Path:
+    return directory / EXEMPTION_KEY_FILE
 
 
 def namespaces_directory(directory: Path) -> Path:
