@@ -51,6 +51,8 @@ LOCK = "/apis/coordination.k8s.io/v1/namespaces/default/leases/placer-e2e-tier"
 LOCK_SECONDS = 60
 OWN_PLACER_LABEL = "placer-e2e-lp"
 """Namespaces labelled so are served by a Placer a test starts itself (test_least_privilege.py), not this one."""
+CONFLICT_ATTEMPTS = 5
+"""Replaces `Cluster.apply` tries before a conflict fails the test (client-go's retry.DefaultRetry: 5 steps)."""
 
 
 def wait_until(predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
@@ -103,14 +105,22 @@ class Cluster:
         return nodes
 
     def apply(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create, or replace what is there (keeping its resourceVersion)."""
+        """Create, or replace what is there (keeping its resourceVersion). A replace that meets a newer
+        version (409 Conflict: Placer's controller wrote the policy's status between the read and the
+        replace) reads it again and retries, as client-go's `retry.RetryOnConflict` does."""
         name = obj["metadata"]["name"]
-        current = self.get_or_none(f"{path}/{name}")
-        if current is None:
-            return self.create(path, obj)
-        replacement = copy.deepcopy(obj)
-        replacement["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        return self.api.replace(f"{path}/{name}", replacement)
+        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+            current = self.get_or_none(f"{path}/{name}")
+            if current is None:
+                return self.create(path, obj)
+            replacement = copy.deepcopy(obj)
+            replacement["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            try:
+                return self.api.replace(f"{path}/{name}", replacement)
+            except ApiError as error:
+                if error.code != 409 or attempt == CONFLICT_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
 
     def namespace(self, labels: dict[str, str] | None = None, *, opted_in: bool = True) -> str:
         name = f"{E2E_NAME}-{uuid.uuid4().hex[:6]}"

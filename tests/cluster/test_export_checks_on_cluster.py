@@ -8,6 +8,9 @@ gate and `--runtime-config=admissionregistration.k8s.io/v1beta1=true`); skipped,
 bindings select namespaces by a label of their own, so the webhook this tier also runs is not called there.
 """
 
+import os
+import shutil
+import subprocess
 import uuid
 from typing import Any
 
@@ -15,6 +18,7 @@ import pytest
 import yaml
 
 from tests.cluster.harness import E2E_NAME, Cluster, wait_until
+from tests.conftest import KUBECONFIG_ENV
 from webhook.admission.offline import apply_manifests
 from webhook.cluster.client.api import ApiError
 from webhook.export.admission_policy import export_policy
@@ -39,6 +43,11 @@ spec:
     parameters: {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
 """
 
+UNGUARDED_EXTRA = "request.userInfo.extra.size() >= 0 && request.operation.size() > 0"
+GUARDED_EXTRA = "(!has(request.userInfo.extra) || request.userInfo.extra.size() >= 0) && request.operation.size() > 0"
+NO_EXTRA_USER = f"{E2E_NAME}-no-extra"
+"""Impersonated (kubectl --as): the API server gives an impersonated user only the extra asked for, none."""
+
 PROBES = [
     "cel.bind(n, object.metadata.name, n.size() > 1)",
     "{'a': 1, 'b': 'x'}.size() == 2",
@@ -51,7 +60,9 @@ PROBES = [
     "{'a': dyn(1), ?'b': optional.of(dyn(['x'].filter(k, k != '')))}.size() == 2",
     "[namespaceObject.metadata.name, object.kind].size() == 2",
     "[dyn(namespaceObject.metadata.name), object.kind].size() == 2",
-    "request.userInfo.extra.size() >= 0 && request.operation.size() > 0",
+    # guarded: a user without extra has no `request.userInfo.extra` key (test_an_unguarded_read_of_extra_...)
+    GUARDED_EXTRA,
+    "has(request.userInfo.extra) || request.userInfo.groups.size() >= 0",
 ]
 """Each probe is the expression of a variable of a probe policy (`probe_policy`)."""
 
@@ -94,16 +105,16 @@ def probe_policy(api_version: str, name: str, expression: str) -> dict[str, Any]
     }
 
 
-def server_runs(cluster: Cluster, api_version: str, expression: str) -> bool:
-    """The API server takes the expression and evaluates it: refused at create (422), or created and then
-    failing the request under failurePolicy Fail, both say no."""
+def install_probe(cluster: Cluster, api_version: str, expression: str) -> str | None:
+    """The probe policy, its binding and the namespace it selects, all named alike (the name is returned);
+    None when the API server refuses the policy at create (422)."""
     group = f"/apis/admissionregistration.k8s.io/{api_version}"
     marker = f"{E2E_NAME}-probe-{uuid.uuid4().hex[:6]}"
     try:
         cluster.create(f"{group}/mutatingadmissionpolicies", probe_policy(api_version, marker, expression))
     except ApiError as error:
         assert error.code == 422, error
-        return False
+        return None
     cluster.create(f"{group}/mutatingadmissionpolicybindings", {
         "apiVersion": f"admissionregistration.k8s.io/{api_version}", "kind": "MutatingAdmissionPolicyBinding",
         "metadata": {"name": marker},
@@ -111,6 +122,15 @@ def server_runs(cluster: Cluster, api_version: str, expression: str) -> bool:
             "placer-e2e-probe": marker}}}}})
     cluster.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                          "metadata": {"name": marker, "labels": {"placer-e2e-probe": marker}}})
+    return marker
+
+
+def server_runs(cluster: Cluster, api_version: str, expression: str) -> bool:
+    """The API server takes the expression and evaluates it: refused at create (422), or created and then
+    failing the request under failurePolicy Fail, both say no."""
+    marker = install_probe(cluster, api_version, expression)
+    if marker is None:
+        return False
     configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "probe"}}
 
     def verdict() -> str | None:
@@ -121,6 +141,30 @@ def server_runs(cluster: Cluster, api_version: str, expression: str) -> bool:
         return "runs" if (created.get("data") or {}).get("probe") == "ran" else None  # None: not in effect yet
 
     return bool(wait_until(verdict, timeout=30, what=f"the probe policy to act ({expression})") == "runs")
+
+
+def test_an_unguarded_read_of_extra_fails_for_a_user_without_extra(cluster: Cluster) -> None:
+    """The API server binds `request` converted to unstructured, and a user without extra has no `extra` key
+    (CreateAdmissionRequest, staging/src/k8s.io/apiserver/pkg/admission/plugin/cel/condition.go): the
+    unguarded read the export takes (it compiles there) fails the request under failurePolicy Fail. So whether
+    it runs depends on who sends the request (an x509 client certificate carries a credential id, a static
+    token none), and the probes guard it."""
+    api_version = served_api(cluster, target_of(cluster))
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.fail("kubectl is not on PATH: this test sends a request as another user with kubectl --as")
+    assert KubernetesCel(target_of(cluster)).refusal(UNGUARDED_EXTRA, Kind.VARIABLE) is None
+    marker = install_probe(cluster, api_version, UNGUARDED_EXTRA)
+    assert marker is not None, "the API server refused the unguarded read at create"
+    command = [kubectl, "--kubeconfig", os.environ[KUBECONFIG_ENV], "--as", NO_EXTRA_USER, "--as-group",
+               "system:masters", "--namespace", marker, "create", "configmap", "probe", "--dry-run=server"]
+
+    def refused() -> str | None:
+        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=30)
+        return done.stderr if done.returncode != 0 else None
+
+    message = wait_until(refused, timeout=30, what="the probe policy to fail a request without extra")
+    assert "no such key: extra" in message, message
 
 
 @pytest.mark.parametrize("expression", PROBES)

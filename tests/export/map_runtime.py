@@ -41,9 +41,12 @@ class MapRuntime:
         if program is None:
             refusal = self.kubernetes.refusal(source, kind, variables)
             assert refusal is None, f"{refusal}: {source[:300]}"
-            environment = self.kubernetes.environment(NO_VARIABLES if kind is Kind.MATCH_CONDITION else variables)
-            program = self._compiled[key] = cel.compile_expression(environment, source)
+            program = self._compiled[key] = cel.compile_expression(self.environment(source, kind, variables), source)
         return program
+
+    def environment(self, source: str, kind: Kind, variables: Variables = NO_VARIABLES) -> Any:
+        """The environment `source` is compiled and run in, as the export checks it."""
+        return self.kubernetes.environment_for(source, NO_VARIABLES if kind is Kind.MATCH_CONDITION else variables)
 
     def declared(self, spec: Mapping[str, Any]) -> Variables:
         """The policy's variables with the types the API server declares them with, in order."""
@@ -76,12 +79,9 @@ class MapRuntime:
     def _run(self, spec: Mapping[str, Any], obj: dict[str, Any], request: Mapping[str, Any],
              namespace: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
         fail = spec.get("failurePolicy", "Fail") == "Fail"
-        types = self.kubernetes.api_types
-        base = {"object": obj, "oldObject": old, "request": types.message(ADMISSION_REQUEST, request),
-                "request.userInfo.extra": dict((request.get("userInfo") or {}).get("extra") or {}),
-                "namespaceObject": types.message(NAMESPACE, namespace)}
+        base = self._bound(obj, old, request, namespace)
         for condition in spec.get("matchConditions") or []:
-            environment = self.kubernetes.environment()
+            environment = self.environment(condition["expression"], Kind.MATCH_CONDITION)
             result = cel.evaluate(self.compile(condition["expression"], Kind.MATCH_CONDITION),
                                   cel.activation(environment, base))
             if result.value is False:
@@ -92,12 +92,12 @@ class MapRuntime:
                     raise PolicyFailed(f"match condition {condition['name']}: {result.error or result.missing}")
                 return obj
         declared = self.declared(spec)
-        environment = self.kubernetes.environment(declared)
         for mutation in spec["mutations"]:
             data = {**base, "object": obj}
             data.update(self._variables(spec, declared, data))
-            result = cel.evaluate(self.compile(mutation["jsonPatch"]["expression"], Kind.MUTATION, declared),
-                                  cel.activation(environment, data))
+            source = mutation["jsonPatch"]["expression"]
+            result = cel.evaluate(self.compile(source, Kind.MUTATION, declared),
+                                  cel.activation(self.environment(source, Kind.MUTATION, declared), data))
             if not isinstance(result.value, list):
                 self.errors.append(f"{result.error or result.missing}: {mutation['jsonPatch']['expression'][:200]}")
                 if fail:
@@ -106,6 +106,24 @@ class MapRuntime:
             obj = jsonpatch.apply_patch(obj, [operation(patch) for patch in result.value])
         return obj
 
+    def _bound(self, obj: Mapping[str, Any], old: Mapping[str, Any] | None, request: Mapping[str, Any],
+               namespace: Mapping[str, Any]) -> dict[str, Any]:
+        """The variables as the API server binds them (`newActivation`, plugin/cel/activation.go): `request`
+        converted to unstructured, so a user without extra has no `extra` key (`authenticationv1.UserInfo`
+        tags it omitempty; `CreateAdmissionRequest`, plugin/cel/condition.go): reading it unguarded fails,
+        `has()` says false."""
+        user = dict(request.get("userInfo") or {})
+        extra = user.pop("extra", None) or {}
+        if extra:
+            user["extra"] = extra
+        types = self.kubernetes.api_types
+        base = {"object": obj, "oldObject": old,
+                "request": types.message(ADMISSION_REQUEST, {**request, "userInfo": user}),
+                "namespaceObject": types.message(NAMESPACE, namespace)}
+        if extra:
+            base["request.userInfo.extra"] = extra
+        return base
+
     def _variables(self, spec: Mapping[str, Any], declared: Variables, base: Mapping[str, Any]) -> dict[str, Any]:
         """Each variable in order (bound as `variables.<name>`), seeing those before it; one that fails is
         absent (reading it fails)."""
@@ -113,7 +131,8 @@ class MapRuntime:
         seen = NO_VARIABLES
         for variable, (name, cel_type) in zip(spec.get("variables") or [], declared.declared, strict=True):
             program = self.compile(variable["expression"], Kind.VARIABLE, seen)
-            result = cel.evaluate(program, cel.activation(self.kubernetes.environment(seen), {**base, **values}))
+            environment = self.environment(variable["expression"], Kind.VARIABLE, seen)
+            result = cel.evaluate(program, cel.activation(environment, {**base, **values}))
             if result.error is None and result.missing is None:
                 values[f"variables.{name}"] = result.value
             seen = seen.add(name, cel_type)

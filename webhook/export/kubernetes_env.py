@@ -47,7 +47,7 @@ from webhook.export.api_types import ADMISSION_REQUEST, JSON_PATCH, NAMESPACE, Q
 from webhook.export.checked_types import CelType, TypedAst
 from webhook.export.versions import KubernetesVersion, compatibility_version, show
 from webhook.policy.cel import libraries as cel_libraries
-from webhook.policy.cel.checked_ast import AstError
+from webhook.policy.cel.checked_ast import AstError, Expr
 from webhook.policy.cel.libraries.leaks import LeakAccount
 from webhook.policy.cel.libraries.messages import Messages
 
@@ -69,6 +69,7 @@ PATCHES = CelType("list", params=(CelType("message", JSON_PATCH),))
 
 _UNDECLARED = re.compile(r"undeclared reference to '([^']+)'")
 _ERROR_LINE = re.compile(r"<input>:\d+:\d+: ([^|\[]*)")
+_HAS = re.compile(r"\bhas\s*\(")
 
 
 class Kind(Enum):
@@ -108,7 +109,7 @@ class KubernetesCel:
     target: KubernetesVersion
     api_types: ApiTypes = field(init=False, repr=False)
     _base: dict[str, Any] = field(init=False, repr=False)
-    _environments: dict[Variables, Any] = field(default_factory=dict, init=False, repr=False)
+    _environments: dict[tuple[Variables, bool], Any] = field(default_factory=dict, init=False, repr=False)
     _verdicts: dict[tuple[Variables, Kind, str], Checked] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -124,17 +125,41 @@ class KubernetesCel:
             "function_impls": kubernetes.implementations,
         }
 
-    def environment(self, variables: Variables = NO_VARIABLES) -> Any:
-        """The environment an expression seeing `variables` is compiled in (a match condition: none)."""
-        found = self._environments.get(variables)
+    def environment(self, variables: Variables = NO_VARIABLES, *, field_types: bool = True) -> Any:
+        """The environment an expression seeing `variables` is compiled in (a match condition: none).
+        `field_types`: with the fields whose type no protobuf field has (`QUALIFIED_OVERRIDES`); without
+        them such a field is the message's `dyn` one (`environment_for` says when)."""
+        key = (variables, field_types)
+        found = self._environments.get(key)
         if found is None:
             declarations: dict[str, Any] = {"object": cel_runtime.Type.DYN, "oldObject": cel_runtime.Type.DYN,
                                             "namespaceObject": cel_runtime.Type(NAMESPACE),
-                                            "request": cel_runtime.Type(ADMISSION_REQUEST), **QUALIFIED_OVERRIDES}
+                                            "request": cel_runtime.Type(ADMISSION_REQUEST)}
+            if field_types:
+                declarations.update(QUALIFIED_OVERRIDES)
             for name, cel_type in variables.declared:
                 declarations[f"variables.{name}"] = cel_type.declared()
-            found = self._environments[variables] = cel_runtime.NewEnv(variables=declarations, **self._base)
+            found = self._environments[key] = cel_runtime.NewEnv(variables=declarations, **self._base)
         return found
+
+    def environment_for(self, source: str, variables: Variables = NO_VARIABLES) -> Any:
+        """The environment `source` is compiled (and run) in: the one with every field's type, unless
+        `source` tests one of `QUALIFIED_OVERRIDES` with has(). cel-expr-python's checker resolves
+        `has(request.userInfo.extra)` as the variable declared for that field's type, so the test is the
+        map itself rather than a bool; cel-go's checker takes a selection as a qualified name only when it is
+        not a has() test (`checkSelect` and `computeQualifiers`, cel-go checker/checker.go), so kube-apiserver
+        checks it as a test of the field, a `bool`. Without the variable the field is the
+        message's `dyn` one, which has() tests; the rest of that expression then reads the field as `dyn`."""
+        typed = self.environment(variables)
+        if not _HAS.search(source):
+            return typed
+        plain = self.environment(variables, field_types=False)
+        try:
+            tree = TypedAst.of(plain.compile(source))
+        except (RuntimeError, AstError):
+            return typed
+        tested = (node for node in tree.nodes() if node.kind == "select" and node.test_only)
+        return plain if any(_qualified_name(node) in QUALIFIED_OVERRIDES for node in tested) else typed
 
     def refusal(self, source: str, kind: Kind, variables: Variables = NO_VARIABLES) -> str | None:
         """Why `target` would not take `source` as a `kind` seeing `variables` (None: it would)."""
@@ -157,7 +182,7 @@ class KubernetesCel:
 
     def _check(self, source: str, kind: Kind, variables: Variables) -> Checked:
         try:
-            compiled = self.environment(variables).compile(source)
+            compiled = self.environment_for(source, variables).compile(source)
         except RuntimeError as error:
             return Checked(self._explain(str(error), kind), CelType("error"))
         try:
@@ -226,3 +251,15 @@ def _config(compatibility: KubernetesVersion) -> Any:
     if compatibility >= LISTS_FROM:
         extensions.append(f"  - name: lists\n    version: {LISTS_RUNTIME_VERSION}\n")
     return cel_runtime.NewEnvConfigFromYaml("name: kubernetes\nextensions:\n" + "".join(extensions))
+
+
+def _qualified_name(node: Expr) -> str | None:
+    """`a.b.c` for a selection of `c` from `a.b` (identifiers and selections only), else None."""
+    parts: list[str] = []
+    current: Expr | None = node
+    while current is not None and current.kind == "select":
+        parts.append(current.field)
+        current = current.target
+    if current is None or current.kind != "ident":
+        return None
+    return ".".join([current.name, *reversed(parts)])
