@@ -23,6 +23,7 @@ from webhook.change.policy_change import change_policies
 from webhook.commands.apply import namespace_labels
 from webhook.commands.change_flags import add_report_flags
 from webhook.commands.field_targets import add_target_flags, compiler_from_flags, quiet_policy_log
+from webhook.commands.flags import add_policies
 from webhook.commands.suites import find_suites, run_suite
 from webhook.policy.compiler import PolicyCompiler
 
@@ -39,8 +40,7 @@ def add_parser(commands: Any) -> None:
     command.add_argument("--base", metavar="OLD|REV",
                          help="the old policies: a file or directory, else a git revision at which the "
                               "--policies paths are read")
-    command.add_argument("--policies", action="append", metavar="PATH",
-                         help="the new policies: a file or directory (repeatable)")
+    add_policies(command, default=None, role="the new policies")
     command.add_argument("-f", "--filename", action="append", dest="manifests", metavar="MANIFEST",
                          help="manifests to admit; Namespace and Node objects among them are the cluster's "
                               "(repeatable)")
