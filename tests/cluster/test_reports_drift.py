@@ -10,6 +10,7 @@ test first waits for its ClusterPolicyReport. No feature gate is needed (v1.34+)
 started here or deployed (PLACER_E2E_IN_CLUSTER=1), as tests/cluster/harness.py sets it up.
 """
 
+import contextlib
 import io
 import os
 import time
@@ -38,28 +39,39 @@ def documents(name: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all((COMPONENT / name).read_text()) if doc]
 
 
-def create_if_absent(cluster: Cluster, collection: str, obj: dict[str, Any]) -> None:
+def create_if_absent(cluster: Cluster, collection: str, obj: dict[str, Any]) -> bool:
+    """Create `obj` unless it exists; whether this call created it."""
     try:
         cluster.api.get(f"{collection}/{obj['metadata']['name']}")
     except ApiError as error:
         if error.code != 404:
             raise
         cluster.create(collection, obj)
+        return True
+    return False
 
 
 @pytest.fixture(scope="module")
 def reports_installed(cluster: Cluster) -> Iterator[None]:
-    """The component's CRDs and RBAC (where absent), and Placer writing reports (its ClusterPolicyReport)."""
+    """The component's CRDs and RBAC (where absent), and Placer writing reports (its ClusterPolicyReport).
+    The RBAC it created is deleted after the module: the tier leaves no cluster-wide grant behind, and
+    `test_least_privilege.py` installs the component's RBAC for its own ServiceAccount under the same names.
+    The CRDs stay (Placer finds them again only every 30 s, and they grant nobody anything)."""
     for name in ("policyreports.yaml", "clusterpolicyreports.yaml"):
         for crd in documents(name):
             create_if_absent(cluster, CRDS, crd)
+    created = []
     for obj in documents("rbac.yaml"):
         plural = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings"}[obj["kind"]]
-        create_if_absent(cluster, f"{RBAC}/{plural}", obj)
+        if create_if_absent(cluster, f"{RBAC}/{plural}", obj):
+            created.append(f"{RBAC}/{plural}/{obj['metadata']['name']}")
     wait_until(lambda: served(cluster), timeout=60, what="wgpolicyk8s.io/v1alpha2 served")
     wait_until(lambda: cluster_report(cluster), timeout=120,
                what="Placer's ClusterPolicyReport (Placer looks for the report CRDs every 30 s)")
     yield
+    for path in reversed(created):
+        with contextlib.suppress(ApiError):
+            cluster.api.delete(path)
 
 
 def served(cluster: Cluster) -> bool:
