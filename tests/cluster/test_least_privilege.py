@@ -207,11 +207,26 @@ def test_placer_with_exactly_deploys_rbac_does_everything_and_is_never_forbidden
                               "exemptions": {"groups": [ADMINS]},
                               "rules": [{"name": "pool", "action": "add-node-selector",
                                          "parameters": {POOL: "general"}}]})
-        # policies Ready: this Placer's leader writes the status (the tier's other Placer may write it too)
-        wait_until(lambda: f"status of SchedulingPolicy {policy}: Ready=True" in server.log_text(), timeout=60,
-                   what="this Placer to write the policy's status")
-        status = cluster.api.get(f"{POLICIES}/{policy}")["status"]
-        assert [c["status"] for c in status["conditions"] if c["type"] == "Ready"] == ["True"]
+        # policies Ready. The tier's other Placer serves every SchedulingPolicy too, and a leader that finds a
+        # status as desired writes nothing, so which of the two writes it is a race: the policy must become
+        # Ready, and this Placer's ServiceAccount must be allowed the write, a merge patch (and its log is
+        # checked for 403s below)
+        def ready() -> bool:
+            stored = cluster.api.get(f"{POLICIES}/{policy}")
+            status = stored.get("status") or {}
+            return status.get("observedGeneration") == stored["metadata"]["generation"] and [
+                c["status"] for c in status.get("conditions") or [] if c["type"] == "Ready"] == ["True"]
+
+        wait_until(ready, timeout=60, what="the policy's Ready condition")
+        own = KubeApi(connect(kubeconfig), timeouts=Timeouts(connect=5, read=30))
+        try:
+            review = own.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
+                "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": {"group": "placer.dev", "resource": "schedulingpolicies",
+                                                "subresource": "status", "verb": "patch", "name": policy}}})
+        finally:
+            own.close()
+        assert review["status"]["allowed"], review["status"]
 
         # the fail-closed label, then a workload mutated (through both entries of the configuration)
         wait_until(lambda: (cluster.api.get(f"/api/v1/namespaces/{team}")["metadata"].get("labels") or {}
